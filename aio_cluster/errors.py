@@ -1,0 +1,82 @@
+"""The errors aio_cluster raises.
+
+Every error derives from :class:`AioClusterError`, so one ``except AioClusterError`` catches all of
+them. Errors of the third-party clients (kazoo, aiokafka) are translated where they enter the library,
+with the original kept as ``__cause__``::
+
+    AioClusterError                 root; ``retriable`` says whether trying again may help
+    ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
+    ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
+    ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
+    │   ├── CoordinationTimeout     a ZooKeeper call or a claim took longer than its bound
+    │   └── SessionLostError        the ZooKeeper session expired: every claim is gone
+    ├── StrategyMismatchError       the group's members use another assignment strategy
+    ├── NotOwnedError               commit for a partition this member does not own
+    ├── GroupClosedError            the ConsumerGroup was used after close()
+    └── BrokerError                 Kafka did not answer as expected (retriable)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AioClusterError",
+    "BrokerError",
+    "ConfigurationError",
+    "CoordinationError",
+    "CoordinationTimeout",
+    "GroupClosedError",
+    "LocalClusterError",
+    "NotOwnedError",
+    "SessionLostError",
+    "StrategyMismatchError",
+]
+
+
+class AioClusterError(Exception):
+    """The root of every error aio_cluster raises.
+
+    Attributes:
+        retriable: True when the same call may succeed later without any change by the caller.
+    """
+
+    retriable: bool = False
+
+
+class ConfigurationError(AioClusterError, ValueError):
+    """An argument, environment variable or name was not valid; the message names it."""
+
+
+class LocalClusterError(AioClusterError):
+    """The local single-node ZooKeeper + Kafka could not be started, reached or stopped."""
+
+
+class CoordinationError(AioClusterError):
+    """ZooKeeper could not complete a request (connection lost, unexpected node state)."""
+
+    retriable = True
+
+
+class CoordinationTimeout(CoordinationError):
+    """A ZooKeeper request or a partition claim did not finish within its bound."""
+
+
+class SessionLostError(CoordinationError):
+    """The ZooKeeper session expired; every ephemeral node of it, and so every claim, is gone."""
+
+
+class StrategyMismatchError(AioClusterError):
+    """The group's live members publish another assignment strategy than this member's."""
+
+
+class NotOwnedError(AioClusterError):
+    """An offset was committed for a partition this member does not own."""
+
+
+class GroupClosedError(AioClusterError):
+    """The ConsumerGroup was used after it was closed."""
+
+
+class BrokerError(AioClusterError):
+    """Kafka did not answer as expected (unknown topic, unreachable broker, protocol error)."""
+
+    retriable = True

@@ -1,0 +1,126 @@
+"""The ZooKeeper layout of a consumer group, and the data kept in it: pure, no I/O.
+
+The layout is the classic one of Kafka's ZooKeeper consumer, so other tools (Burrow, old Kafka
+scripts) can read it::
+
+    /consumers/<group>/ids/<member-id>             ephemeral, the member's registration (JSON)
+    /consumers/<group>/owners/<topic>/<partition>  ephemeral, the claim: the owner's member id
+    /consumers/<group>/offsets/<topic>/<partition> persistent, the next offset, decimal text
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .assignment import Strategy
+from .errors import ConfigurationError, CoordinationError
+
+__all__ = ["GroupLayout", "MemberInfo", "decode_member", "decode_offset", "encode_member"]
+
+# Kafka's own rule for topic names; group names get the same so that every path stays one segment.
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _check_name(kind: str, name: object) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in {".", ".."}:
+        raise ConfigurationError(
+            f"{kind} name {name!r} is not valid: use 1 to 249 of the characters A-Z a-z 0-9 . _ -"
+        )
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """The paths of one group's coordination nodes for one topic."""
+
+    group: str
+    topic: str
+
+    def __post_init__(self) -> None:
+        _check_name("group", self.group)
+        _check_name("topic", self.topic)
+
+    @property
+    def ids(self) -> str:
+        """The parent of the members' registrations."""
+        return f"/consumers/{self.group}/ids"
+
+    @property
+    def owners(self) -> str:
+        """The parent of this topic's claims."""
+        return f"/consumers/{self.group}/owners/{self.topic}"
+
+    @property
+    def offsets(self) -> str:
+        """The parent of this topic's stored offsets."""
+        return f"/consumers/{self.group}/offsets/{self.topic}"
+
+    def member(self, member_id: str) -> str:
+        """A member's registration node."""
+        return f"{self.ids}/{member_id}"
+
+    def owner(self, partition: int) -> str:
+        """A partition's claim node."""
+        return f"{self.owners}/{partition}"
+
+    def offset(self, partition: int) -> str:
+        """A partition's stored offset node."""
+        return f"{self.offsets}/{partition}"
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """What a member's registration says: its topics and its assignment strategy."""
+
+    topics: frozenset[str]
+    strategy: Strategy | str
+
+
+def encode_member(topic: str, strategy: Strategy, timestamp_ms: int) -> bytes:
+    """The registration data: the classic JSON, plus the member's assignment strategy."""
+    return json.dumps(
+        {
+            "version": 1,
+            "subscription": {topic: 1},
+            "pattern": "static",
+            "timestamp": str(timestamp_ms),
+            "assignment": strategy.value,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_member(data: bytes) -> MemberInfo:
+    """Read a registration written by this library or another classic ZooKeeper consumer.
+
+    A registration without an ``assignment`` field comes from a classic consumer, whose default is
+    the range strategy. An unknown strategy is kept as its text, so it never matches ours.
+
+    Raises:
+        CoordinationError: the data is not a registration.
+    """
+    try:
+        doc = json.loads(data)
+        subscription = doc["subscription"]
+        topics = frozenset(str(topic) for topic in subscription)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CoordinationError(f"member registration {data[:80]!r} is not valid JSON") from exc
+    raw = doc.get("assignment", Strategy.RANGE.value)
+    try:
+        strategy: Strategy | str = Strategy(raw)
+    except ValueError:
+        strategy = str(raw)
+    return MemberInfo(topics=topics, strategy=strategy)
+
+
+def decode_offset(path: str, data: bytes) -> int:
+    """Read a stored offset: a non-negative decimal integer.
+
+    Raises:
+        CoordinationError: the node holds something else (the path and the data are named).
+    """
+    text = data.decode("ascii", errors="replace").strip()
+    if not text.isdigit():
+        raise CoordinationError(f"offset node {path} holds {data[:40]!r}, not a decimal offset")
+    return int(text)

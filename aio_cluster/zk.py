@@ -1,0 +1,515 @@
+"""The one module that speaks ZooKeeper: an asyncio facade over kazoo.
+
+kazoo runs its connection on threads of its own; this module turns each of its asynchronous results
+into an awaitable, delivers watches and session changes on the event loop, and bounds every call with
+a timeout. The interface is kept narrow (awaitable calls, one-shot watches, a session-state callback)
+so that an asyncio-native client can replace kazoo later without touching the rest of the library.
+Why kazoo and not aiozk: aiozk replays a request on a new session after the old one expired, and it can
+hang the event loop at shutdown (measurements in the project's research notes).
+
+Errors of kazoo are translated into :mod:`aio_cluster.errors` here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError as _KazooBadVersion,
+)
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.exceptions import (
+    NodeExistsError as _KazooNodeExists,
+)
+from kazoo.exceptions import (
+    NoNodeError as _KazooNoNode,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from .errors import (
+    ConfigurationError,
+    CoordinationError,
+    CoordinationTimeout,
+    SessionLostError,
+)
+
+__all__ = [
+    "BadVersionError",
+    "Check",
+    "Create",
+    "Delete",
+    "NoNodeError",
+    "NodeExistsError",
+    "SessionState",
+    "SetData",
+    "Stat",
+    "ZooKeeper",
+    "expire_session",
+    "parse_hosts",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class NodeExistsError(CoordinationError):
+    """The node to create exists already."""
+
+    retriable = False
+
+
+class NoNodeError(CoordinationError):
+    """The node (or, for a create, its parent) does not exist."""
+
+    retriable = False
+
+
+class BadVersionError(CoordinationError):
+    """A conditional write found the node at another version (or gone)."""
+
+    retriable = False
+
+
+class SessionState(enum.Enum):
+    """What the client knows of its ZooKeeper session.
+
+    CONNECTED -> SUSPENDED (connection lost; the session may still live, ephemeral nodes may still
+    exist) -> CONNECTED (same session) or LOST (the session expired: every ephemeral node is gone;
+    the client then opens a new session and reports CONNECTED again). CLOSED is final.
+    """
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The part of a node's stat the library uses."""
+
+    version: int
+    czxid: int
+    ephemeral_owner: int
+
+
+@dataclass(frozen=True)
+class Check:
+    """A transaction step: the node exists at this version."""
+
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Create:
+    """A transaction step: create a persistent node."""
+
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class SetData:
+    """A transaction step: overwrite a node's data (version -1: whatever its version)."""
+
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A transaction step: delete a node (version -1: whatever its version)."""
+
+    path: str
+    version: int = -1
+
+
+Op = Check | Create | SetData | Delete
+
+
+def parse_hosts(hosts: str | Sequence[str]) -> str:
+    """Validate a ZooKeeper connect string and return it in kazoo's form.
+
+    Args:
+        hosts: ``"h1:2181,h2:2181/chroot"`` or a list of ``"host:port"``.
+
+    Raises:
+        ConfigurationError: empty, or a host without a numeric port in 1..65535.
+    """
+    text = hosts if isinstance(hosts, str) else ",".join(hosts)
+    servers, _, chroot = text.partition("/")
+    if not servers.strip():
+        raise ConfigurationError(f"ZooKeeper connect string {text!r} names no server")
+    for server in servers.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(
+                f"ZooKeeper server {server.strip()!r} in {text!r} is not host:port"
+            )
+    return servers + ("/" + chroot if chroot else "")
+
+
+def _stat(raw: Any) -> Stat:
+    return Stat(version=raw.version, czxid=raw.czxid, ephemeral_owner=raw.ephemeralOwner)
+
+
+def _translate(exc: BaseException, what: str) -> BaseException:
+    """Map a kazoo error onto the library's error tree (the original becomes ``__cause__``)."""
+    mapped: BaseException
+    if isinstance(exc, _KazooNodeExists):
+        mapped = NodeExistsError(f"{what}: node exists")
+    elif isinstance(exc, _KazooNoNode):
+        mapped = NoNodeError(f"{what}: no node")
+    elif isinstance(exc, _KazooBadVersion):
+        mapped = BadVersionError(f"{what}: bad version")
+    elif isinstance(exc, SessionExpiredError):
+        mapped = SessionLostError(f"{what}: the ZooKeeper session expired")
+    elif isinstance(exc, (ConnectionLoss, ConnectionClosedError)):
+        mapped = CoordinationError(f"{what}: connection to ZooKeeper lost")
+    elif isinstance(exc, (OperationTimeoutError, KazooTimeoutError)):
+        mapped = CoordinationTimeout(f"{what}: ZooKeeper did not answer in time")
+    elif isinstance(exc, NotEmptyError):
+        mapped = CoordinationError(f"{what}: node has children")
+    elif isinstance(exc, (ZookeeperError, KazooException)):
+        mapped = CoordinationError(f"{what}: {type(exc).__name__}: {exc}")
+    else:
+        return exc
+    mapped.__cause__ = exc
+    return mapped
+
+
+class ZooKeeper:
+    """An asyncio client of one ZooKeeper session (and its successors after expiry).
+
+    Every call takes at most ``request_timeout`` seconds and raises a
+    :class:`~aio_cluster.errors.CoordinationError` on failure. Watches and state changes are
+    delivered as plain callbacks on the event loop that called :meth:`start`; they must not block.
+    A request never outlives its session: after an expiry kazoo fails it instead of replaying it.
+    """
+
+    def __init__(
+        self,
+        hosts: str | Sequence[str],
+        *,
+        session_timeout: float = 10.0,
+        request_timeout: float = 10.0,
+    ) -> None:
+        """Configure the client; nothing connects before :meth:`start`.
+
+        Args:
+            hosts: the connect string, e.g. ``"127.0.0.1:2181"`` or ``["h1:2181", "h2:2181"]``.
+            session_timeout: seconds the server keeps the session alive without hearing from us.
+            request_timeout: the bound on every single call.
+
+        Raises:
+            ConfigurationError: a malformed connect string or a non-positive timeout.
+        """
+        if session_timeout <= 0 or request_timeout <= 0:
+            raise ConfigurationError("session_timeout and request_timeout must be positive")
+        self._hosts = parse_hosts(hosts)
+        self._session_timeout = session_timeout
+        self._request_timeout = request_timeout
+        self._client = KazooClient(
+            hosts=self._hosts,
+            timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            command_retry=None,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._state = SessionState.CLOSED
+        self._state_callbacks: list[Callable[[SessionState], None]] = []
+        self._watch_wrappers: dict[Callable[[], None], Callable[[Any], None]] = {}
+        self._client.add_listener(self._on_kazoo_state)
+
+    @property
+    def hosts(self) -> str:
+        """The connect string in use."""
+        return self._hosts
+
+    @property
+    def state(self) -> SessionState:
+        """The session state as last reported (CLOSED before start and after close)."""
+        return self._state
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id, or None when there is none."""
+        client_id = self._client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    @property
+    def session_password(self) -> bytes | None:
+        """The current session's password (with the id it identifies the session to the server)."""
+        client_id = self._client.client_id
+        return None if client_id is None else bytes(client_id[1])
+
+    def on_state_change(self, callback: Callable[[SessionState], None]) -> Callable[[], None]:
+        """Call ``callback(state)`` on the event loop at every session state change.
+
+        Returns:
+            A function that removes the callback again.
+        """
+        self._state_callbacks.append(callback)
+        return lambda: self._state_callbacks.remove(callback)
+
+    async def start(self, timeout: float | None = None) -> None:
+        """Connect and open a session.
+
+        Raises:
+            CoordinationTimeout: no server answered within ``timeout`` (default: request_timeout).
+        """
+        self._loop = asyncio.get_running_loop()
+        bound = self._request_timeout if timeout is None else timeout
+        try:
+            await asyncio.to_thread(self._client.start, bound)
+        except KazooTimeoutError as exc:
+            await asyncio.to_thread(self._client.stop)
+            raise CoordinationTimeout(
+                f"no ZooKeeper server of {self._hosts!r} answered within {bound:g} s"
+            ) from exc
+        self._state = SessionState.CONNECTED
+
+    async def close(self) -> None:
+        """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
+        if self._loop is None:
+            return
+        self._state = SessionState.CLOSED
+        await asyncio.to_thread(self._stop_and_close)
+
+    def _stop_and_close(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+    def _on_kazoo_state(self, state: str) -> None:
+        # Runs on a kazoo thread: never block here, hand over to the loop.
+        mapped = {
+            KazooState.CONNECTED: SessionState.CONNECTED,
+            KazooState.SUSPENDED: SessionState.SUSPENDED,
+            KazooState.LOST: SessionState.LOST,
+        }[state]
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._deliver_state, mapped)
+
+    def _deliver_state(self, state: SessionState) -> None:
+        if self._state is SessionState.CLOSED:
+            return
+        self._state = state
+        log.debug("ZooKeeper session %s: %s", self._hosts, state.value)
+        for callback in list(self._state_callbacks):
+            callback(state)
+
+    def _watcher(self, callback: Callable[[], None]) -> Callable[[Any], None]:
+        """A kazoo watch function that runs ``callback`` on the loop; one per callback, so that
+        kazoo (which keeps watchers in a set) registers a repeated watch only once."""
+        wrapper = self._watch_wrappers.get(callback)
+        if wrapper is None:
+            loop = self._loop
+            assert loop is not None, "start() first"
+
+            def wrapper(_event: Any) -> None:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(callback)
+
+            self._watch_wrappers[callback] = wrapper
+        return wrapper
+
+    async def _call(self, what: str, start: Callable[[], Any]) -> Any:
+        """Run one kazoo ``*_async`` call and await its result within the request timeout."""
+        loop = self._loop
+        if loop is None or self._state is SessionState.CLOSED:
+            raise CoordinationError(f"{what}: the ZooKeeper client is not started")
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any) -> None:
+            if future.done():
+                return
+            try:
+                future.set_result(result.get_nowait())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        def done(result: Any) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(settle, result)
+
+        try:
+            start().rawlink(done)
+        except KazooException as exc:
+            raise _translate(exc, what) from exc
+        try:
+            return await asyncio.wait_for(future, self._request_timeout)
+        except asyncio.TimeoutError as exc:
+            raise CoordinationTimeout(
+                f"{what}: no answer within {self._request_timeout:g} s"
+            ) from exc
+        except Exception as exc:
+            mapped = _translate(exc, what)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+    ) -> str:
+        """Create a node.
+
+        Raises:
+            NodeExistsError: it exists already.
+            NoNodeError: its parent is missing and ``makepath`` is false.
+        """
+        result = await self._call(
+            f"create {path}",
+            lambda: self._client.create_async(
+                path, data, ephemeral=ephemeral, makepath=makepath
+            ),
+        )
+        return str(result)
+
+    async def ensure_path(self, path: str) -> None:
+        """Create a persistent node and its missing parents; nothing if it exists."""
+        await self._call(f"ensure {path}", lambda: self._client.ensure_path_async(path))
+
+    async def get(
+        self, path: str, *, watch: Callable[[], None] | None = None
+    ) -> tuple[bytes, Stat]:
+        """Read a node's data and stat; ``watch`` runs once when it changes or goes.
+
+        Raises:
+            NoNodeError: there is no such node.
+        """
+        kazoo_watch = None if watch is None else self._watcher(watch)
+        data, stat = await self._call(
+            f"get {path}", lambda: self._client.get_async(path, watch=kazoo_watch)
+        )
+        return bytes(data or b""), _stat(stat)
+
+    async def exists(self, path: str, *, watch: Callable[[], None] | None = None) -> Stat | None:
+        """The node's stat or None; ``watch`` runs once when it is created, changed or deleted."""
+        kazoo_watch = None if watch is None else self._watcher(watch)
+        stat = await self._call(
+            f"exists {path}", lambda: self._client.exists_async(path, watch=kazoo_watch)
+        )
+        return None if stat is None else _stat(stat)
+
+    async def get_children(
+        self, path: str, *, watch: Callable[[], None] | None = None
+    ) -> list[str]:
+        """The names of a node's children; ``watch`` runs once when they change.
+
+        Raises:
+            NoNodeError: there is no such node.
+        """
+        kazoo_watch = None if watch is None else self._watcher(watch)
+        children = await self._call(
+            f"children {path}", lambda: self._client.get_children_async(path, watch=kazoo_watch)
+        )
+        return [str(child) for child in children]
+
+    async def set(self, path: str, data: bytes, *, version: int = -1) -> Stat:
+        """Overwrite a node's data, at ``version`` unless it is -1.
+
+        Raises:
+            NoNodeError: there is no such node.
+            BadVersionError: the node is at another version.
+        """
+        stat = await self._call(
+            f"set {path}", lambda: self._client.set_async(path, data, version=version)
+        )
+        return _stat(stat)
+
+    async def delete(self, path: str, *, version: int = -1) -> None:
+        """Delete a node, at ``version`` unless it is -1.
+
+        Raises:
+            NoNodeError: there is no such node.
+            BadVersionError: the node is at another version.
+        """
+        await self._call(
+            f"delete {path}", lambda: self._client.delete_async(path, version=version)
+        )
+
+    async def wait_deleted(self, path: str) -> None:
+        """Return once ``path`` does not exist, woken by a watch (no polling).
+
+        The caller bounds the wait (``asyncio.wait_for``); a session change wakes it to look again.
+        """
+        gone = asyncio.Event()
+        unsubscribe = self.on_state_change(lambda _state: gone.set())
+        try:
+            while True:
+                gone.clear()
+                if await self.exists(path, watch=gone.set) is None:
+                    return
+                await gone.wait()
+        finally:
+            unsubscribe()
+            self._watch_wrappers.pop(gone.set, None)
+
+    async def transaction(self, ops: Sequence[Op]) -> None:
+        """Apply ``ops`` atomically: all of them or none.
+
+        Raises:
+            CoordinationError: one step failed (the message names it); nothing was applied.
+        """
+        if not ops:
+            return
+
+        def begin() -> Any:
+            tx = self._client.transaction()
+            for op in ops:
+                if isinstance(op, Check):
+                    tx.check(op.path, op.version)
+                elif isinstance(op, Create):
+                    tx.create(op.path, op.data)
+                elif isinstance(op, SetData):
+                    tx.set_data(op.path, op.data, version=op.version)
+                else:
+                    tx.delete(op.path, version=op.version)
+            return tx.commit_async()
+
+        results = await self._call(f"transaction of {len(ops)}", begin)
+        for op, result in zip(ops, results):
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                mapped = _translate(result, f"transaction step {op}")
+                raise mapped from result
+
+
+async def expire_session(
+    connect: str, session_id: int, password: bytes, *, timeout: float = 10.0
+) -> None:
+    """Force the server to expire a session, as a fault for tests.
+
+    A second client joins the session with its id and password and closes it, which ends the
+    session on the server; the original client learns of it as LOST when it next talks to the
+    server.
+    """
+
+    def join_and_close() -> None:
+        other = KazooClient(hosts=connect, client_id=(session_id, password), timeout=timeout)
+        other.start(timeout)
+        other.stop()
+        other.close()
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(join_and_close), timeout * 2)
+    except KazooTimeoutError as exc:
+        raise CoordinationTimeout(f"could not join session {session_id:#x} to expire it") from exc
