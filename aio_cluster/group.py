@@ -218,6 +218,7 @@ class ConsumerGroup:
         self._changed = asyncio.Event()
         """Set whenever batches, claims or the state change: wakes waiting iterators."""
         self._batch_done = asyncio.Event()
+        self._closed = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
 
     # -- what a user reads -------------------------------------------------------------------
@@ -352,6 +353,9 @@ class ConsumerGroup:
         if self._state is GroupState.NEW:
             self._state = GroupState.CLOSED
             return
+        if self._state is GroupState.CLOSING:
+            await self._closed.wait()
+            return
         self._state = GroupState.CLOSING
         self._wake()
         with anyio.CancelScope(shield=True):
@@ -369,8 +373,10 @@ class ConsumerGroup:
             finally:
                 self._claims.clear()
                 await self._zk.close()
-                await self._fetcher.stop()
+                async with self._fetch_lock:
+                    await self._fetcher.stop()
                 self._state = GroupState.CLOSED
+                self._closed.set()
                 self._wake()
         log.info("member %s left", self.id)
 
@@ -817,7 +823,11 @@ class ConsumerGroup:
 
     async def _flush(self, partitions: Iterable[int]) -> None:
         """Store the pending offsets of the given owned partitions in one transaction, fenced
-        by their claim nodes: nothing is written for a partition that is no longer ours."""
+        by their claim nodes: nothing is written for a partition that is no longer ours.
+
+        The write is shielded from cancellation (and bounded by the request timeout), so that
+        what this member believes is stored is what ZooKeeper stored.
+        """
         async with self._flush_lock:
             claims = [
                 claim
@@ -828,22 +838,27 @@ class ConsumerGroup:
             ]
             if not claims:
                 return
-            ops: list[Check | Create | SetData] = []
-            written = {claim: claim.pending for claim in claims}
-            for claim, offset in written.items():
-                ops.append(Check(self._layout.owner(claim.partition), claim.node_version))
-                data = str(offset).encode()
-                path = self._layout.offset(claim.partition)
-                ops.append(SetData(path, data) if claim.stored is not None else Create(path, data))
-            try:
-                await self._zk.transaction(ops)
-            except (NodeExistsError, NoNodeError):
-                # An offset node appeared or vanished behind our back (another tool): learn
-                # what is stored now, so that the next flush creates or sets as it must.
-                for claim in claims:
-                    claim.stored = await self._stored_offset(claim.partition)
-                raise
+            with anyio.CancelScope(shield=True):
+                try:
+                    written = await self._write_offsets(claims)
+                except (NodeExistsError, NoNodeError):
+                    # An offset node appeared or vanished behind our back (another tool):
+                    # learn what is stored now and write once more.
+                    for claim in claims:
+                        claim.stored = await self._stored_offset(claim.partition)
+                    written = await self._write_offsets(claims)
             for claim, offset in written.items():
                 claim.stored = offset
                 if claim.pending == offset:
                     claim.pending = None
+
+    async def _write_offsets(self, claims: list[_Claim]) -> dict[_Claim, int]:
+        written = {claim: claim.pending for claim in claims if claim.pending is not None}
+        ops: list[Check | Create | SetData] = []
+        for claim, offset in written.items():
+            ops.append(Check(self._layout.owner(claim.partition), claim.node_version))
+            data = str(offset).encode()
+            path = self._layout.offset(claim.partition)
+            ops.append(SetData(path, data) if claim.stored is not None else Create(path, data))
+        await self._zk.transaction(ops)
+        return written

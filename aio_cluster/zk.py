@@ -235,6 +235,7 @@ class ZooKeeper:
             command_retry=None,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
         self._state = SessionState.CLOSED
         self._state_callbacks: list[Callable[[SessionState], None]] = []
         self._watch_wrappers: dict[Callable[[], None], Callable[[Any], None]] = {}
@@ -290,8 +291,9 @@ class ZooKeeper:
 
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
-        if self._loop is None:
+        if self._loop is None or self._closing:
             return
+        self._closing = True
         self._state = SessionState.CLOSED
         await asyncio.to_thread(self._stop_and_close)
 

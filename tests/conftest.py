@@ -1,0 +1,94 @@
+"""Shared fixtures: one real local cluster per test session, a fresh topic and group per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from aio_cluster.local import LocalCluster
+from aio_cluster.zk import ZooKeeper
+
+_names = itertools.count(1)
+
+MakeTopic = Callable[..., Awaitable[str]]
+Produce = Callable[..., Awaitable[Counter[int]]]
+
+
+def _fresh(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest_asyncio.fixture(scope="session")
+async def cluster() -> AsyncIterator[LocalCluster]:
+    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens."""
+    async with LocalCluster() as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="session")
+async def admin(cluster: LocalCluster) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    await client.start()
+    yield client
+    await client.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def producer(cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
+    client = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
+    await client.start()
+    yield client
+    await client.stop()
+
+
+@pytest.fixture
+def make_topic(admin: AIOKafkaAdminClient) -> MakeTopic:
+    """Create a fresh topic: ``await make_topic(partitions=2)`` returns its name."""
+
+    async def make(partitions: int = 2) -> str:
+        name = _fresh("topic")
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+        return name
+
+    return make
+
+
+@pytest.fixture
+def group_name() -> str:
+    """A fresh consumer group name."""
+    return _fresh("group")
+
+
+@pytest.fixture
+def produce(producer: AIOKafkaProducer) -> Produce:
+    """Produce ``count`` keyed, sequence-numbered messages (key ``k<i>``, value ``<i>``, starting
+    at ``start``) spread over the topic's partitions; returns how many went to each partition."""
+
+    async def send(topic: str, count: int, *, start: int = 0) -> Counter[int]:
+        futures = [
+            await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
+            for i in range(start, start + count)
+        ]
+        counts: Counter[int] = Counter()
+        for future in futures:
+            counts[(await future).partition] += 1
+        return counts
+
+    return send
+
+
+@pytest_asyncio.fixture
+async def zk(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
+    """A ZooKeeper client of the test's own, to look at the nodes the library wrote."""
+    client = ZooKeeper(cluster.zookeeper, session_timeout=10.0)
+    await client.start()
+    yield client
+    await client.close()

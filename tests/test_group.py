@@ -1,0 +1,308 @@
+"""ConsumerGroup against the real local ZooKeeper and Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import socket
+from collections import Counter
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from conftest import MakeTopic, Produce
+from support import settled, wait_until
+
+from aio_cluster import (
+    ConfigurationError,
+    ConsumerGroup,
+    GroupClosedError,
+    GroupState,
+    NotOwnedError,
+    StrategyMismatchError,
+)
+from aio_cluster.layout import GroupLayout
+from aio_cluster.local import LocalCluster
+from aio_cluster.zk import ZooKeeper
+
+pytestmark = pytest.mark.asyncio
+
+
+def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+    options.setdefault("loop_delay", 0.1)
+    options.setdefault("claim_timeout", 10.0)
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
+
+
+async def test_registration_is_ephemeral_classic_json(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    group = member(cluster, group_name, topic)
+    async with group:
+        assert re.fullmatch(
+            rf"{re.escape(group_name)}-{re.escape(socket.gethostname())}-{os.getpid()}-\d+-\d+",
+            group.id,
+        )
+        path = GroupLayout(group_name, topic).member(group.id)
+        data, stat = await zk.get(path)
+        doc = json.loads(data)
+        assert doc["version"] == 1
+        assert doc["subscription"] == {topic: 1}
+        assert doc["pattern"] == "static"
+        assert doc["timestamp"].isdigit()
+        assert doc["assignment"] == "range"
+        assert stat.ephemeral_owner != 0
+        assert group.partitions == [0, 1]
+        assert group.claimed == [0, 1], "a lone member owns every partition once joined"
+    assert group.state is GroupState.CLOSED
+    assert await zk.exists(path) is None
+    assert await zk.get_children(GroupLayout(group_name, topic).owners) == []
+
+
+async def test_members_joining_and_leaving_rebalance(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    async with contextlib.AsyncExitStack() as stack:
+        first = await stack.enter_async_context(member(cluster, group_name, topic))
+        assert first.claimed == [0, 1]
+        second = await stack.enter_async_context(member(cluster, group_name, topic))
+        assert sorted([first.claimed, second.claimed]) == [[0], [1]]
+        assert await settled(zk, [first, second])
+
+        third = await stack.enter_async_context(member(cluster, group_name, topic))
+        await wait_until(lambda: settled(zk, [first, second, third]), what="three settle")
+        assert sorted(len(m.claimed) for m in (first, second, third)) == [0, 1, 1]
+
+        leaving = next(m for m in (first, second, third) if m.claimed)
+        await leaving.close()
+        staying = [m for m in (first, second, third) if m is not leaving]
+        await wait_until(lambda: settled(zk, staying), what="two settle after a leave")
+        assert sorted(len(m.claimed) for m in staying) == [1, 1]
+
+
+async def test_commit_after_body_not_before(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 5)
+    async with member(cluster, group_name, topic) as group:
+        assert await group.offset(0) is None
+        batches = group.batches()
+        partition, batch = await anext(batches)
+        assert partition == 0
+        assert [r.value for r in batch] == [b"0", b"1", b"2", b"3", b"4"]
+        assert await group.offset(0) is None, "not committed while the body runs"
+        await produce(topic, 3, start=5)
+        _, second = await anext(batches)
+        assert await group.offset(0) == 5, "committed once the loop asked for the next batch"
+        assert second[0].offset == 5
+        await batches.aclose()
+        assert await group.offset(0) == 5, "the batch being processed at close stays uncommitted"
+
+
+async def test_break_and_exception_leave_the_batch_uncommitted(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 4)
+    async with member(cluster, group_name, topic) as group:
+        async for _, batch in group:
+            first = batch
+            break
+        assert await group.offset(0) is None
+        with pytest.raises(RuntimeError, match="boom"):
+            async for _, batch in group:
+                assert [r.offset for r in batch] == [r.offset for r in first], "delivered again"
+                raise RuntimeError("boom")
+        assert await group.offset(0) is None
+        async for _, batch in group:
+            assert batch[0].offset == 0, "delivered again after the exception too"
+            break
+    async with member(cluster, group_name, topic) as successor:
+        async for _, batch in successor:
+            assert batch[0].offset == 0, "the next owner gets the uncommitted batch"
+            break
+
+
+async def test_manual_commit_stores_only_what_the_caller_commits(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 3)
+    async with member(cluster, group_name, topic) as group:
+        batches = group.batches(commit=False)
+        _, batch = await anext(batches)
+        await produce(topic, 2, start=3)
+        _, _later = await anext(batches)
+        assert await group.offset(0) is None, "nothing stored without a commit"
+        await group.commit(0, batch[-1].offset + 1)
+        assert await group.offset(0) == 3
+        await batches.aclose()
+        with pytest.raises(NotOwnedError, match="partition 7"):
+            await group.commit(7, 1)
+        with pytest.raises(ConfigurationError, match="offset"):
+            await group.commit(0, -1)
+    assert await group_offset_after_close(cluster, group_name, topic) == 3
+
+
+async def group_offset_after_close(cluster: LocalCluster, group_name: str, topic: str) -> int | None:
+    async with member(cluster, group_name, topic) as reader:
+        return await reader.offset(0)
+
+
+async def test_several_members_in_one_loop_consume_everything_once(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(6)
+    counts = await produce(topic, 600)
+    seen: Counter[bytes] = Counter()
+    members = [member(cluster, group_name, topic) for _ in range(4)]
+
+    async def consume(group: ConsumerGroup, stop_after: int | None) -> None:
+        taken = 0
+        async for _, batch in group:
+            if stop_after is not None and taken >= stop_after:
+                break  # before processing: the batch goes to the next owner
+            seen.update(record.key for record in batch)
+            taken += 1
+        await group.close()
+
+    async with contextlib.AsyncExitStack() as stack:
+        for group in members:
+            await stack.enter_async_context(group)
+        tasks = [
+            asyncio.create_task(consume(group, stop))
+            for group, stop in zip(members, [None, None, 1, 3], strict=True)
+        ]
+        counts += await produce(topic, 600, start=600)
+        await wait_until(lambda: sum(seen.values()) >= 1200, what="all 1200 messages")
+        for group in members:
+            await group.close()
+        await asyncio.gather(*tasks)
+    assert sorted(seen) == sorted(f"k{i}".encode() for i in range(1200))
+    assert set(seen.values()) == {1}, "a message was delivered twice"
+    async with member(cluster, group_name, topic) as reader:
+        stored = {p: await reader.offset(p) for p in reader.partitions}
+    assert stored == {p: counts[p] for p in range(6)}
+
+
+async def test_strategy_mismatch_is_refused(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    async with member(cluster, group_name, topic) as ranged:
+        other = member(cluster, group_name, topic, strategy="roundrobin")
+        with pytest.raises(StrategyMismatchError, match="range"):
+            await other.register()
+        assert other.state is GroupState.CLOSED
+        assert await zk.get_children(GroupLayout(group_name, topic).ids) == [ranged.id]
+        assert ranged.claimed == [0, 1]
+
+
+async def test_trail_starts_at_the_latest_offset(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 5)
+    async with member(cluster, group_name, topic, trail=True) as group:
+        assert await group.offset(0) == 5, "the trailing start is stored at once"
+        await produce(topic, 2, start=5)
+        async for _, batch in group:
+            assert [r.value for r in batch] == [b"5", b"6"]
+            break
+
+
+async def test_out_of_range_offset_resets_to_earliest(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 3)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"1000")
+    async with member(cluster, group_name, topic) as group:
+        async for _, batch in group:
+            assert batch[0].offset == 0
+            break
+    assert "out of range" in caplog.text
+
+
+async def test_bad_input_gets_a_clear_error(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="claim_timeout"):
+        member(cluster, group_name, "t", claim_timeout=0)
+    with pytest.raises(ConfigurationError, match="strategy"):
+        member(cluster, group_name, "t", strategy="sticky")
+    with pytest.raises(ConfigurationError, match="topic name"):
+        member(cluster, group_name, "no/slash")
+    missing = member(cluster, group_name, "no-such-topic")
+    with pytest.raises(ConfigurationError, match="no-such-topic"):
+        await missing.register()
+    assert missing.state is GroupState.CLOSED
+    with pytest.raises(GroupClosedError):
+        await missing.register()
+
+
+async def test_register_false_defers_joining(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    async with member(cluster, group_name, topic, register=False) as group:
+        assert group.state is GroupState.NEW
+        assert group.claimed == []
+        await group.register()
+        await group.register()
+        assert group.state is GroupState.JOINED
+        assert group.claimed == [0]
+    await group.close()
+    assert group.state is GroupState.CLOSED
+
+
+async def test_session_expiry_drops_claims_then_rejoins(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 10)
+    async with member(cluster, group_name, topic, session_timeout=4.0) as group:
+        old_session = group._zk.session_id
+        assert old_session is not None and group._zk.session_password is not None
+        await cluster.expire_session(old_session, group._zk.session_password)
+        await wait_until(
+            lambda: group._zk.session_id not in (None, old_session) and group.claimed == [0, 1],
+            what="a new session with the claims back",
+        )
+        assert await settled(zk, [group])
+        values: set[bytes] = set()
+        async for _, batch in group:
+            values.update(r.value or b"" for r in batch)
+            if len(values) == 10:
+                break
+        assert values == {str(i).encode() for i in range(10)}
+
+
+async def test_new_partitions_trigger_a_rebalance(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    admin: AIOKafkaAdminClient,
+    make_topic: MakeTopic,
+    group_name: str,
+) -> None:
+    topic = await make_topic(2)
+    async with (
+        member(cluster, group_name, topic, metadata_interval=0.5) as one,
+        member(cluster, group_name, topic, metadata_interval=0.5) as two,
+    ):
+        await admin.create_partitions({topic: NewPartitions(total_count=4)})
+        await wait_until(lambda: one.partitions == [0, 1, 2, 3], what="new partitions seen")
+        await wait_until(lambda: settled(zk, [one, two]), what="new partitions owned")
+        assert sorted(len(m.claimed) for m in (one, two)) == [2, 2]

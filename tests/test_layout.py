@@ -1,0 +1,80 @@
+"""The ZooKeeper layout and the data kept in it (pure, no servers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aio_cluster import ConfigurationError, CoordinationError, Strategy
+from aio_cluster.kafka import parse_bootstrap
+from aio_cluster.layout import GroupLayout, decode_member, decode_offset, encode_member
+from aio_cluster.zk import parse_hosts
+
+
+def test_classic_paths() -> None:
+    layout = GroupLayout("my-group", "my.topic")
+    assert layout.member("m-1") == "/consumers/my-group/ids/m-1"
+    assert layout.owner(3) == "/consumers/my-group/owners/my.topic/3"
+    assert layout.offset(0) == "/consumers/my-group/offsets/my.topic/0"
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "..", ".", "x" * 250, "spa ce", "ü"])
+def test_bad_names_are_refused_with_the_name(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="topic name"):
+        GroupLayout("group", bad)
+    with pytest.raises(ConfigurationError, match="group name"):
+        GroupLayout(bad, "topic")
+
+
+def test_member_data_is_the_classic_json_plus_strategy() -> None:
+    doc = json.loads(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    assert doc == {
+        "version": 1,
+        "subscription": {"t": 1},
+        "pattern": "static",
+        "timestamp": "1234",
+        "assignment": "roundrobin",
+    }
+    info = decode_member(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    assert info.topics == {"t"}
+    assert info.strategy is Strategy.ROUND_ROBIN
+
+
+def test_classic_consumer_registration_counts_as_range() -> None:
+    data = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
+    assert decode_member(data).strategy is Strategy.RANGE
+    assert decode_member(data.replace(b'"1"}', b'"1","assignment":"sticky"}')).strategy == "sticky"
+
+
+@pytest.mark.parametrize("data", [b"{}", b"not json", b'{"subscription": 3}', b"[]"])
+def test_bad_member_data(data: bytes) -> None:
+    with pytest.raises(CoordinationError, match="registration"):
+        decode_member(data)
+
+
+@given(st.integers(min_value=0, max_value=2**63))
+def test_offsets_round_trip(offset: int) -> None:
+    assert decode_offset("/p", str(offset).encode()) == offset
+
+
+@pytest.mark.parametrize("data", [b"", b"-1", b"12a", b"\xff", b"1.5"])
+def test_bad_offset_names_node_and_data(data: bytes) -> None:
+    with pytest.raises(CoordinationError, match="/consumers/g/offsets/t/0"):
+        decode_offset("/consumers/g/offsets/t/0", data)
+
+
+def test_connect_strings() -> None:
+    assert parse_hosts(["a:1", "b:2"]) == "a:1,b:2"
+    assert parse_hosts("a:1,b:2/chroot") == "a:1,b:2/chroot"
+    assert parse_bootstrap("a:1, b:2") == ["a:1", "b:2"]
+
+
+@pytest.mark.parametrize("bad", ["", "host", "host:0", "host:x", ":9", "h:70000"])
+def test_bad_connect_strings_name_the_server(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="ZooKeeper"):
+        parse_hosts(bad)
+    with pytest.raises(ConfigurationError, match="Kafka"):
+        parse_bootstrap(bad)
