@@ -1,0 +1,47 @@
+"""One consumer-group member in a process of its own, for the multi-process tests.
+
+Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual
+
+Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
+to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
+loop stops at the next batch boundary, before processing, and the member closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from aio_cluster import ConsumerGroup
+
+
+async def main(bootstrap: str, zookeeper: str, topic: str, group: str, out: str, mode: str) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    member = ConsumerGroup(group, [bootstrap], [zookeeper], topic, loop_delay=0.1)
+    async with member:
+        print("joined", flush=True)
+
+        async def leave_on_signal() -> None:
+            await stop.wait()
+            await member.close()
+
+        leaver = asyncio.create_task(leave_on_signal())
+        with open(out, "a", encoding="ascii") as sink:
+            async for partition, batch in member.batches(commit=mode == "auto"):
+                if stop.is_set():
+                    break
+                sink.writelines(
+                    f"{partition} {record.offset} {(record.key or b'').decode()}\n"
+                    for record in batch
+                )
+                sink.flush()
+                if mode == "manual":
+                    await member.commit(partition, batch[-1].offset + 1)
+        stop.set()
+        await leaver
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:7]))
