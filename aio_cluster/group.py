@@ -331,7 +331,8 @@ class ConsumerGroup:
             self._partitions = await self._fetcher.partitions()
             for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
                 await self._zk.ensure_path(path)
-            await self._check_strategy(await self._read_members())
+            # Refuse before registering, so that the group never sees this member.
+            await self._check_strategy(await self._read_members(watch=False))
             self._runner = asyncio.create_task(self._run(joined), name=f"aio-cluster {self.id}")
             await joined
         except BaseException:
@@ -575,7 +576,8 @@ class ConsumerGroup:
             self._paused = True
         elif state is SessionState.LOST:
             self._lose_claims()
-        elif state is SessionState.CONNECTED:
+        elif state is SessionState.CONNECTED and self._paused:
+            # Back after a suspension or a loss: what happened meanwhile is unknown.
             self._paused = False
             self._request_rebalance()
         self._changed.set()
@@ -663,10 +665,12 @@ class ConsumerGroup:
                 ) from None
         self._registered_session = self._zk.session_id
 
-    async def _read_members(self) -> dict[str, tuple[MemberInfo, int]]:
-        """The live members (with a watch for changes), each with its registration's info and
-        creation zxid; registrations seen before are not read again."""
-        ids = await self._zk.get_children(self._layout.ids, watch=self._request_rebalance)
+    async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[MemberInfo, int]]:
+        """The live members, each with its registration's info and creation zxid; registrations
+        seen before are not read again. ``watch`` asks for a rebalance at the next change."""
+        ids = await self._zk.get_children(
+            self._layout.ids, watch=self._request_rebalance if watch else None
+        )
         known = {member: self._members[member] for member in ids if member in self._members}
         for member in ids:
             if member in known:

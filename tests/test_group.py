@@ -21,8 +21,10 @@ from aio_cluster import (
     GroupClosedError,
     GroupState,
     NotOwnedError,
+    Strategy,
     StrategyMismatchError,
 )
+from aio_cluster.assignment import assign
 from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
@@ -74,6 +76,10 @@ async def test_members_joining_and_leaving_rebalance(
         assert await settled(zk, [first, second])
 
         third = await stack.enter_async_context(member(cluster, group_name, topic))
+        ids = [first.id, second.id, third.id]
+        assert third.claimed == assign(Strategy.RANGE, [0, 1], ids)[third.id], (
+            "a joining member's share is claimed when its join returns"
+        )
         await wait_until(lambda: settled(zk, [first, second, third]), what="three settle")
         assert sorted(len(m.claimed) for m in (first, second, third)) == [0, 1, 1]
 
