@@ -1,8 +1,8 @@
 """The errors aio_cluster raises.
 
-Every error derives from :class:`AioClusterError`, so one ``except AioClusterError`` catches all of
-them. Errors of the third-party clients (kazoo, aiokafka) are translated where they enter the library,
-with the original kept as ``__cause__``::
+Every error derives from :class:`AioClusterError`, so one ``except AioClusterError`` catches all
+of them. Errors of the third-party clients (kazoo, aiokafka) are translated where they enter the
+library, with the original kept as ``__cause__``::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name

@@ -777,13 +777,13 @@ class ConsumerGroup:
         )
         return True
 
-    async def _wait_released(self, path: str, timeout: float) -> bool:
+    async def _wait_released(self, path: str, bound: float) -> bool:
         """Wait for a claim node to go; False on time-out or when a new rebalance is asked for."""
         deleted = asyncio.ensure_future(self._zk.wait_deleted(path))
         interrupted = asyncio.ensure_future(self._rebalance_requested.wait())
         try:
             await asyncio.wait(
-                {deleted, interrupted}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                {deleted, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             for waiter in (deleted, interrupted):

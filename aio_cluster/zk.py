@@ -1,11 +1,11 @@
 """The one module that speaks ZooKeeper: an asyncio facade over kazoo.
 
-kazoo runs its connection on threads of its own; this module turns each of its asynchronous results
-into an awaitable, delivers watches and session changes on the event loop, and bounds every call with
-a timeout. The interface is kept narrow (awaitable calls, one-shot watches, a session-state callback)
-so that an asyncio-native client can replace kazoo later without touching the rest of the library.
-Why kazoo and not aiozk: aiozk replays a request on a new session after the old one expired, and it can
-hang the event loop at shutdown (measurements in the project's research notes).
+kazoo runs its connection on threads of its own; this module turns each of its asynchronous
+results into an awaitable, delivers watches and session changes on the event loop, and bounds
+every call with a timeout. The interface is kept narrow (awaitable calls, one-shot watches, a
+session-state callback) so that an asyncio-native client can replace kazoo later without touching
+the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a new session after
+the old one expired, and it can hang the event loop at shutdown (the project's research notes).
 
 Errors of kazoo are translated into :mod:`aio_cluster.errors` here, at the boundary.
 """
@@ -380,9 +380,7 @@ class ZooKeeper:
         """
         result = await self._call(
             f"create {path}",
-            lambda: self._client.create_async(
-                path, data, ephemeral=ephemeral, makepath=makepath
-            ),
+            lambda: self._client.create_async(path, data, ephemeral=ephemeral, makepath=makepath),
         )
         return str(result)
 
@@ -445,9 +443,7 @@ class ZooKeeper:
             NoNodeError: there is no such node.
             BadVersionError: the node is at another version.
         """
-        await self._call(
-            f"delete {path}", lambda: self._client.delete_async(path, version=version)
-        )
+        await self._call(f"delete {path}", lambda: self._client.delete_async(path, version=version))
 
     async def wait_deleted(self, path: str) -> None:
         """Return once ``path`` does not exist, woken by a watch (no polling).
@@ -489,7 +485,7 @@ class ZooKeeper:
             return tx.commit_async()
 
         results = await self._call(f"transaction of {len(ops)}", begin)
-        for op, result in zip(ops, results):
+        for op, result in zip(ops, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 mapped = _translate(result, f"transaction step {op}")
                 raise mapped from result

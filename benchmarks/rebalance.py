@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
+from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaConsumer
 from common import create_topic, fresh, median, table
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.assignment import Strategy, assign
 from aio_cluster.layout import GroupLayout
-from aio_cluster.local import LocalCluster
 from aio_cluster.zk import NoNodeError, ZooKeeper
 
 
@@ -77,7 +77,9 @@ async def ours(cluster: LocalCluster, topic: str, rounds: int) -> tuple[list[flo
                 await second.close()
 
                 async def back() -> bool:
-                    return await owners(zk, layout, partitions) == dict.fromkeys(partitions, first.id)
+                    return await owners(zk, layout, partitions) == dict.fromkeys(
+                        partitions, first.id
+                    )
 
                 await poll(back)
                 leaves.append(time.perf_counter() - start)

@@ -14,11 +14,11 @@ import asyncio
 import logging
 import time
 
+from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from common import create_topic, fill, fresh, median, table
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.local import LocalCluster
 
 
 async def raw_aiokafka(bootstrap: str, topic: str, partitions: int, total: int) -> float:
@@ -72,7 +72,9 @@ async def main() -> None:
         ours: list[float] = []
         for _ in range(args.rounds):
             raw.append(await raw_aiokafka(cluster.bootstrap, topic, args.partitions, args.messages))
-            ours.append(await consumer_group(cluster.bootstrap, cluster.zookeeper, topic, args.messages))
+            ours.append(
+                await consumer_group(cluster.bootstrap, cluster.zookeeper, topic, args.messages)
+            )
     base = median(raw)
     print(
         f"{args.messages} messages of {args.size} B on {args.partitions} partitions, "
@@ -82,8 +84,20 @@ async def main() -> None:
         table(
             ["consumer", "msg/s (median)", "min", "max", "ratio"],
             [
-                ["aiokafka assign() (baseline)", f"{base:,.0f}", f"{min(raw):,.0f}", f"{max(raw):,.0f}", "1.00"],
-                ["aio_cluster ConsumerGroup", f"{median(ours):,.0f}", f"{min(ours):,.0f}", f"{max(ours):,.0f}", f"{median(ours) / base:.2f}"],
+                [
+                    "aiokafka assign() (baseline)",
+                    f"{base:,.0f}",
+                    f"{min(raw):,.0f}",
+                    f"{max(raw):,.0f}",
+                    "1.00",
+                ],
+                [
+                    "aio_cluster ConsumerGroup",
+                    f"{median(ours):,.0f}",
+                    f"{min(ours):,.0f}",
+                    f"{max(ours):,.0f}",
+                    f"{median(ours) / base:.2f}",
+                ],
             ],
         )
     )

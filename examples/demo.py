@@ -19,11 +19,11 @@ import uuid
 from collections import Counter
 
 import anyio
+from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.local import LocalCluster
 
 PARTITIONS = 6
 
@@ -108,8 +108,8 @@ async def main(seconds: float, most: int) -> int:
                 await asyncio.sleep(0.1)
             stop.set()
             deadline = time.monotonic() + 30
-            while sum(seen.values()) < sent[0] and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            while sum(seen.values()) < sent[0] and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)  # a demo's progress check, not a synchronisation
             print(status(time.monotonic() - start, sent[0], members, seen))
             for member in members:
                 await member.group.close()

@@ -1,4 +1,4 @@
-"""Helpers for the integration tests: polling with a deadline, and the group-wide ownership check."""
+"""Helpers for the integration tests: polling with a deadline, the group-wide ownership check."""
 
 from __future__ import annotations
 

@@ -12,12 +12,16 @@ from hypothesis import strategies as st
 from aio_cluster.assignment import Strategy, assign, balanced_range
 
 partitions_st = st.sets(st.integers(min_value=0, max_value=500), max_size=64)
-members_st = st.sets(st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=12), min_size=1, max_size=16)
+members_st = st.sets(
+    st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=12), min_size=1, max_size=16
+)
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))
 @given(partitions=partitions_st, members=members_st)
-def test_disjoint_complete_balanced(strategy: Strategy, partitions: set[int], members: set[str]) -> None:
+def test_disjoint_complete_balanced(
+    strategy: Strategy, partitions: set[int], members: set[str]
+) -> None:
     result = assign(strategy, partitions, members)
     assert set(result) == members
     owned = [p for ps in result.values() for p in ps]

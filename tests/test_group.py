@@ -11,6 +11,7 @@ import socket
 from collections import Counter
 
 import pytest
+from aio_cluster.local import LocalCluster
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from conftest import MakeTopic, Produce
 from support import settled, wait_until
@@ -26,7 +27,6 @@ from aio_cluster import (
 )
 from aio_cluster.assignment import assign
 from aio_cluster.layout import GroupLayout
-from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
 
 pytestmark = pytest.mark.asyncio
@@ -120,10 +120,14 @@ async def test_break_and_exception_leave_the_batch_uncommitted(
             first = batch
             break
         assert await group.offset(0) is None
-        with pytest.raises(RuntimeError, match="boom"):
+
+        async def fail_in_body() -> None:
             async for _, batch in group:
                 assert [r.offset for r in batch] == [r.offset for r in first], "delivered again"
                 raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            await fail_in_body()
         assert await group.offset(0) is None
         async for _, batch in group:
             assert batch[0].offset == 0, "delivered again after the exception too"
@@ -155,7 +159,9 @@ async def test_manual_commit_stores_only_what_the_caller_commits(
     assert await group_offset_after_close(cluster, group_name, topic) == 3
 
 
-async def group_offset_after_close(cluster: LocalCluster, group_name: str, topic: str) -> int | None:
+async def group_offset_after_close(
+    cluster: LocalCluster, group_name: str, topic: str
+) -> int | None:
     async with member(cluster, group_name, topic) as reader:
         return await reader.offset(0)
 
@@ -281,7 +287,8 @@ async def test_session_expiry_drops_claims_then_rejoins(
     await produce(topic, 10)
     async with member(cluster, group_name, topic, session_timeout=4.0) as group:
         old_session = group._zk.session_id
-        assert old_session is not None and group._zk.session_password is not None
+        assert old_session is not None
+        assert group._zk.session_password is not None
         await cluster.expire_session(old_session, group._zk.session_password)
         await wait_until(
             lambda: group._zk.session_id not in (None, old_session) and group.claimed == [0, 1],

@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from aio_cluster.local import LocalCluster
 from conftest import MakeTopic, Produce
 from support import wait_until
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.local import LocalCluster
 
 pytestmark = pytest.mark.asyncio
 
@@ -52,7 +52,7 @@ class Worker:
         if self.process is not None and self.process.returncode is None:
             self.process.kill()
 
-    def keys(self) -> list[str]:
+    def consumed_keys(self) -> list[str]:
         if not self.out.exists():
             return []
         return [line.split()[2] for line in self.out.read_text().splitlines()]
@@ -72,7 +72,7 @@ async def test_processes_join_and_leave_exactly_once(
     counts: Counter[int] = Counter()
 
     def consumed() -> list[str]:
-        return [key for worker in workers for key in worker.keys()]
+        return [key for worker in workers for key in worker.consumed_keys()]
 
     try:
         await workers[0].start(cluster, topic, group_name, mode)
