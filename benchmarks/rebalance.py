@@ -20,13 +20,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaConsumer
 from common import create_topic, fresh, median, table
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.assignment import Strategy, assign
 from aio_cluster.layout import GroupLayout
+from aio_cluster.local import LocalCluster
 from aio_cluster.zk import NoNodeError, ZooKeeper
 
 

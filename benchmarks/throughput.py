@@ -14,11 +14,11 @@ import asyncio
 import logging
 import time
 
-from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from common import create_topic, fill, fresh, median, table
 
 from aio_cluster import ConsumerGroup
+from aio_cluster.local import LocalCluster
 
 
 async def raw_aiokafka(bootstrap: str, topic: str, partitions: int, total: int) -> float:

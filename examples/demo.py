@@ -19,11 +19,11 @@ import uuid
 from collections import Counter
 
 import anyio
-from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import ConsumerGroup
+from aio_cluster.local import LocalCluster
 
 PARTITIONS = 6
 

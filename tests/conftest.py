@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
-from aio_cluster.local import LocalCluster
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
 
 _names = itertools.count(1)

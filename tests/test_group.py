@@ -11,10 +11,7 @@ import socket
 from collections import Counter
 
 import pytest
-from aio_cluster.local import LocalCluster
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
-from conftest import MakeTopic, Produce
-from support import settled, wait_until
 
 from aio_cluster import (
     ConfigurationError,
@@ -27,7 +24,11 @@ from aio_cluster import (
 )
 from aio_cluster.assignment import assign
 from aio_cluster.layout import GroupLayout
+from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
+
+from conftest import MakeTopic, Produce
+from support import settled, wait_until
 
 pytestmark = pytest.mark.asyncio
 

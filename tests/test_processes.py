@@ -9,11 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from aio_cluster.local import LocalCluster
-from conftest import MakeTopic, Produce
-from support import wait_until
 
 from aio_cluster import ConsumerGroup
+from aio_cluster.local import LocalCluster
+
+from conftest import MakeTopic, Produce
+from support import wait_until
 
 pytestmark = pytest.mark.asyncio
 
