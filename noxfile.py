@@ -17,6 +17,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def chaos(session: nox.Session) -> None:
+    """Random joins, graceful leaves and SIGKILLs of member processes: nothing may be lost."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "chaos", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     session.install("ruff")

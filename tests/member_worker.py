@@ -1,6 +1,6 @@
 """One consumer-group member in a process of its own, for the multi-process tests.
 
-Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual
+Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual [SESSION_S]
 
 Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
 to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
@@ -16,10 +16,14 @@ import sys
 from aio_cluster import ConsumerGroup
 
 
-async def main(bootstrap: str, zookeeper: str, topic: str, group: str, out: str, mode: str) -> None:
+async def main(
+    bootstrap: str, zookeeper: str, topic: str, group: str, out: str, mode: str, session: str
+) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    member = ConsumerGroup(group, [bootstrap], [zookeeper], topic, loop_delay=0.1)
+    member = ConsumerGroup(
+        group, [bootstrap], [zookeeper], topic, loop_delay=0.1, session_timeout=float(session)
+    )
     async with member:
         print("joined", flush=True)
 
@@ -44,4 +48,4 @@ async def main(bootstrap: str, zookeeper: str, topic: str, group: str, out: str,
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:7], *(sys.argv[7:8] or ["10"])))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.layout import GroupLayout
+from aio_cluster.local import LocalCluster
 from aio_cluster.zk import NoNodeError, ZooKeeper
 
 
@@ -51,3 +55,52 @@ async def settled(zk: ZooKeeper, members: Sequence[ConsumerGroup]) -> bool:
     by_node = await owners(zk, layout, partitions)
     by_member = {p: member.id for member in members for p in member.claimed}
     return by_node == by_member
+
+
+WORKER = Path(__file__).with_name("member_worker.py")
+
+
+class Worker:
+    """A member process and the records it wrote."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(
+        self, cluster: LocalCluster, topic: str, group: str, mode: str, session: float = 10.0
+    ) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WORKER),
+            cluster.bootstrap,
+            cluster.zookeeper,
+            topic,
+            group,
+            str(self.out),
+            mode,
+            str(session),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), 60)
+        assert line == b"joined\n", f"worker did not join: {line!r}"
+
+    async def leave(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(self.process.wait(), 60) == 0
+
+    def kill(self) -> None:
+        """SIGKILL: the member dies without a word; its claims go with its session."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+
+    async def reap(self) -> None:
+        if self.process is not None:
+            await self.process.wait()
+
+    def consumed_keys(self) -> list[str]:
+        if not self.out.exists():
+            return []
+        return [line.split()[2] for line in self.out.read_text().splitlines()]

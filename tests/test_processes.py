@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,49 +11,9 @@ from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import Worker, wait_until
 
 pytestmark = pytest.mark.asyncio
-
-WORKER = Path(__file__).with_name("member_worker.py")
-
-
-class Worker:
-    """A member process and the records it wrote."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self, cluster: LocalCluster, topic: str, group: str, mode: str) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(WORKER),
-            cluster.bootstrap,
-            cluster.zookeeper,
-            topic,
-            group,
-            str(self.out),
-            mode,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), 60)
-        assert line == b"joined\n", f"worker did not join: {line!r}"
-
-    async def leave(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(self.process.wait(), 60) == 0
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-
-    def consumed_keys(self) -> list[str]:
-        if not self.out.exists():
-            return []
-        return [line.split()[2] for line in self.out.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("mode", ["auto", "manual"])

@@ -1,0 +1,79 @@
+"""Chaos: member processes join, leave gracefully and die by SIGKILL at random while messages
+are produced. Nothing may be lost; duplicates are allowed only around a kill (at least once).
+
+Long by design, so it runs in its own nox session (``nox -s chaos``), not in the default suite.
+``AIO_CLUSTER_CHAOS_ROUNDS`` sets the number of disruptions (default 12) and
+``AIO_CLUSTER_CHAOS_SEED`` the random seed (printed on failure).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import MakeTopic, Produce
+from support import Worker, wait_until
+
+from aio_cluster.local import LocalCluster
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.chaos]
+
+
+async def test_random_joins_leaves_and_kills_lose_nothing(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    tmp_path: Path,
+) -> None:
+    rounds = int(os.environ.get("AIO_CLUSTER_CHAOS_ROUNDS", "12"))
+    seed = int(os.environ.get("AIO_CLUSTER_CHAOS_SEED", str(random.randrange(2**32))))
+    rng = random.Random(seed)
+    topic = await make_topic(6)
+    live: list[Worker] = []
+    dead: list[Worker] = []
+    produced = 0
+    kills = 0
+
+    def consumed() -> Counter[str]:
+        return Counter(key for worker in live + dead for key in worker.consumed_keys())
+
+    async def join() -> None:
+        worker = Worker(tmp_path / f"worker{len(live) + len(dead)}.txt")
+        await worker.start(cluster, topic, group_name, rng.choice(["auto", "manual"]), 3.0)
+        live.append(worker)
+
+    try:
+        for _ in range(3):
+            await join()
+        for _ in range(rounds):
+            produced += sum((await produce(topic, 200, start=produced)).values())
+            action = rng.choice(["join", "leave", "kill"]) if len(live) > 1 else "join"
+            if action == "join" or len(live) < 2:
+                await join()
+            else:
+                worker = live.pop(rng.randrange(len(live)))
+                if action == "leave":
+                    await worker.leave()
+                else:
+                    worker.kill()
+                    await worker.reap()
+                    kills += 1
+                dead.append(worker)
+        await wait_until(
+            lambda: len(consumed()) >= produced,
+            timeout=120,
+            what=f"all {produced} messages (seed {seed})",
+        )
+        for worker in list(live):
+            await worker.leave()
+    finally:
+        for worker in live:
+            worker.kill()
+    counts = consumed()
+    assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"
+    if kills == 0:
+        assert set(counts.values()) == {1}, f"duplicates without a kill (seed {seed})"
