@@ -14,10 +14,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import MakeTopic, Produce
-from support import Worker, wait_until
 
 from aio_cluster.local import LocalCluster
+
+from conftest import MakeTopic, Produce
+from support import Worker, wait_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.chaos]
 
