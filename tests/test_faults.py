@@ -1,0 +1,79 @@
+"""A member through server faults: a ZooKeeper restart within the session timeout, a Kafka
+broker restart. These restart the session's shared servers and wait until they answer again."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from aio_cluster import Batch, ConsumerGroup
+from aio_cluster.local import LocalCluster
+from aio_cluster.zk import SessionState, ZooKeeper
+
+from conftest import MakeTopic, Produce
+from support import settled, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+async def consume(
+    batches: AsyncIterator[tuple[int, Batch]], seen: Counter[bytes], total: int
+) -> None:
+    """Pull batches from one iterator until ``total`` records were seen. Asking the same iterator
+    for more later commits the last batch; a fresh loop would get it again (the commit rule)."""
+    while sum(seen.values()) < total:
+        _, batch = await anext(batches)
+        seen.update(record.key or b"" for record in batch)
+
+
+async def test_zookeeper_restart_within_the_session_keeps_claims(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 20)
+    seen: Counter[bytes] = Counter()
+    async with ConsumerGroup(
+        group_name, [cluster.bootstrap], [cluster.zookeeper], topic, session_timeout=15.0
+    ) as group:
+        batches = group.batches()
+        await consume(batches, seen, 20)
+        session = group._zk.session_id
+        await cluster.stop_zookeeper()
+        await wait_until(lambda: group._zk.state is SessionState.SUSPENDED, what="suspended")
+        await produce(topic, 20, start=20)
+        await cluster.start_zookeeper()
+        await wait_until(lambda: group._zk.state is SessionState.CONNECTED, what="reconnected")
+        assert group._zk.session_id == session, "the session outlived the restart"
+        assert group.claimed == [0, 1]
+        await consume(batches, seen, 40)
+        await batches.aclose()
+        zk = ZooKeeper(cluster.zookeeper)
+        await zk.start()
+        try:
+            assert await settled(zk, [group])
+        finally:
+            await zk.close()
+    assert set(seen.values()) == {1}, "delivered twice across the restart"
+    assert len(seen) == 40
+
+
+async def test_kafka_restart_does_not_stop_consumption(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 10)
+    seen: Counter[bytes] = Counter()
+    async with ConsumerGroup(
+        group_name, [cluster.bootstrap], [cluster.zookeeper], topic, loop_delay=0.2
+    ) as group:
+        batches = group.batches()
+        await consume(batches, seen, 10)
+        await cluster.stop_kafka()
+        await cluster.start_kafka()
+        await produce(topic, 10, start=10)
+        await consume(batches, seen, 20)
+        await batches.aclose()
+    assert set(seen) == {f"k{i}".encode() for i in range(20)}
+    assert set(seen.values()) == {1}
