@@ -386,8 +386,9 @@ class ConsumerGroup:
             await self._flush(list(self._claims))
             for partition in list(self._claims):
                 await self._release_node(partition)
-            with contextlib.suppress(NoNodeError):
-                await self._zk.delete(self._layout.member(self.id))
+            if self._registered_session is not None:
+                with contextlib.suppress(NoNodeError):
+                    await self._zk.delete(self._layout.member(self.id))
 
     def _check_open(self) -> None:
         if self._state in (GroupState.CLOSING, GroupState.CLOSED):
@@ -635,6 +636,10 @@ class ConsumerGroup:
         if self._registered_session != self._zk.session_id:
             await self._register_node()
         members = await self._read_members()
+        if self.id not in members:
+            # Our registration went behind our back (deleted by a tool): register again.
+            await self._register_node()
+            members = await self._read_members()
         await self._check_strategy(members)
         ours = [
             member
