@@ -50,6 +50,8 @@ Batch = list[Record]
 """A non-empty list of records of one partition, in offset order."""
 
 _counter = itertools.count(1)
+_UNPOSITIONED = -1
+"""The next offset of a claim whose start is not known yet."""
 _RETRY_DELAY = 1.0
 """Seconds before a rebalance that could not finish (a claim timed out, ZooKeeper failed) is
 tried again."""
@@ -648,11 +650,11 @@ class ConsumerGroup:
         ]
         self._partitions = await self._fetcher.partitions()
         target = set(assign(self._strategy, self._partitions, ours).get(self.id, []))
-        before = set(self._claims)
-        for partition in sorted(before - target):
+        for partition in sorted(set(self._claims) - target):
             await self._release(partition)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        if set(self._claims) != before:
+        await self._position()
+        if set(self._claims) != self._fetcher.assigned:
             await self._reassign()
             log.info("member %s owns %s of %s", self.id, self.claimed, self._partitions)
         return complete
@@ -771,14 +773,11 @@ class ConsumerGroup:
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._stored_offset(partition)
-        start = await self._start_offset(partition, stored)
         self._claims[partition] = _Claim(
             partition=partition,
             node_version=version,
-            next_offset=start,
+            next_offset=_UNPOSITIONED if stored is None else stored,
             stored=stored,
-            # A trailing start is stored at once, so the next owner goes on from here.
-            pending=start if stored is None and self._trail else None,
         )
         return True
 
@@ -804,23 +803,21 @@ class ConsumerGroup:
             return None
         return decode_offset(path, data)
 
-    async def _start_offset(self, partition: int, stored: int | None) -> int:
-        """Where to start reading a newly claimed partition."""
-        earliest, latest = (await self._fetcher.bounds([partition]))[partition]
-        if stored is None:
-            return latest if self._trail else earliest
-        if not earliest <= stored <= latest:
-            log.warning(
-                "member %s: stored offset %d of partition %d is out of range [%d, %d]; "
-                "resetting to earliest",
-                self.id,
-                stored,
-                partition,
-                earliest,
-                latest,
-            )
-            return earliest
-        return stored
+    async def _position(self) -> None:
+        """Where no offset is stored, start at the earliest offset (the latest with ``trail``).
+
+        A stored offset is taken as it is: one the broker no longer holds is reset to the
+        earliest at the first fetch (see :meth:`_reset_out_of_range`).
+        """
+        fresh = [p for p, claim in self._claims.items() if claim.next_offset == _UNPOSITIONED]
+        if not fresh:
+            return
+        for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
+            claim = self._claims[partition]
+            claim.next_offset = latest if self._trail else earliest
+            if self._trail:
+                # A trailing start is stored at once, so the next owner goes on from here.
+                claim.pending = claim.next_offset
 
     async def _reassign(self) -> None:
         async with self._fetch_lock:

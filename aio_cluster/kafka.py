@@ -119,6 +119,15 @@ class Fetcher:
             fetch_min_bytes=min_bytes,
             request_timeout_ms=request_timeout_ms,
         )
+        # Offset look-ups go through a consumer of their own: on the fetching one they would
+        # queue behind long-polling fetches (the broker answers a connection in order).
+        self._lookup = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            client_id=f"{client_id}-offsets",
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=request_timeout_ms,
+        )
         self._assigned: frozenset[int] = frozenset()
 
     async def start(self) -> None:
@@ -129,7 +138,12 @@ class Fetcher:
         """
         try:
             await self._consumer.start()
+            await self._lookup.start()
             await self._admin.start()
+            # Track the topic's metadata from the start: an offset request for a topic the
+            # client does not track yet waits a retry back-off (100 ms) for a refresh. aiokafka
+            # has no public call for this in assign() mode.
+            await self._lookup._client.add_topic(self.topic)
         except KafkaError as exc:
             await self.stop()
             raise BrokerError(f"could not reach Kafka: {exc}") from exc
@@ -137,6 +151,7 @@ class Fetcher:
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
         await self._consumer.stop()
+        await self._lookup.stop()
         await self._admin.close()
 
     async def partitions(self) -> list[int]:
@@ -160,6 +175,11 @@ class Fetcher:
 
     def _tp(self, partition: int) -> Any:
         return TopicPartition(self.topic, partition)
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """The partitions fetched from now."""
+        return self._assigned
 
     def assign(self, positions: Mapping[int, int]) -> None:
         """Fetch from exactly these partitions, each from the given next offset.
@@ -185,8 +205,8 @@ class Fetcher:
         if not tps:
             return {}
         try:
-            first = await self._consumer.beginning_offsets(tps)
-            last = await self._consumer.end_offsets(tps)
+            first = await self._lookup.beginning_offsets(tps)
+            last = await self._lookup.end_offsets(tps)
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
         return {tp.partition: (first[tp], last[tp]) for tp in tps}

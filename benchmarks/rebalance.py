@@ -1,8 +1,9 @@
 """How long a join and a leave take until every partition is owned again by its new owner.
 
 A group of one member owns every partition of a topic; a second member joins, and the time runs
-until the claim nodes in ZooKeeper show the new assignment, then the second member leaves and the
-time runs until the first owns everything again. Repeated ``--rounds`` times (default 20).
+until both members, and the claim nodes in ZooKeeper, show the new assignment (so the time
+includes connecting and registering); then the second member leaves and the time runs until the
+first owns everything again, ready to fetch. Repeated ``--rounds`` times (default 20).
 
 Baseline, measured in the same run: aiokafka consumers in a Kafka (broker-side) consumer group on
 the same broker, from the second consumer's ``start()`` until both hold disjoint assignments that
@@ -68,8 +69,11 @@ async def ours(cluster: LocalCluster, topic: str, rounds: int) -> tuple[list[flo
                 start = time.perf_counter()
                 await second.register()
 
-                async def moved(want: dict[int, str] = want) -> bool:
-                    return await owners(zk, layout, partitions) == want
+                async def moved(
+                    want: dict[int, str] = want, second: ConsumerGroup = second
+                ) -> bool:
+                    mine = {p: m.id for m in (first, second) for p in m.claimed}
+                    return mine == want and await owners(zk, layout, partitions) == want
 
                 await poll(moved)
                 joins.append(time.perf_counter() - start)
@@ -77,8 +81,9 @@ async def ours(cluster: LocalCluster, topic: str, rounds: int) -> tuple[list[flo
                 await second.close()
 
                 async def back() -> bool:
-                    return await owners(zk, layout, partitions) == dict.fromkeys(
-                        partitions, first.id
+                    want = dict.fromkeys(partitions, first.id)
+                    return (
+                        first.claimed == partitions and await owners(zk, layout, partitions) == want
                     )
 
                 await poll(back)
