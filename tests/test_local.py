@@ -1,0 +1,451 @@
+"""The local cluster against its real servers: round trips, faults, the command line, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from kazoo.client import KazooClient, KazooState
+from kazoo.retry import KazooRetry
+
+from aio_cluster import ConfigurationError, LocalClusterError, local
+from aio_cluster.local import LocalCluster
+
+BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
+ZOOKEEPER_VAR = "AIO_CLUSTER_ZOOKEEPER"
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+async def poll(
+    condition: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str
+) -> None:
+    """Wait until ``condition()`` holds; fail the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = condition()
+        if result if isinstance(result, bool) else await result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting until {what}")
+        await asyncio.sleep(0.05)
+
+
+async def port_open(address: str) -> bool:
+    """Whether something accepts connections at ``"host:port"``."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 2.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+async def closed(address: str) -> bool:
+    return not await port_open(address)
+
+
+def java_children() -> set[int]:
+    """The pids of java processes (servers, tools, Maven) whose parent is this test process."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
+        if name == "java" and int(fields.split()[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+
+def text_of(path: Path) -> str:
+    return path.read_text()
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def create_topic(bootstrap: str) -> str:
+    topic = fresh("local")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    return topic
+
+
+async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, value)
+    finally:
+        await producer.stop()
+
+
+async def consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        return [(await asyncio.wait_for(consumer.getone(), 30)).value for _ in range(count)]
+    finally:
+        await consumer.stop()
+
+
+async def kazoo(connect: str, **options: Any) -> Any:
+    client = KazooClient(
+        hosts=connect,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=0.5),
+        **options,
+    )
+    await asyncio.to_thread(client.start, 10)
+    return client
+
+
+async def kazoo_close(client: Any) -> None:
+    await asyncio.to_thread(client.stop)
+    await asyncio.to_thread(client.close)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def faulty() -> AsyncIterator[LocalCluster]:
+    """A cluster of this module's own, for the tests that stop its servers: the session's shared
+    one is never disrupted."""
+    async with LocalCluster(use_env=False) as cluster:
+        if cluster.mode != "java":
+            pytest.skip("stopping and starting servers needs a Java-started cluster")
+        yield cluster
+
+
+# --- the servers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_kafka_round_trip(cluster: LocalCluster) -> None:
+    topic = await create_topic(cluster.bootstrap)
+    await produce(cluster.bootstrap, topic, [b"one", b"two"])
+    assert await consume(cluster.bootstrap, topic, 2) == [b"one", b"two"]
+
+
+@pytest.mark.asyncio
+async def test_addresses_are_ipv4_loopback(cluster: LocalCluster) -> None:
+    for address in (cluster.bootstrap, cluster.zookeeper):
+        assert address.startswith("127.0.0.1:") or cluster.mode == "environment"
+
+
+@pytest.mark.asyncio
+async def test_zookeeper_restart_keeps_data(faulty: LocalCluster) -> None:
+    path = f"/test-local/{fresh('node')}"
+    client = await kazoo(faulty.zookeeper)
+    await asyncio.to_thread(client.create, path, b"kept", makepath=True)
+    await kazoo_close(client)
+
+    await faulty.stop_zookeeper()
+    assert await closed(faulty.zookeeper)
+    await faulty.start_zookeeper()
+
+    client = await kazoo(faulty.zookeeper)
+    try:
+        data, _ = await asyncio.to_thread(client.get, path)
+    finally:
+        await kazoo_close(client)
+    assert data == b"kept"
+
+
+@pytest.mark.asyncio
+async def test_short_zookeeper_restart_keeps_the_session(faulty: LocalCluster) -> None:
+    client = await kazoo(faulty.zookeeper, timeout=10.0)
+    states: list[str] = []
+    client.add_listener(states.append)  # called on a kazoo thread; list.append is atomic
+    try:
+        path = await asyncio.to_thread(
+            client.create, f"/test-local/{fresh('ephemeral')}", ephemeral=True, makepath=True
+        )
+        session_id = client.client_id[0]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        async with faulty.zookeeper_down():
+            await poll(lambda: KazooState.SUSPENDED in states, timeout=10, what="it is noticed")
+        assert loop.time() - began < 5, "the restart should be well within the session timeout"
+
+        # Within the session timeout of the restart; longer only on a machine so loaded that the
+        # assertions below then tell whether the session survived.
+        await poll(lambda: bool(client.connected), timeout=20, what="the client reconnected")
+        assert client.client_id[0] == session_id
+        assert KazooState.LOST not in states
+        assert await asyncio.to_thread(client.exists, path) is not None
+    finally:
+        await kazoo_close(client)
+
+
+@pytest.mark.asyncio
+async def test_kafka_restart_keeps_data(faulty: LocalCluster) -> None:
+    topic = await create_topic(faulty.bootstrap)
+    await produce(faulty.bootstrap, topic, [b"before", b"restart"])
+    async with faulty.kafka_down():
+        assert await closed(faulty.bootstrap)
+    assert await consume(faulty.bootstrap, topic, 2) == [b"before", b"restart"]
+
+
+@pytest.mark.asyncio
+async def test_expire_session(cluster: LocalCluster) -> None:
+    client = await kazoo(cluster.zookeeper, timeout=10.0)
+    states: list[str] = []
+    client.add_listener(states.append)
+    try:
+        session_id, password = client.client_id
+        await cluster.expire_session(session_id, password)
+        await poll(lambda: KazooState.LOST in states, timeout=20, what="the session is lost")
+    finally:
+        await kazoo_close(client)
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    """A cache of the test's own for ``up`` and ``down``, so that their state file is not that of
+    a developer's running ``up``; the jars fetched already are linked, not fetched again."""
+    own = tmp_path / "cache"
+    own.mkdir()
+    shared = local._default_cache_dir()
+    if shared.is_dir():
+        for entry in shared.iterdir():
+            if entry.name != "run":
+                (own / entry.name).symlink_to(entry)
+    return own
+
+
+async def cli(cache: Path, *args: str, stdout: int | None = None, stderr: Any = None) -> Any:
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "aio_cluster.local", *args),
+        cwd=REPO,
+        env={**os.environ, "AIO_CLUSTER_CACHE": str(cache)},
+        stdout=stdout,
+        stderr=stderr,
+    )
+
+
+async def up(cache: Path) -> tuple[Any, dict[str, str]]:
+    """Start ``up`` and read its two export lines: ``(process, {variable: value})``."""
+    errors = cache.parent / "up.err"
+    with errors.open("wb") as stderr:
+        process = await cli(cache, "up", stdout=asyncio.subprocess.PIPE, stderr=stderr)
+    exports = {}
+    for _ in range(2):
+        line = (await asyncio.wait_for(process.stdout.readline(), 150)).decode()
+        assert line.startswith("export "), f"up printed {line!r}; stderr: {text_of(errors)}"
+        name, _, value = line.removeprefix("export ").strip().partition("=")
+        exports[name] = value
+    assert set(exports) == {BOOTSTRAP_VAR, ZOOKEEPER_VAR}
+    return process, exports
+
+
+async def down(cache: Path) -> tuple[int, str]:
+    process = await cli(cache, "down", stderr=asyncio.subprocess.PIPE)
+    _, errors = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode, errors.decode()
+
+
+@pytest.mark.asyncio
+async def test_cli_up_and_down(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``down`` makes ``up`` cancel its ``async with`` body: the servers stop all the same."""
+    monkeypatch.setenv(BOOTSTRAP_VAR, "127.0.0.1:1")  # up ignores these: it starts a cluster
+    monkeypatch.setenv(ZOOKEEPER_VAR, "127.0.0.1:1")
+    process, exports = await up(cache)
+    try:
+        bootstrap, zookeeper = exports[BOOTSTRAP_VAR], exports[ZOOKEEPER_VAR]
+        assert bootstrap.startswith("127.0.0.1:")
+        assert await port_open(zookeeper)
+        topic = await create_topic(bootstrap)
+        await produce(bootstrap, topic, [b"via the exports"])
+        assert await consume(bootstrap, topic, 1) == [b"via the exports"]
+
+        code, errors = await down(cache)
+        assert code == 0, errors
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        assert await process.stdout.read() == b"", "up printed more than the two export lines"
+        assert await closed(bootstrap)
+        assert await closed(zookeeper)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    code, errors = await down(cache)
+    assert code == 1
+    assert "nothing running" in errors
+
+
+@pytest.mark.asyncio
+async def test_servers_die_with_the_python_process(cache: Path) -> None:
+    process, exports = await up(cache)
+    process.send_signal(signal.SIGKILL)
+    await process.wait()
+    for address in exports.values():
+        await poll(lambda address=address: closed(address), timeout=20, what=f"{address} closed")
+    code, errors = await down(cache)  # finds the killed up's state and clears it
+    assert code == 1
+    assert "nothing running" in errors
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("option", "service"), [("kafka_port", "Kafka"), ("zookeeper_port", "ZooKeeper")]
+)
+async def test_occupied_port(tmp_path: Path, option: str, service: str) -> None:
+    cache = tmp_path / "cache"
+    before = java_children()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = LocalCluster(**{option: port}, cache_dir=cache, use_env=False)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(LocalClusterError, match=f"port {port} .*{service}"):
+            await cluster.start()
+        assert loop.time() - began < 2
+    assert not cache.exists(), "Maven ran: the port is checked before anything starts"
+    assert java_children() <= before
+
+
+@pytest.mark.asyncio
+async def test_no_java_and_no_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(local, "_docker_engine_answers", lambda: False)
+    with pytest.raises(LocalClusterError, match="Java 17"):
+        await LocalCluster(use_env=False).start()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("bootstrap", "zookeeper", "named"),
+    [
+        ("127.0.0.1:notaport", "127.0.0.1:2181", BOOTSTRAP_VAR),
+        ("127.0.0.1", "127.0.0.1:2181", BOOTSTRAP_VAR),
+        ("127.0.0.1:9092,:9093", "127.0.0.1:2181", BOOTSTRAP_VAR),
+        ("127.0.0.1:9092", "127.0.0.1:zk/chroot", ZOOKEEPER_VAR),
+        ("127.0.0.1:9092", "127.0.0.1:99999", ZOOKEEPER_VAR),
+        ("127.0.0.1:9092", None, ZOOKEEPER_VAR),
+        (None, "127.0.0.1:2181", BOOTSTRAP_VAR),
+    ],
+)
+async def test_bad_environment(
+    monkeypatch: pytest.MonkeyPatch, bootstrap: str | None, zookeeper: str | None, named: str
+) -> None:
+    for variable, value in ((BOOTSTRAP_VAR, bootstrap), (ZOOKEEPER_VAR, zookeeper)):
+        if value is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=named) as raised:
+        await LocalCluster().start()
+    bad = bootstrap if named == BOOTSTRAP_VAR else zookeeper
+    assert bad is None or bad in str(raised.value)
+
+
+@pytest.mark.asyncio
+async def test_unreachable_environment_fails_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    monkeypatch.setenv(BOOTSTRAP_VAR, f"127.0.0.1:{port}")
+    monkeypatch.setenv(ZOOKEEPER_VAR, f"127.0.0.1:{port}")
+    with pytest.raises(LocalClusterError, match="did not answer within 1 s"):
+        await LocalCluster(startup_timeout=1.0).start()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ConfigurationError, match="kafka_port"):
+        LocalCluster(kafka_port=70000)
+    with pytest.raises(ConfigurationError, match="both 9092"):
+        LocalCluster(kafka_port=9092, zookeeper_port=9092)
+    with pytest.raises(ConfigurationError, match="max_session_timeout_ms"):
+        LocalCluster(max_session_timeout_ms=500)
+
+
+@pytest.mark.asyncio
+async def test_lifecycle() -> None:
+    cluster = LocalCluster()
+    with pytest.raises(LocalClusterError, match="new, not running"):
+        _ = cluster.bootstrap
+    await cluster.stop()
+    await cluster.stop()
+    with pytest.raises(LocalClusterError, match="stopped; make a new one"):
+        await cluster.start()
+
+
+# --- the environment and Docker -------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_environment_names_a_running_cluster(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BOOTSTRAP_VAR, cluster.bootstrap)
+    monkeypatch.setenv(ZOOKEEPER_VAR, cluster.zookeeper)
+    before = java_children()
+    async with LocalCluster(startup_timeout=10) as external:
+        assert java_children() == before
+        assert external.mode == "environment"
+        assert (external.bootstrap, external.zookeeper) == (cluster.bootstrap, cluster.zookeeper)
+        with pytest.raises(LocalClusterError, match="started with Java"):
+            await external.stop_kafka()
+    assert await port_open(cluster.bootstrap), "stopping it left the named cluster alone"
+
+
+@pytest.mark.asyncio
+async def test_jar_fetch_is_locked_and_an_interrupted_one_redone(tmp_path: Path) -> None:
+    first, second = await asyncio.gather(
+        local._resolve_jars(tmp_path, "zookeeper"), local._resolve_jars(tmp_path, "zookeeper")
+    )
+    assert first == second
+    jar = next(first.glob("zookeeper-3.*.jar"))
+    (first / ".complete").unlink()  # as if the copy had been interrupted
+    jar.unlink()
+    assert await local._resolve_jars(tmp_path, "zookeeper") == first
+    assert jar.exists()
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+async def test_docker_where_no_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not await asyncio.to_thread(local._docker_engine_answers):
+        pytest.skip("no Docker engine answers")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    async with LocalCluster(use_env=False, startup_timeout=300) as cluster:
+        assert cluster.mode == "docker"
+        bootstrap = cluster.bootstrap
+        topic = await create_topic(bootstrap)
+        await produce(bootstrap, topic, [b"in a container"])
+        assert await consume(bootstrap, topic, 1) == [b"in a container"]
+        assert await port_open(cluster.zookeeper)
+    assert await closed(bootstrap)
