@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
+from .addresses import parse_servers
 from .errors import BrokerError, ConfigurationError
 
 __all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
@@ -66,15 +67,7 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
     Raises:
         ConfigurationError: empty, or a server without a numeric port in 1..65535.
     """
-    servers = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    servers = [server.strip() for server in servers if server.strip()]
-    if not servers:
-        raise ConfigurationError(f"Kafka bootstrap servers {bootstrap!r} name no server")
-    for server in servers:
-        host, sep, port = server.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigurationError(f"Kafka bootstrap server {server!r} is not host:port")
-    return servers
+    return parse_servers(bootstrap, "Kafka")
 
 
 class Fetcher:

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalCluster", "Mode", "main"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("aio_cluster.local")  # also when run as __main__
 
 _BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
 _ZOOKEEPER_VAR = "AIO_CLUSTER_ZOOKEEPER"

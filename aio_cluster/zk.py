@@ -42,6 +42,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from .addresses import parse_servers
 from .errors import (
     ConfigurationError,
     CoordinationError,
@@ -157,14 +158,7 @@ def parse_hosts(hosts: str | Sequence[str]) -> str:
     """
     text = hosts if isinstance(hosts, str) else ",".join(hosts)
     servers, _, chroot = text.partition("/")
-    if not servers.strip():
-        raise ConfigurationError(f"ZooKeeper connect string {text!r} names no server")
-    for server in servers.split(","):
-        host, sep, port = server.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigurationError(
-                f"ZooKeeper server {server.strip()!r} in {text!r} is not host:port"
-            )
+    servers = ",".join(parse_servers(servers, "ZooKeeper"))
     return servers + ("/" + chroot if chroot else "")
 
 

@@ -72,7 +72,7 @@ def test_connect_strings() -> None:
     assert parse_bootstrap("a:1, b:2") == ["a:1", "b:2"]
 
 
-@pytest.mark.parametrize("bad", ["", "host", "host:0", "host:x", ":9", "h:70000"])
+@pytest.mark.parametrize("bad", ["", "host", "host:0", "host:x", ":9", "h:70000", "h:\u00b2"])
 def test_bad_connect_strings_name_the_server(bad: str) -> None:
     with pytest.raises(ConfigurationError, match="ZooKeeper"):
         parse_hosts(bad)
