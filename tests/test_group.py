@@ -28,7 +28,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
 
 from conftest import MakeTopic, Produce
-from support import settled, wait_until
+from support import owners, settled, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -320,3 +320,45 @@ async def test_new_partitions_trigger_a_rebalance(
         await wait_until(lambda: one.partitions == [0, 1, 2, 3], what="new partitions seen")
         await wait_until(lambda: settled(zk, [one, two]), what="new partitions owned")
         assert sorted(len(m.claimed) for m in (one, two)) == [2, 2]
+
+
+async def test_handover_waits_for_the_batch_being_processed(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 20)
+    layout = GroupLayout(group_name, topic)
+    async with member(cluster, group_name, topic) as first:
+        second = member(cluster, group_name, topic)
+        (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
+        batches = first.batches()
+        partition, batch = await anext(batches)
+        if partition != moving:
+            partition, batch = await anext(batches)
+        assert partition == moving
+        # The body of the moving partition's batch is running now.
+        joining = asyncio.create_task(second.register())
+        tasks = [joining]
+        try:
+            await wait_until(lambda: moving in first._revoking, what="first starts to hand over")
+            # A second in which a wrong handover would happen: the join must not finish.
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(joining), 1.0)
+            assert await owners(zk, layout, [moving]) == {moving: first.id}
+            # The body ends: asking for the next batch commits it, then the partition moves.
+            tasks.append(asyncio.create_task(anext(batches)))
+            await joining
+            assert second.claimed == [moving]
+            assert await second.offset(moving) == batch[-1].offset + 1
+            await produce(topic, 20, start=20)
+            async for got, later in second:
+                if got == moving:
+                    assert later[0].offset == batch[-1].offset + 1, "nothing delivered twice"
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await task
+            await batches.aclose()
+            await second.close()
