@@ -20,7 +20,7 @@ def tests(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """Random joins, graceful leaves and SIGKILLs of member processes: nothing may be lost."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "chaos", *session.posargs)
+    session.run("pytest", "-m", "chaos", "-rP", *session.posargs)
 
 
 @nox.session

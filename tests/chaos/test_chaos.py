@@ -75,6 +75,11 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
         for worker in live:
             worker.kill()
     counts = consumed()
+    twice = sum(1 for count in counts.values() if count > 1)
+    print(
+        f"seed {seed}: {rounds} rounds, {len(dead)} members gone ({kills} killed), "
+        f"{produced} messages, {twice} delivered more than once"
+    )
     assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"
     if kills == 0:
         assert set(counts.values()) == {1}, f"duplicates without a kill (seed {seed})"
