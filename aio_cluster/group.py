@@ -268,12 +268,7 @@ class ConsumerGroup:
         self._check_open()
         if partition in self._claims:
             await self._flush([partition])
-        path = self._layout.offset(partition)
-        try:
-            data, _stat = await self._zk.get(path)
-        except NoNodeError:
-            return None
-        return decode_offset(path, data)
+        return await self._stored_offset(partition)
 
     async def commit(self, partition: int, offset: int) -> None:
         """Store ``offset`` as the next offset of ``partition`` now.
