@@ -362,3 +362,50 @@ async def test_handover_waits_for_the_batch_being_processed(
                     await task
             await batches.aclose()
             await second.close()
+
+
+async def test_a_claim_that_times_out_is_retried_and_the_loop_goes_on(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 10)
+    layout = GroupLayout(group_name, topic)
+    # A claim left by an owner that is not in the group (yet to be released, say).
+    await zk.ensure_path(layout.owners)
+    await zk.create(layout.owner(1), b"someone-else", ephemeral=True)
+    async with member(cluster, group_name, topic, claim_timeout=0.5) as group:
+        assert group.claimed == [0], "the join keeps what it could claim"
+        assert "still owned by someone-else" in caplog.text
+        async for partition, batch in group:
+            assert partition == 0, "the loop goes on with what is claimed"
+            assert batch
+            break
+        await zk.delete(layout.owner(1))
+        await wait_until(lambda: group.claimed == [0, 1], what="the claim retried")
+        assert (await zk.get(layout.owner(1)))[0] == group.id.encode()
+
+
+async def test_groups_of_one_name_on_two_topics_do_not_share_partitions(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    one, two = await make_topic(2), await make_topic(3)
+    async with member(cluster, group_name, one) as a, member(cluster, group_name, two) as b:
+        await wait_until(lambda: a.claimed == [0, 1] and b.claimed == [0, 1, 2], what="both")
+
+
+async def test_round_robin_members_share_the_topic(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(4)
+    async with (
+        member(cluster, group_name, topic, strategy="roundrobin") as a,
+        member(cluster, group_name, topic, strategy=Strategy.ROUND_ROBIN) as b,
+    ):
+        await wait_until(lambda: settled(zk, [a, b]), what="round-robin settles")
+        expected = assign(Strategy.ROUND_ROBIN, range(4), [a.id, b.id])
+        assert {a.id: a.claimed, b.id: b.claimed} == expected
