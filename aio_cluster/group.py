@@ -643,7 +643,13 @@ class ConsumerGroup:
             for member, (info, _czxid) in members.items()
             if self.topic in info.topics and info.strategy == self._strategy
         ]
-        self._partitions = await self._fetcher.partitions()
+        try:
+            self._partitions = await self._fetcher.partitions()
+        except BrokerError as exc:
+            if not self._partitions:
+                raise
+            # Kafka is away: agree on the partitions known, so claims can move meanwhile.
+            log.warning("member %s: using the partitions known, %s", self.id, exc)
         target = set(assign(self._strategy, self._partitions, ours).get(self.id, []))
         for partition in sorted(set(self._claims) - target):
             await self._release(partition)
