@@ -8,7 +8,6 @@ into :mod:`aio_cluster.errors` here.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -20,8 +19,6 @@ from .addresses import parse_servers
 from .errors import BrokerError, ConfigurationError
 
 __all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
-
-log = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
