@@ -508,8 +508,10 @@ class ConsumerGroup:
         self._seeks[claim.partition] = claim.next_offset
 
     def _apply_seeks(self) -> None:
+        # Only the fetcher's partitions can seek; a claim not yet handed to it starts at its
+        # next offset when _reassign hands it over.
         for partition, offset in self._seeks.items():
-            if partition in self._claims:
+            if partition in self._fetcher.assigned:
                 self._fetcher.seek(partition, offset)
         self._seeks.clear()
 
