@@ -5,7 +5,9 @@ except :mod:`aio_cluster.local`, the local single-node cluster for development a
 """
 
 from .assignment import Strategy as Strategy
+from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
+from .errors import AuthenticationError as AuthenticationError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CoordinationError as CoordinationError
@@ -19,9 +21,13 @@ from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
 from .kafka import Record as Record
+from .kafka_options import KafkaOptions as KafkaOptions
+from .zk import ZooKeeperTLS as ZooKeeperTLS
 
 __all__ = [
+    "AccessDeniedError",
     "AioClusterError",
+    "AuthenticationError",
     "Batch",
     "BrokerError",
     "ConfigurationError",
@@ -30,12 +36,14 @@ __all__ = [
     "CoordinationTimeout",
     "GroupClosedError",
     "GroupState",
+    "KafkaOptions",
     "LocalClusterError",
     "NotOwnedError",
     "Record",
     "SessionLostError",
     "Strategy",
     "StrategyMismatchError",
+    "ZooKeeperTLS",
 ]
 
 __version__ = "0.1.0"

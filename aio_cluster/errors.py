@@ -12,6 +12,8 @@ library, with the original kept as ``__cause__``::
     │   └── SessionLostError        the ZooKeeper session expired: every claim is gone
     ├── StrategyMismatchError       the group's members use another assignment strategy
     ├── NotOwnedError               commit for a partition this member does not own
+    ├── AuthenticationError         a server refused the TLS handshake or the credentials
+    ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
     └── BrokerError                 Kafka did not answer as expected (retriable)
 """
@@ -19,7 +21,9 @@ library, with the original kept as ``__cause__``::
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "AioClusterError",
+    "AuthenticationError",
     "BrokerError",
     "ConfigurationError",
     "CoordinationError",
@@ -70,6 +74,18 @@ class StrategyMismatchError(AioClusterError):
 
 class NotOwnedError(AioClusterError):
     """An offset was committed for a partition this member does not own."""
+
+
+class AuthenticationError(AioClusterError):
+    """A server refused the connection's security: the TLS handshake failed (a certificate not
+    trusted, a server that expects TLS spoken to in plaintext or the reverse), or the credentials
+    were refused. The message names the server, never the secret. Trying again without changing
+    the configuration does not help."""
+
+
+class AccessDeniedError(AioClusterError):
+    """ZooKeeper refused an operation on a node whose ACL does not grant it to this session's
+    credentials (another identity created the group's nodes). The message names the node."""
 
 
 class GroupClosedError(AioClusterError):

@@ -4,19 +4,34 @@ No Kafka consumer group is used: ZooKeeper decides who owns which partition, and
 fetches from the partitions it is told to, from the offsets it is told to. Topic metadata comes from
 Kafka's metadata API (KRaft brokers write nothing into ZooKeeper). aiokafka's errors are translated
 into :mod:`aio_cluster.errors` here.
+
+Every client gets the same connection options (:class:`~aio_cluster.kafka_options.KafkaOptions`:
+TLS, SASL). When the clients cannot connect, one connection is opened again to tell a refused TLS
+handshake or refused credentials (:class:`~aio_cluster.errors.AuthenticationError`, not worth
+retrying) from a broker that is merely away.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ssl
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    KafkaError,
+    OffsetOutOfRangeError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 
 from .addresses import parse_servers
-from .errors import BrokerError, ConfigurationError
+from .errors import AuthenticationError, BrokerError, ConfigurationError
+from .kafka_options import KafkaOptions
 
 __all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
 
@@ -80,6 +95,7 @@ class Fetcher:
         max_wait_ms: int,
         min_bytes: int,
         request_timeout_ms: int = 30_000,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before :meth:`start`.
 
@@ -90,12 +106,22 @@ class Fetcher:
             max_bytes: the most bytes fetched from one partition in one request.
             max_wait_ms: how long the broker may wait for ``min_bytes`` to arrive.
             min_bytes: the least data the broker should answer with.
-            request_timeout_ms: the bound on each request to the broker.
+            request_timeout_ms: the bound on each request to the broker (an option
+                ``request_timeout_ms`` overrides it).
+            options: connection options for every client (TLS, SASL), see
+                :class:`~aio_cluster.kafka_options.KafkaOptions`.
+
+        Raises:
+            ConfigurationError: malformed servers or options.
         """
         self.topic = topic
-        servers = parse_bootstrap(bootstrap)
+        self._servers = servers = parse_bootstrap(bootstrap)
+        self._options = connection = KafkaOptions(
+            {"request_timeout_ms": request_timeout_ms, **(options or {})}
+        )
+        self._client_id = client_id
         self._admin = AIOKafkaAdminClient(
-            bootstrap_servers=servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+            bootstrap_servers=servers, client_id=client_id, **connection
         )
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=servers,
@@ -107,7 +133,7 @@ class Fetcher:
             max_partition_fetch_bytes=max_bytes,
             fetch_max_wait_ms=max_wait_ms,
             fetch_min_bytes=min_bytes,
-            request_timeout_ms=request_timeout_ms,
+            **connection,
         )
         # Offset look-ups go through a consumer of their own: on the fetching one they would
         # queue behind long-polling fetches (the broker answers a connection in order).
@@ -116,7 +142,7 @@ class Fetcher:
             client_id=f"{client_id}-offsets",
             group_id=None,
             enable_auto_commit=False,
-            request_timeout_ms=request_timeout_ms,
+            **connection,
         )
         self._assigned: frozenset[int] = frozenset()
 
@@ -124,6 +150,7 @@ class Fetcher:
         """Connect to the cluster.
 
         Raises:
+            AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
             BrokerError: no broker answered.
         """
         try:
@@ -136,7 +163,13 @@ class Fetcher:
             await self._lookup._client.add_topic(self.topic)
         except KafkaError as exc:
             await self.stop()
-            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+            # aiokafka logs why each server failed and raises only "unable to bootstrap".
+            refused = await _diagnose(self._servers, self._options, self._client_id)
+            if refused is not None:
+                raise refused from exc
+            raise BrokerError(
+                f"could not reach Kafka at {','.join(self._servers)}: {_scrub(exc, self._options)}"
+            ) from exc
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
@@ -222,3 +255,71 @@ class Fetcher:
         except KafkaError as exc:
             raise BrokerError(f"fetch failed: {exc}") from exc
         return {tp.partition: records for tp, records in fetched.items() if records}
+
+
+def _scrub(exc: BaseException, options: KafkaOptions) -> str:
+    """An error's text with the options' secrets masked."""
+    text = str(exc)
+    for secret in options.secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
+async def _diagnose(
+    servers: Sequence[str], options: KafkaOptions, client_id: str
+) -> AuthenticationError | None:
+    """Connect to each server once more, to name a security failure as such.
+
+    Returns:
+        The error for the first server that refused the TLS handshake or the credentials, or
+        whose listener speaks TLS to a plaintext client; None when no server did (it is away).
+    """
+    protocol = str(options.get("security_protocol", "PLAINTEXT"))
+    timeout_ms = int(options["request_timeout_ms"])
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        try:
+            conn = await create_conn(host, int(port), client_id=client_id, **options)
+        except ssl.SSLError as exc:
+            reason = exc.reason or type(exc).__name__
+            return AuthenticationError(
+                f"the TLS handshake with Kafka {server} failed ({reason}): the server's "
+                f"certificate is not trusted by the ssl_context, or {server} does not speak TLS"
+            )
+        except (SaslAuthenticationFailed, UnsupportedSaslMechanismError) as exc:
+            mechanism = options.get("sasl_mechanism", "PLAIN")
+            user = options.get("sasl_plain_username")
+            who = f" of user {user!r}" if user is not None else ""
+            return AuthenticationError(
+                f"Kafka {server} refused the SASL {mechanism} credentials{who}: "
+                f"{_scrub(exc, options)}"
+            )
+        except (OSError, KafkaError, asyncio.TimeoutError):
+            if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and await _speaks_tls(
+                host, int(port), timeout_ms / 1000
+            ):
+                return AuthenticationError(
+                    f"Kafka {server} expects TLS, but security_protocol is {protocol!r}: use "
+                    "'SSL' or 'SASL_SSL' with an ssl_context that trusts the server"
+                )
+            continue
+        conn.close()
+    return None
+
+
+async def _speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the server completes a TLS handshake (its certificate is not checked: this only
+    asks which language the listener speaks)."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=probe), timeout
+        )
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+    return True

@@ -8,6 +8,12 @@ the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a n
 the old one expired, and it can hang the event loop at shutdown (the project's research notes).
 
 Errors of kazoo are translated into :mod:`aio_cluster.errors` here, at the boundary.
+
+Security: the session can authenticate (``auth=[("digest", "user:password")]``), create its nodes
+with an ACL that lets only that identity change them while anyone may read them
+(``acl="creator"``), and speak TLS (``tls=``). A change the ACL does not grant raises
+:class:`~aio_cluster.errors.AccessDeniedError` at once, not a retry. kazoo logs its requests at
+DEBUG, the credentials included; the logger handed to it masks them.
 """
 
 from __future__ import annotations
@@ -15,23 +21,26 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    BadVersionError as _KazooBadVersion,
-)
-from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NotEmptyError,
     OperationTimeoutError,
     RolledBackError,
     SessionExpiredError,
     ZookeeperError,
+)
+from kazoo.exceptions import (
+    BadVersionError as _KazooBadVersion,
 )
 from kazoo.exceptions import (
     NodeExistsError as _KazooNodeExists,
@@ -40,10 +49,14 @@ from kazoo.exceptions import (
     NoNodeError as _KazooNoNode,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, Id, Permissions
 
 from .addresses import parse_servers
 from .errors import (
+    AccessDeniedError,
+    AuthenticationError,
     ConfigurationError,
     CoordinationError,
     CoordinationTimeout,
@@ -61,6 +74,7 @@ __all__ = [
     "SetData",
     "Stat",
     "ZooKeeper",
+    "ZooKeeperTLS",
     "expire_session",
     "parse_hosts",
 ]
@@ -162,6 +176,91 @@ def parse_hosts(hosts: str | Sequence[str]) -> str:
     return servers + ("/" + chroot if chroot else "")
 
 
+@dataclass(frozen=True)
+class ZooKeeperTLS:
+    """How to speak TLS to ZooKeeper (its ``secureClientPort``); kazoo makes the connection.
+
+    Attributes:
+        ca: a PEM file of the certificate authorities to trust; None: the system's.
+        certfile: this client's certificate (PEM), for servers that ask for one.
+        keyfile: the key of ``certfile`` (PEM).
+        keyfile_password: the key's password, if it is encrypted (never shown in a repr).
+        verify_certs: check the server's certificate; turn off only for experiments.
+        check_hostname: check that the certificate names the host connected to.
+    """
+
+    ca: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    keyfile_password: str | None = field(default=None, repr=False)
+    verify_certs: bool = True
+    check_hostname: bool = False
+
+
+Acl = Literal["open", "creator"]
+_ACLS = ("open", "creator")
+_AUTH_SCHEMES = ("digest",)
+
+
+def _checked_auth(auth: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The credentials, each ``(scheme, credential)`` checked; the error never shows a secret."""
+    checked = []
+    entries: Sequence[object] = auth  # checked as what a caller may really pass
+    for index, entry in enumerate(entries):
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise ConfigurationError(
+                f"zookeeper_auth[{index}] must be a (scheme, credential) pair, "
+                f"not a {type(entry).__name__}"
+            )
+        scheme, credential = entry
+        if scheme not in _AUTH_SCHEMES:
+            raise ConfigurationError(
+                f"zookeeper_auth[{index}] has scheme {scheme!r}; use one of "
+                f"{', '.join(_AUTH_SCHEMES)}"
+            )
+        text = credential if isinstance(credential, str) else ""
+        user, sep, _password = text.partition(":")
+        if not (sep and user):
+            raise ConfigurationError(
+                f'zookeeper_auth[{index}]: a digest credential is "user:password"'
+            )
+        checked.append((scheme, credential))
+    return checked
+
+
+def _default_acl(acl: str, auth: Sequence[tuple[str, str]]) -> list[Any] | None:
+    """kazoo's default ACL for ``acl``: None keeps the server's open one."""
+    if acl not in _ACLS:
+        raise ConfigurationError(f"zookeeper_acl={acl!r}; use one of {', '.join(_ACLS)}")
+    if acl == "open":
+        return None
+    if not auth:
+        raise ConfigurationError(
+            'zookeeper_acl="creator" needs zookeeper_auth: the nodes belong to its identity'
+        )
+    # "auth" stands for every identity the session authenticated as; the world may only read.
+    return [ACL(Permissions.ALL, Id("auth", "")), ACL(Permissions.READ, Id("world", "anyone"))]
+
+
+_CREDENTIAL_IN_LOG = re.compile(r"(auth=)(['\"]).*?\2")
+
+
+class _MaskCredentials(logging.Filter):
+    """Masks the credential of kazoo's logged ``Auth(...)`` requests."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = _CREDENTIAL_IN_LOG.sub(r"\1\2***\2", message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
+
+
+_kazoo_log = logging.getLogger("kazoo.client.aio_cluster")
+"""The logger given to kazoo: a child of kazoo's own, so its configuration applies."""
+_kazoo_log.addFilter(_MaskCredentials())
+
+
 def _stat(raw: Any) -> Stat:
     return Stat(version=raw.version, czxid=raw.czxid, ephemeral_owner=raw.ephemeralOwner)
 
@@ -169,7 +268,13 @@ def _stat(raw: Any) -> Stat:
 def _translate(exc: BaseException, what: str) -> BaseException:
     """Map a kazoo error onto the library's error tree (the original becomes ``__cause__``)."""
     mapped: BaseException
-    if isinstance(exc, _KazooNodeExists):
+    if isinstance(exc, NoAuthError):
+        mapped = AccessDeniedError(
+            f"{what}: not allowed by the node's ACL for this session's credentials"
+        )
+    elif isinstance(exc, AuthFailedError):
+        mapped = AuthenticationError(f"{what}: ZooKeeper refused the session's credentials")
+    elif isinstance(exc, _KazooNodeExists):
         mapped = NodeExistsError(f"{what}: node exists")
     elif isinstance(exc, _KazooNoNode):
         mapped = NoNodeError(f"{what}: no node")
@@ -206,6 +311,9 @@ class ZooKeeper:
         *,
         session_timeout: float = 10.0,
         request_timeout: float = 10.0,
+        auth: Sequence[tuple[str, str]] = (),
+        acl: Acl = "open",
+        tls: ZooKeeperTLS | bool = False,
     ) -> None:
         """Configure the client; nothing connects before :meth:`start`.
 
@@ -213,20 +321,44 @@ class ZooKeeper:
             hosts: the connect string, e.g. ``"127.0.0.1:2181"`` or ``["h1:2181", "h2:2181"]``.
             session_timeout: seconds the server keeps the session alive without hearing from us.
             request_timeout: the bound on every single call.
+            auth: credentials the session authenticates with, ``[("digest", "user:password")]``.
+            acl: ``"open"``: nodes anyone may change (the server's default); ``"creator"``: nodes
+                only the identities of ``auth`` may change or delete, and anyone may read.
+            tls: speak TLS: True trusts the system's certificate authorities, a
+                :class:`ZooKeeperTLS` says what to trust and which client certificate to show.
 
         Raises:
-            ConfigurationError: a malformed connect string or a non-positive timeout.
+            ConfigurationError: a malformed connect string, a non-positive timeout, a credential
+                that is not ``("digest", "user:password")``, an unknown ``acl``, or ``"creator"``
+                without credentials.
         """
         if session_timeout <= 0 or request_timeout <= 0:
             raise ConfigurationError("session_timeout and request_timeout must be positive")
         self._hosts = parse_hosts(hosts)
         self._session_timeout = session_timeout
         self._request_timeout = request_timeout
+        auth_data = _checked_auth(auth)
+        secure = ZooKeeperTLS() if tls is True else tls or None
+        tls_args: dict[str, Any] = {}
+        if secure is not None:
+            tls_args = {
+                "use_ssl": True,
+                "ca": secure.ca,
+                "certfile": secure.certfile,
+                "keyfile": secure.keyfile,
+                "keyfile_password": secure.keyfile_password,
+                "verify_certs": secure.verify_certs,
+                "check_hostname": secure.check_hostname,
+            }
         self._client = KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=None,
+            auth_data=auth_data or None,
+            default_acl=_default_acl(acl, auth_data),
+            logger=_kazoo_log,
+            **tls_args,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
@@ -277,7 +409,12 @@ class ZooKeeper:
         try:
             await asyncio.to_thread(self._client.start, bound)
         except KazooTimeoutError as exc:
+            refused = self._client.client_state == KeeperState.AUTH_FAILED
             await asyncio.to_thread(self._client.stop)
+            if refused:
+                raise AuthenticationError(
+                    f"ZooKeeper {self._hosts} refused the session's credentials"
+                ) from exc
             raise CoordinationTimeout(
                 f"no ZooKeeper server of {self._hosts!r} answered within {bound:g} s"
             ) from exc
