@@ -350,13 +350,20 @@ class ZooKeeper:
                 "verify_certs": secure.verify_certs,
                 "check_hostname": secure.check_hostname,
             }
+        default_acl = _default_acl(acl, auth_data)
+        self._shared_acl = None
+        if default_acl is not None:
+            self._shared_acl = [
+                ACL(Permissions.ALL, Id("auth", "")),
+                ACL(Permissions.READ | Permissions.CREATE, Id("world", "anyone")),
+            ]
         self._client = KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=None,
             auth_data=auth_data or None,
-            default_acl=_default_acl(acl, auth_data),
+            default_acl=default_acl,
             logger=_kazoo_log,
             **tls_args,
         )
@@ -515,9 +522,17 @@ class ZooKeeper:
         )
         return str(result)
 
-    async def ensure_path(self, path: str) -> None:
-        """Create a persistent node and its missing parents; nothing if it exists."""
-        await self._call(f"ensure {path}", lambda: self._client.ensure_path_async(path))
+    async def ensure_path(self, path: str, *, shared: bool = False) -> None:
+        """Create a persistent node and its missing parents; nothing if it exists.
+
+        Args:
+            path: the node.
+            shared: the node is a common parent, under which other identities create nodes of
+                their own (``/consumers``): with the ``"creator"`` ACL anyone may then also
+                create children in it, but only its creator may delete them.
+        """
+        acl = self._shared_acl if shared else None
+        await self._call(f"ensure {path}", lambda: self._client.ensure_path_async(path, acl=acl))
 
     async def get(
         self, path: str, *, watch: Callable[[], None] | None = None
