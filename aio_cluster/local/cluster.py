@@ -17,7 +17,9 @@ from typing import Literal
 
 from .. import zk
 from ..errors import ConfigurationError, LocalClusterError
+from ..kafka_options import KafkaOptions
 from . import config, docker, env, jars, probes, process
+from .security import Security
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class LocalCluster:
         startup_timeout: float = 90.0,
         max_session_timeout_ms: int = 60000,
         use_env: bool = True,
+        tls: bool = False,
+        sasl: bool = False,
     ) -> None:
         """Configure the cluster; nothing starts before :meth:`start`.
 
@@ -69,7 +73,13 @@ class LocalCluster:
                 is 1000 ms, so that tests of session expiry can use 1-second sessions.
             use_env: use the cluster named by ``AIO_CLUSTER_BOOTSTRAP`` and
                 ``AIO_CLUSTER_ZOOKEEPER`` when both are set, instead of starting one (the ports
-                asked for are then ignored).
+                asked for are then ignored). A cluster with ``tls`` or ``sasl`` never comes from
+                the environment.
+            tls: Kafka serves TLS only, with a certificate for 127.0.0.1 signed by a CA made at
+                start, and ZooKeeper serves TLS too, on :attr:`zookeeper_secure` (its plain port
+                stays); :attr:`kafka_options` trusts the CA. Needs Java and trustme.
+            sasl: Kafka serves SASL SCRAM-SHA-512 over TLS (implies ``tls``), with a user made
+                at start whose name and random password are in :attr:`kafka_options`.
 
         Raises:
             ConfigurationError: a port outside 1..65535, both ports equal, a non-positive
@@ -92,7 +102,11 @@ class LocalCluster:
         self._cache_dir = cache_dir if cache_dir is not None else jars.default_cache_dir()
         self._startup_timeout = startup_timeout
         self._max_session_timeout_ms = max_session_timeout_ms
-        self._use_env = use_env
+        self._use_env = use_env and not (tls or sasl)
+        self._secured = tls or sasl
+        self._sasl = sasl
+        self._security: Security | None = None
+        self._zookeeper_secure = ""
         self._state = State.NEW
         self._mode: Mode | None = None
         self._bootstrap = ""
@@ -113,6 +127,39 @@ class LocalCluster:
         """ZooKeeper's connect string, ``"127.0.0.1:PORT"`` (or as the environment named it)."""
         self._require_running()
         return self._zookeeper
+
+    @property
+    def kafka_options(self) -> KafkaOptions:
+        """Connection options for a Kafka client of this cluster, ready for ``ConsumerGroup(...,
+        kafka_options=)`` or ``AIOKafkaAdminClient(**options)``: empty for a plaintext cluster;
+        with ``tls`` an ``ssl.SSLContext`` trusting the cluster's CA; with ``sasl`` also the
+        SCRAM user (its repr hides the password)."""
+        self._require_running()
+        return KafkaOptions() if self._security is None else self._security.kafka_options
+
+    @property
+    def zookeeper_secure(self) -> str:
+        """ZooKeeper's TLS connect string, ``"127.0.0.1:PORT"`` (a cluster with ``tls``).
+
+        Raises:
+            LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
+        """
+        self._require_running()
+        if not self._zookeeper_secure:
+            raise LocalClusterError("ZooKeeper serves TLS only in a LocalCluster(tls=True)")
+        return self._zookeeper_secure
+
+    @property
+    def zookeeper_tls(self) -> zk.ZooKeeperTLS:
+        """How to speak TLS to :attr:`zookeeper_secure`: trusting the cluster's CA.
+
+        Raises:
+            LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
+        """
+        self._require_running()
+        if self._security is None:
+            raise LocalClusterError("ZooKeeper serves TLS only in a LocalCluster(tls=True)")
+        return self._security.zookeeper_tls
 
     @property
     def mode(self) -> Mode:
@@ -277,15 +324,19 @@ class LocalCluster:
         for service, port in (("Kafka", self._kafka_port), ("ZooKeeper", self._zookeeper_port)):
             if port is not None:
                 probes.check_port_free(port, service)
-        kafka_port, zookeeper_port, controller_port = probes.free_ports(
-            self._kafka_port, self._zookeeper_port, None
+        kafka_port, zookeeper_port, controller_port, internal_port, secure_port = probes.free_ports(
+            self._kafka_port, self._zookeeper_port, None, None, None
         )
         self._bootstrap = f"{config.HOST}:{kafka_port}"
         self._zookeeper = f"{config.HOST}:{zookeeper_port}"
         java = process.find_java()
         if java is not None:
             self._mode = "java"
-            await self._start_java(java, kafka_port, zookeeper_port, controller_port)
+            await self._start_java(
+                java, kafka_port, zookeeper_port, controller_port, internal_port, secure_port
+            )
+        elif self._secured:
+            raise LocalClusterError("LocalCluster(tls=True) or (sasl=True) needs Java 17 or newer")
         elif await asyncio.to_thread(docker.engine_answers):
             self._mode = "docker"
             await self._start_docker(kafka_port, zookeeper_port)
@@ -297,7 +348,13 @@ class LocalCluster:
             )
 
     async def _start_java(
-        self, java: str, kafka_port: int, zookeeper_port: int, controller_port: int
+        self,
+        java: str,
+        kafka_port: int,
+        zookeeper_port: int,
+        controller_port: int,
+        internal_port: int,
+        secure_port: int,
     ) -> None:
         kafka_jars = await jars.resolve_jars(self._cache_dir, "kafka")
         zookeeper_jars = await jars.resolve_jars(self._cache_dir, "zookeeper")
@@ -308,23 +365,35 @@ class LocalCluster:
             self._bootstrap,
             data,
         )
+        zookeeper_settings = config.zookeeper_config(
+            zookeeper_port, data / "zookeeper", self._max_session_timeout_ms
+        )
+        kafka_settings = config.kafka_properties(
+            listen_host=config.HOST,
+            port=kafka_port,
+            controller_port=controller_port,
+            log_dir=str(data / "kafka"),
+        )
+        format_arguments: list[str] = []
+        probe_options: KafkaOptions | None = None
+        if self._secured:
+            self._security = security = Security.create(data / "tls", sasl=self._sasl)
+            kafka_settings.update(
+                security.kafka_properties(
+                    listen_host=config.HOST,
+                    port=kafka_port,
+                    internal_port=internal_port,
+                    controller_port=controller_port,
+                )
+            )
+            zookeeper_settings.update(security.zookeeper_config(secure_port))
+            self._zookeeper_secure = f"{config.HOST}:{secure_port}"
+            format_arguments = security.format_arguments()
+            probe_options = security.kafka_options
         zoo_cfg = data / "zoo.cfg"
-        config.write_properties(
-            zoo_cfg,
-            config.zookeeper_config(
-                zookeeper_port, data / "zookeeper", self._max_session_timeout_ms
-            ),
-        )
+        config.write_properties(zoo_cfg, zookeeper_settings)
         server_properties = data / "server.properties"
-        config.write_properties(
-            server_properties,
-            config.kafka_properties(
-                listen_host=config.HOST,
-                port=kafka_port,
-                controller_port=controller_port,
-                log_dir=str(data / "kafka"),
-            ),
-        )
+        config.write_properties(server_properties, kafka_settings)
         zookeeper_log, kafka_log = data / "zookeeper.log", data / "kafka.log"
         self._zookeeper_jvm = process.Child(
             "ZooKeeper",
@@ -340,7 +409,7 @@ class LocalCluster:
                 java, kafka_jars, process.KAFKA_HEAP, "kafka.Kafka", str(server_properties)
             ),
             kafka_log,
-            functools.partial(probes.kafka_answers, self._bootstrap),
+            functools.partial(probes.kafka_answers, self._bootstrap, options=probe_options),
         )
         storage_format = process.Child(
             "Kafka's storage format",
@@ -355,6 +424,7 @@ class LocalCluster:
                 "--config",
                 str(server_properties),
                 "--ignore-formatted",
+                *format_arguments,
             ),
             kafka_log,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -89,15 +91,20 @@ async def zookeeper_answers(connect: str, timeout: float) -> bool:
     return False
 
 
-async def kafka_answers(bootstrap: str, timeout: float) -> bool:
-    """Whether Kafka answers a metadata request naming at least one broker."""
+async def kafka_answers(
+    bootstrap: str, timeout: float, options: Mapping[str, Any] | None = None
+) -> bool:
+    """Whether Kafka answers a metadata request naming at least one broker (through a listener
+    secured with ``options``, when given: so a TLS or SASL setting that fails shows at start)."""
     # A plain connection first: aiokafka would log an error for each attempt while Kafka boots.
     for host, port in servers(bootstrap):
         if await port_open(host, port, timeout):
             break
     else:
         return False
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), **(options or {})
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout)
         cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
