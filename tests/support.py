@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+
+import anyio
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.layout import GroupLayout
@@ -104,3 +108,29 @@ class Worker:
         if not self.out.exists():
             return []
         return [line.split()[2] for line in self.out.read_text().splitlines()]
+
+
+async def consume_exactly_once(
+    members: Sequence[ConsumerGroup], produce: Callable[[int, int], Awaitable[object]], total: int
+) -> Counter[bytes]:
+    """Join ``members``, produce ``total`` messages (half before the joins, half after) and consume
+    them all with every member at once; returns how often each key was delivered."""
+    seen: Counter[bytes] = Counter()
+
+    async def consume(group: ConsumerGroup) -> None:
+        async for _, batch in group:
+            seen.update(record.key for record in batch if record.key is not None)
+
+    half = total // 2
+    await produce(0, half)
+    async with contextlib.AsyncExitStack() as stack:
+        for group in members:
+            await stack.enter_async_context(group)
+        async with anyio.create_task_group() as tasks:
+            for group in members:
+                tasks.start_soon(consume, group)
+            await produce(half, total - half)
+            await wait_until(lambda: sum(seen.values()) >= total, what=f"all {total} messages")
+            for group in members:
+                await group.close()
+    return seen

@@ -1,0 +1,120 @@
+"""A group over TLS, against a real local cluster serving Kafka (and ZooKeeper) over TLS only: it
+consumes exactly once; a wrong CA or a plaintext client gets one typed error naming the server."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+import trustme
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from aio_cluster import AuthenticationError, ConsumerGroup, GroupState, KafkaOptions
+from aio_cluster.local import LocalCluster
+
+from support import consume_exactly_once
+
+CONNECT_BOUND = 30.0
+"""Seconds a refused connection may take to be reported: far below a retry loop's forever."""
+
+
+@pytest_asyncio.fixture(scope="module")
+async def tls_cluster() -> AsyncIterator[LocalCluster]:
+    async with LocalCluster(tls=True) as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="module")
+async def tls_producer(tls_cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=tls_cluster.bootstrap, linger_ms=5, **tls_cluster.kafka_options
+    )
+    await producer.start()
+    yield producer
+    await producer.stop()
+
+
+async def _topic(cluster: LocalCluster, partitions: int) -> str:
+    name = f"tls-{uuid.uuid4().hex[:12]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap, **cluster.kafka_options)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        await admin.close()
+    return name
+
+
+def _member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+    options.setdefault("kafka_options", cluster.kafka_options)
+    return ConsumerGroup(
+        group,
+        cluster.bootstrap,
+        options.pop("zookeepers", cluster.zookeeper),  # type: ignore[arg-type]
+        topic,
+        loop_delay=0.1,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_group_consumes_exactly_once_over_tls(
+    tls_cluster: LocalCluster, tls_producer: AIOKafkaProducer
+) -> None:
+    assert tls_cluster.kafka_options["security_protocol"] == "SSL"
+    topic = await _topic(tls_cluster, 4)
+    group = f"tls-group-{uuid.uuid4().hex[:8]}"
+
+    async def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            await tls_producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
+        await tls_producer.flush()
+
+    members = [
+        _member(tls_cluster, group, topic),
+        # ZooKeeper over TLS too, on the server's secure port.
+        _member(
+            tls_cluster,
+            group,
+            topic,
+            zookeepers=tls_cluster.zookeeper_secure,
+            zookeeper_tls=tls_cluster.zookeeper_tls,
+        ),
+    ]
+    seen = await consume_exactly_once(members, produce, 400)
+    assert sorted(seen) == sorted(f"k{i}".encode() for i in range(400))
+    assert set(seen.values()) == {1}, "a message was delivered twice"
+
+
+async def _refused(group: ConsumerGroup) -> AuthenticationError:
+    """The one error ``register()`` raises, within the connect bound."""
+    with pytest.raises(AuthenticationError) as raised:
+        await asyncio.wait_for(group.register(), CONNECT_BOUND)
+    assert group.state is GroupState.CLOSED
+    return raised.value
+
+
+@pytest.mark.asyncio
+async def test_a_wrong_ca_is_one_typed_error_naming_the_server(tls_cluster: LocalCluster) -> None:
+    topic = await _topic(tls_cluster, 1)
+    stranger = ssl.create_default_context()
+    trustme.CA().configure_trust(stranger)
+    options = KafkaOptions(security_protocol="SSL", ssl_context=stranger)
+    error = await _refused(_member(tls_cluster, "wrong-ca", topic, kafka_options=options))
+    assert tls_cluster.bootstrap in str(error)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(error)
+    assert not error.retriable
+
+
+@pytest.mark.asyncio
+async def test_a_plaintext_client_is_told_the_server_expects_tls(
+    tls_cluster: LocalCluster,
+) -> None:
+    topic = await _topic(tls_cluster, 1)
+    error = await _refused(_member(tls_cluster, "plaintext", topic, kafka_options={}))
+    assert f"Kafka {tls_cluster.bootstrap} expects TLS" in str(error)
