@@ -23,11 +23,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
+    KafkaConnectionError,
     KafkaError,
     OffsetOutOfRangeError,
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from .addresses import parse_servers
 from .errors import AuthenticationError, BrokerError, ConfigurationError
@@ -303,7 +305,20 @@ async def _diagnose(
                     "'SSL' or 'SASL_SSL' with an ssl_context that trusts the server"
                 )
             continue
-        conn.close()
+        try:
+            # A listener that wants SASL answers the version look-up, then closes on a request.
+            await conn.send(MetadataRequest([]))
+        except KafkaConnectionError:
+            if not protocol.startswith("SASL_"):
+                return AuthenticationError(
+                    f"Kafka {server} closed the connection on a request without SASL "
+                    f"authentication: security_protocol is {protocol!r}; it probably expects "
+                    "'SASL_SSL' (or 'SASL_PLAINTEXT') with credentials"
+                )
+        except (KafkaError, asyncio.TimeoutError):
+            pass
+        finally:
+            conn.close()
     return None
 
 

@@ -42,6 +42,11 @@ class GroupLayout:
         _check_name("topic", self.topic)
 
     @property
+    def root(self) -> str:
+        """The parent of every group's nodes, shared with other groups."""
+        return "/consumers"
+
+    @property
     def ids(self) -> str:
         """The parent of the members' registrations."""
         return f"/consumers/{self.group}/ids"

@@ -10,8 +10,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-import anyio
-
 from aio_cluster import ConsumerGroup
 from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
@@ -126,11 +124,12 @@ async def consume_exactly_once(
     async with contextlib.AsyncExitStack() as stack:
         for group in members:
             await stack.enter_async_context(group)
-        async with anyio.create_task_group() as tasks:
-            for group in members:
-                tasks.start_soon(consume, group)
+        consumers = [asyncio.ensure_future(consume(group)) for group in members]
+        try:
             await produce(half, total - half)
             await wait_until(lambda: sum(seen.values()) >= total, what=f"all {total} messages")
+        finally:
             for group in members:
                 await group.close()
+            await asyncio.gather(*consumers)
     return seen

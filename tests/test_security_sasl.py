@@ -56,7 +56,9 @@ def _member(cluster: LocalCluster, group: str, topic: str, **options: object) ->
     options.setdefault("kafka_options", cluster.kafka_options)
     options.setdefault("zookeeper_auth", [("digest", f"member:{ZK_PASSWORD}")])
     options.setdefault("zookeeper_acl", "creator")
-    return ConsumerGroup(group, cluster.bootstrap, cluster.zookeeper, topic, loop_delay=0.1, **options)  # type: ignore[arg-type]
+    return ConsumerGroup(
+        group, cluster.bootstrap, cluster.zookeeper, topic, loop_delay=0.1, **options
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
@@ -108,5 +110,18 @@ async def test_a_wrong_password_is_one_typed_error_naming_server_and_user(
     for secret in (WRONG_PASSWORD, sasl_cluster.kafka_options["sasl_plain_password"]):
         assert all(secret not in repr(link) and secret not in str(link) for link in chain)
         assert secret not in caplog.text
-        assert secret not in repr(group) and secret not in repr(vars(group))
+        assert secret not in repr(group)
+        assert secret not in repr(vars(group))
     assert any(record.levelno >= logging.ERROR for record in caplog.records), "nothing captured"
+
+
+@pytest.mark.asyncio
+async def test_tls_without_sasl_is_told_the_server_expects_sasl(sasl_cluster: LocalCluster) -> None:
+    topic = await _topic(sasl_cluster, 1)
+    options = KafkaOptions(
+        security_protocol="SSL", ssl_context=sasl_cluster.kafka_options["ssl_context"]
+    )
+    group = _member(sasl_cluster, "no-sasl", topic, kafka_options=options)
+    with pytest.raises(AuthenticationError, match="without SASL") as raised:
+        await asyncio.wait_for(group.register(), CONNECT_BOUND)
+    assert sasl_cluster.bootstrap in str(raised.value)
