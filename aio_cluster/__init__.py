@@ -22,7 +22,7 @@ from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
 from .kafka import Record as Record
 from .kafka_options import KafkaOptions as KafkaOptions
-from .zk import ZooKeeperTLS as ZooKeeperTLS
+from .zk_security import ZooKeeperTLS as ZooKeeperTLS
 
 __all__ = [
     "AccessDeniedError",

@@ -14,7 +14,6 @@ retrying) from a broker that is merely away.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from .addresses import parse_servers
 from .errors import AuthenticationError, BrokerError, ConfigurationError
 from .kafka_options import KafkaOptions
+from .tls import speaks_tls
 
 __all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
 
@@ -297,7 +297,7 @@ async def _diagnose(
                 f"{_scrub(exc, options)}"
             )
         except (OSError, KafkaError, asyncio.TimeoutError):
-            if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and await _speaks_tls(
+            if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and await speaks_tls(
                 host, int(port), timeout_ms / 1000
             ):
                 return AuthenticationError(
@@ -320,21 +320,3 @@ async def _diagnose(
         finally:
             conn.close()
     return None
-
-
-async def _speaks_tls(host: str, port: int, timeout: float) -> bool:
-    """Whether the server completes a TLS handshake (its certificate is not checked: this only
-    asks which language the listener speaks)."""
-    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    probe.check_hostname = False
-    probe.verify_mode = ssl.CERT_NONE
-    try:
-        _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=probe), timeout
-        )
-    except (OSError, asyncio.TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError, ssl.SSLError):
-        await writer.wait_closed()
-    return True

@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -51,7 +50,6 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
-from kazoo.security import ACL, Id, Permissions
 
 from .addresses import parse_servers
 from .errors import (
@@ -61,6 +59,16 @@ from .errors import (
     CoordinationError,
     CoordinationTimeout,
     SessionLostError,
+)
+from .tls import handshake_error, speaks_tls
+from .zk_security import (
+    Acl,
+    ZooKeeperTLS,
+    checked_auth,
+    client_context,
+    default_acl,
+    kazoo_log,
+    shared_acl,
 )
 
 __all__ = [
@@ -74,7 +82,6 @@ __all__ = [
     "SetData",
     "Stat",
     "ZooKeeper",
-    "ZooKeeperTLS",
     "expire_session",
     "parse_hosts",
 ]
@@ -176,91 +183,6 @@ def parse_hosts(hosts: str | Sequence[str]) -> str:
     return servers + ("/" + chroot if chroot else "")
 
 
-@dataclass(frozen=True)
-class ZooKeeperTLS:
-    """How to speak TLS to ZooKeeper (its ``secureClientPort``); kazoo makes the connection.
-
-    Attributes:
-        ca: a PEM file of the certificate authorities to trust; None: the system's.
-        certfile: this client's certificate (PEM), for servers that ask for one.
-        keyfile: the key of ``certfile`` (PEM).
-        keyfile_password: the key's password, if it is encrypted (never shown in a repr).
-        verify_certs: check the server's certificate; turn off only for experiments.
-        check_hostname: check that the certificate names the host connected to.
-    """
-
-    ca: str | None = None
-    certfile: str | None = None
-    keyfile: str | None = None
-    keyfile_password: str | None = field(default=None, repr=False)
-    verify_certs: bool = True
-    check_hostname: bool = False
-
-
-Acl = Literal["open", "creator"]
-_ACLS = ("open", "creator")
-_AUTH_SCHEMES = ("digest",)
-
-
-def _checked_auth(auth: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The credentials, each ``(scheme, credential)`` checked; the error never shows a secret."""
-    checked = []
-    entries: Sequence[object] = auth  # checked as what a caller may really pass
-    for index, entry in enumerate(entries):
-        if not (isinstance(entry, tuple) and len(entry) == 2):
-            raise ConfigurationError(
-                f"zookeeper_auth[{index}] must be a (scheme, credential) pair, "
-                f"not a {type(entry).__name__}"
-            )
-        scheme, credential = entry
-        if scheme not in _AUTH_SCHEMES:
-            raise ConfigurationError(
-                f"zookeeper_auth[{index}] has scheme {scheme!r}; use one of "
-                f"{', '.join(_AUTH_SCHEMES)}"
-            )
-        text = credential if isinstance(credential, str) else ""
-        user, sep, _password = text.partition(":")
-        if not (sep and user):
-            raise ConfigurationError(
-                f'zookeeper_auth[{index}]: a digest credential is "user:password"'
-            )
-        checked.append((scheme, credential))
-    return checked
-
-
-def _default_acl(acl: str, auth: Sequence[tuple[str, str]]) -> list[Any] | None:
-    """kazoo's default ACL for ``acl``: None keeps the server's open one."""
-    if acl not in _ACLS:
-        raise ConfigurationError(f"zookeeper_acl={acl!r}; use one of {', '.join(_ACLS)}")
-    if acl == "open":
-        return None
-    if not auth:
-        raise ConfigurationError(
-            'zookeeper_acl="creator" needs zookeeper_auth: the nodes belong to its identity'
-        )
-    # "auth" stands for every identity the session authenticated as; the world may only read.
-    return [ACL(Permissions.ALL, Id("auth", "")), ACL(Permissions.READ, Id("world", "anyone"))]
-
-
-_CREDENTIAL_IN_LOG = re.compile(r"(auth=)(['\"]).*?\2")
-
-
-class _MaskCredentials(logging.Filter):
-    """Masks the credential of kazoo's logged ``Auth(...)`` requests."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = _CREDENTIAL_IN_LOG.sub(r"\1\2***\2", message)
-        if masked != message:
-            record.msg, record.args = masked, ()
-        return True
-
-
-_kazoo_log = logging.getLogger("kazoo.client.aio_cluster")
-"""The logger given to kazoo: a child of kazoo's own, so its configuration applies."""
-_kazoo_log.addFilter(_MaskCredentials())
-
-
 def _stat(raw: Any) -> Stat:
     return Stat(version=raw.version, czxid=raw.czxid, ephemeral_owner=raw.ephemeralOwner)
 
@@ -337,8 +259,8 @@ class ZooKeeper:
         self._hosts = parse_hosts(hosts)
         self._session_timeout = session_timeout
         self._request_timeout = request_timeout
-        auth_data = _checked_auth(auth)
-        secure = ZooKeeperTLS() if tls is True else tls or None
+        auth_data = checked_auth(auth)
+        self._tls = secure = ZooKeeperTLS() if tls is True else tls or None
         tls_args: dict[str, Any] = {}
         if secure is not None:
             tls_args = {
@@ -350,21 +272,16 @@ class ZooKeeper:
                 "verify_certs": secure.verify_certs,
                 "check_hostname": secure.check_hostname,
             }
-        default_acl = _default_acl(acl, auth_data)
-        self._shared_acl = None
-        if default_acl is not None:
-            self._shared_acl = [
-                ACL(Permissions.ALL, Id("auth", "")),
-                ACL(Permissions.READ | Permissions.CREATE, Id("world", "anyone")),
-            ]
+        acls = default_acl(acl, auth_data)
+        self._shared_acl = None if acls is None else shared_acl()
         self._client = KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=None,
             auth_data=auth_data or None,
-            default_acl=default_acl,
-            logger=_kazoo_log,
+            default_acl=acls,
+            logger=kazoo_log,
             **tls_args,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -409,6 +326,8 @@ class ZooKeeper:
         """Connect and open a session.
 
         Raises:
+            AuthenticationError: the server refused the credentials or the TLS handshake, or it
+                speaks TLS and this client does not (found once the bound has passed).
             CoordinationTimeout: no server answered within ``timeout`` (default: request_timeout).
         """
         self._loop = asyncio.get_running_loop()
@@ -422,10 +341,38 @@ class ZooKeeper:
                 raise AuthenticationError(
                     f"ZooKeeper {self._hosts} refused the session's credentials"
                 ) from exc
+            handshake = await self._diagnose_tls()
+            if handshake is not None:
+                raise handshake from exc
             raise CoordinationTimeout(
                 f"no ZooKeeper server of {self._hosts!r} answered within {bound:g} s"
             ) from exc
         self._state = SessionState.CONNECTED
+
+    async def _diagnose_tls(self) -> AuthenticationError | None:
+        """Why no server answered, if TLS is the reason: a refused handshake, or a plaintext
+        client at a TLS port."""
+        for server in parse_servers(self._hosts.partition("/")[0], "ZooKeeper"):
+            host, _, port = server.rpartition(":")
+            if self._tls is None:
+                if await speaks_tls(host, int(port), self._request_timeout):
+                    return AuthenticationError(
+                        f"ZooKeeper {server} expects TLS: pass zookeeper_tls to speak it"
+                    )
+                continue
+            try:
+                error = await handshake_error(
+                    host, int(port), client_context(self._tls), self._request_timeout
+                )
+            except (OSError, asyncio.TimeoutError):
+                continue
+            if error is not None:
+                return AuthenticationError(
+                    f"the TLS handshake with ZooKeeper {server} failed "
+                    f"({error.reason or type(error).__name__}): its certificate is not trusted, "
+                    f"or {server} does not speak TLS"
+                )
+        return None
 
     async def close(self) -> None:
         """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""

@@ -4,9 +4,11 @@ consumes exactly once; a wrong CA or a plaintext client gets one typed error nam
 from __future__ import annotations
 
 import asyncio
+import gc
 import ssl
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -14,8 +16,9 @@ import trustme
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from aio_cluster import AuthenticationError, ConsumerGroup, GroupState, KafkaOptions
+from aio_cluster import AuthenticationError, ConsumerGroup, GroupState, KafkaOptions, ZooKeeperTLS
 from aio_cluster.local import LocalCluster
+from aio_cluster.zk import ZooKeeper
 
 from support import consume_exactly_once
 
@@ -118,3 +121,29 @@ async def test_a_plaintext_client_is_told_the_server_expects_tls(
     topic = await _topic(tls_cluster, 1)
     error = await _refused(_member(tls_cluster, "plaintext", topic, kafka_options={}))
     assert f"Kafka {tls_cluster.bootstrap} expects TLS" in str(error)
+
+
+# kazoo 2.11 leaves the socket of a failed TLS handshake open (handlers/utils.py re-raises the
+# SSLError without closing it): collected below, so its warning lands in this test, and ignored.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.asyncio
+async def test_zookeeper_tls_refusals_are_typed_errors_naming_the_server(
+    tls_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger.pem"
+    trustme.CA().cert_pem.write_to_path(str(stranger))
+    secure = tls_cluster.zookeeper_secure
+    untrusting = ZooKeeper(secure, request_timeout=2.0, tls=ZooKeeperTLS(ca=str(stranger)))
+    with pytest.raises(AuthenticationError, match=f"TLS handshake with ZooKeeper {secure}"):
+        await asyncio.wait_for(untrusting.start(), CONNECT_BOUND)
+    gc.collect()
+    plaintext = ZooKeeper(secure, request_timeout=2.0)
+    with pytest.raises(AuthenticationError, match=f"ZooKeeper {secure} expects TLS"):
+        await asyncio.wait_for(plaintext.start(), CONNECT_BOUND)
+    trusting = ZooKeeper(secure, tls=tls_cluster.zookeeper_tls)
+    await trusting.start()
+    try:
+        assert "zookeeper" in await trusting.get_children("/")
+    finally:
+        await trusting.close()

@@ -18,6 +18,7 @@ from typing import Literal
 from .. import zk
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka_options import KafkaOptions
+from ..zk_security import ZooKeeperTLS
 from . import config, docker, env, jars, probes, process
 from .security import Security
 
@@ -150,7 +151,7 @@ class LocalCluster:
         return self._zookeeper_secure
 
     @property
-    def zookeeper_tls(self) -> zk.ZooKeeperTLS:
+    def zookeeper_tls(self) -> ZooKeeperTLS:
         """How to speak TLS to :attr:`zookeeper_secure`: trusting the cluster's CA.
 
         Raises:

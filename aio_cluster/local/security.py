@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import LocalClusterError
 from ..kafka_options import KafkaOptions
-from ..zk import ZooKeeperTLS
+from ..zk_security import ZooKeeperTLS
 from .config import HOST
 
 __all__ = ["Security"]
