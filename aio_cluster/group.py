@@ -20,8 +20,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
 import anyio
 
@@ -29,7 +30,9 @@ from .assignment import Strategy
 from .claims import Batch
 from .delivery import Delivery
 from .errors import (
+    AccessDeniedError,
     AioClusterError,
+    AuthenticationError,
     BrokerError,
     ConfigurationError,
     CoordinationError,
@@ -38,16 +41,30 @@ from .errors import (
 )
 from .handover import Handover
 from .kafka import Fetcher
+from .kafka_options import KafkaOptions
 from .layout import GroupLayout
 from .membership import Membership
 from .offsets import Offsets
 from .zk import SessionState, ZooKeeper
+from .zk_security import Acl, ZooKeeperTLS
 
 __all__ = ["Batch", "ConsumerGroup", "GroupState"]
 
 log = logging.getLogger(__name__)
 
 _counter = itertools.count(1)
+
+
+def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | None:
+    """The refused credentials in ``exc`` (or in the exception group it is), if any: trying
+    again does not mend them, so the member stops with this error instead of retrying."""
+    if isinstance(exc, (AccessDeniedError, AuthenticationError)):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _refusal(inner)
+        if found is not None:
+            return found
+    return None
 
 
 class GroupState(enum.Enum):
@@ -106,6 +123,10 @@ class ConsumerGroup:
         metadata_interval: float = 30.0,
         request_timeout: float = 10.0,
         close_timeout: float = 10.0,
+        kafka_options: Mapping[str, Any] | None = None,
+        zookeeper_auth: Sequence[tuple[str, str]] = (),
+        zookeeper_acl: Acl = "open",
+        zookeeper_tls: ZooKeeperTLS | bool = False,
     ) -> None:
         """Configure a member; it joins in ``async with`` (or :meth:`register`).
 
@@ -127,6 +148,14 @@ class ConsumerGroup:
             metadata_interval: seconds between checks of the topic's partitions.
             request_timeout: the bound on each ZooKeeper request, in seconds.
             close_timeout: the bound on the final commit and release in :meth:`close`.
+            kafka_options: connection options for every Kafka client of the member, with
+                aiokafka's names (TLS, SASL; see :class:`~aio_cluster.KafkaOptions`).
+            zookeeper_auth: credentials of the ZooKeeper session, ``[("digest", "user:pw")]``.
+            zookeeper_acl: ``"open"`` (the default): the group's nodes are open to all;
+                ``"creator"``: the nodes this member creates (``ids``, ``owners``, ``offsets``
+                and their parents) may be changed only by the identity of ``zookeeper_auth``,
+                and read by anyone. Nodes that exist already keep their ACL.
+            zookeeper_tls: speak TLS to ZooKeeper (True: trust the system's CAs).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -154,7 +183,12 @@ class ConsumerGroup:
             raise ConfigurationError(f"unknown strategy {strategy!r}; use one of {known}") from None
         self._id = _member_id(name)
         self._zk = ZooKeeper(
-            zookeepers, session_timeout=session_timeout, request_timeout=request_timeout
+            zookeepers,
+            session_timeout=session_timeout,
+            request_timeout=request_timeout,
+            auth=zookeeper_auth,
+            acl=zookeeper_acl,
+            tls=zookeeper_tls,
         )
         self._fetcher = Fetcher(
             brokers,
@@ -163,6 +197,7 @@ class ConsumerGroup:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
+            options=KafkaOptions(kafka_options or {}),
         )
         self._register_on_enter = register
         self._commit_interval = commit_interval
@@ -194,6 +229,12 @@ class ConsumerGroup:
         self._runner: asyncio.Task[None] | None = None
 
     # -- what a user reads -------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return (
+            f"<ConsumerGroup {self.name!r} topic={self.topic!r} member={self.id!r} "
+            f"state={self._state.value}>"
+        )
 
     @property
     def id(self) -> str:
@@ -287,6 +328,8 @@ class ConsumerGroup:
             StrategyMismatchError: the group uses another assignment strategy.
             ConfigurationError: the topic does not exist.
             CoordinationError, BrokerError: ZooKeeper or Kafka could not be reached.
+            AuthenticationError: Kafka or ZooKeeper refused the TLS handshake or the credentials.
+            AccessDeniedError: the group's nodes belong to another ZooKeeper identity.
         """
         if self._state in (GroupState.JOINING, GroupState.JOINED):
             return
@@ -397,10 +440,15 @@ class ConsumerGroup:
                     self._every, self._metadata_interval, self._membership.check_partitions
                 )
         except Exception as exc:
-            # Errors the loops expect are handled there; this is a failure nobody foresaw. It
-            # must not pass silently: register() or the next batch raises it.
-            error = AioClusterError(f"member {self.id} failed in the background: {exc!r}")
-            error.__cause__ = exc
+            # Errors the loops expect are handled there; this is a failure nobody foresaw, or
+            # credentials the servers refused. It must not pass silently: register() or the
+            # next batch raises it.
+            error: AioClusterError | None = _refusal(exc)
+            if error is not None:
+                log.error("member %s stops: %s", self.id, error)
+            else:
+                error = AioClusterError(f"member {self.id} failed in the background: {exc!r}")
+                error.__cause__ = exc
             self._failure = error
             self._wake()
             if not joined.done():

@@ -95,6 +95,7 @@ class Membership:
             StrategyMismatchError: the group uses another assignment strategy.
         """
         self._partitions = await self._fetcher.partitions()
+        await self._zk.ensure_path(self._layout.root, shared=True)
         for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
             await self._zk.ensure_path(path)
         # Refuse before registering, so that the group never sees this member.
