@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.security import READ_ACL_UNSAFE
 
 from aio_cluster import AccessDeniedError, ConsumerGroup, GroupState
 from aio_cluster.layout import GroupLayout
@@ -106,3 +107,33 @@ async def test_creator_acl_lets_others_read_but_not_change_the_group(
             members = await asyncio.to_thread(anonymous.get_children, layout.ids)
             assert sorted(members) == sorted([group.id, second.id])
     assert await asyncio.to_thread(anonymous.get_children, layout.ids) == []
+
+
+@pytest.mark.asyncio
+async def test_a_member_refused_after_joining_stops_with_the_typed_error(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 3)
+    layout = GroupLayout(group_name, topic)
+    owner = KazooClient(hosts=cluster.zookeeper, auth_data=RIGHT)
+    await asyncio.to_thread(owner.start, 10)
+    try:
+        async with _member(cluster, group_name, topic, RIGHT) as group:
+            batches = group.batches()
+            await anext(batches)
+            await produce(topic, 2, start=3)
+            await anext(batches)  # the first batch completed: its offset is stored soon
+
+            async def stored() -> bool:
+                return await asyncio.to_thread(owner.exists, layout.offset(0)) is not None
+
+            await wait_until(stored, what="the first offset stored")
+            # The node's owner takes the write permission away: storing offsets is refused now.
+            await asyncio.to_thread(owner.set_acls, layout.offset(0), list(READ_ACL_UNSAFE))
+            with pytest.raises(AccessDeniedError, match=layout.offset(0)):
+                await anext(batches)  # the second completes; storing it fails in the background
+            await batches.aclose()
+    finally:
+        await asyncio.to_thread(owner.stop)
+        await asyncio.to_thread(owner.close)
