@@ -35,7 +35,7 @@ from .errors import AuthenticationError, BrokerError, ConfigurationError
 from .kafka_options import KafkaOptions
 from .tls import speaks_tls
 
-__all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
+__all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "connect_failure", "parse_bootstrap"]
 
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
@@ -165,13 +165,7 @@ class Fetcher:
             await self._lookup._client.add_topic(self.topic)
         except KafkaError as exc:
             await self.stop()
-            # aiokafka logs why each server failed and raises only "unable to bootstrap".
-            refused = await _diagnose(self._servers, self._options, self._client_id)
-            if refused is not None:
-                raise refused from exc
-            raise BrokerError(
-                f"could not reach Kafka at {','.join(self._servers)}: {_scrub(exc, self._options)}"
-            ) from exc
+            raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
@@ -257,6 +251,20 @@ class Fetcher:
         except KafkaError as exc:
             raise BrokerError(f"fetch failed: {exc}") from exc
         return {tp.partition: records for tp, records in fetched.items() if records}
+
+
+async def connect_failure(
+    servers: Sequence[str], options: KafkaOptions, client_id: str, exc: KafkaError
+) -> AuthenticationError | BrokerError:
+    """The error to raise for an aiokafka client that could not start (``exc``).
+
+    aiokafka logs why each server failed and raises only "unable to bootstrap"; one connection
+    more tells a refused TLS handshake or refused credentials from a broker that is away.
+    """
+    refused = await _diagnose(servers, options, client_id)
+    if refused is not None:
+        return refused
+    return BrokerError(f"could not reach Kafka at {','.join(servers)}: {_scrub(exc, options)}")
 
 
 def _scrub(exc: BaseException, options: KafkaOptions) -> str:
