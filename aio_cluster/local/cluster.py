@@ -5,19 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 from .. import zk
 from ..errors import ConfigurationError, LocalClusterError
-from . import config, docker, env, jars, probes, process
+from . import config, docker, env, jars, probes, process, servers
 
 _log = logging.getLogger(__name__)
 
@@ -35,12 +34,17 @@ class State(enum.Enum):
 
 
 class LocalCluster:
-    """One ZooKeeper and one Kafka broker for development and tests.
+    """A ZooKeeper server and a Kafka node for development and tests, or with ``brokers=3,
+    zookeepers=3`` an ensemble and a replicated cluster (Java only).
 
     Use it as ``async with LocalCluster() as cluster:`` or call :meth:`start` and :meth:`stop`.
     Once started, :attr:`bootstrap` and :attr:`zookeeper` say where the servers are. The fault
-    hooks (:meth:`stop_zookeeper`, :meth:`start_kafka`, ...) need a cluster this object started
-    with Java.
+    hooks (:meth:`stop_zookeeper`, :meth:`start_kafka`, :meth:`stop_broker`, ...) need a cluster
+    this object started with Java.
+
+    With several Kafka nodes, topics are created with three replicas by default (as many as there
+    are nodes, if fewer) and a write needs two in sync (``min.insync.replicas=2``), so one node may
+    die without losing an acknowledged message; a producer must ask for ``acks="all"``.
 
     The broker does not create topics on first use (``auto.create.topics.enable=false``): a test of
     an unknown topic sees it unknown. Create topics with an admin client.
@@ -49,6 +53,8 @@ class LocalCluster:
     def __init__(
         self,
         *,
+        brokers: int = 1,
+        zookeepers: int = 1,
         kafka_port: int | None = None,
         zookeeper_port: int | None = None,
         cache_dir: Path | None = None,
@@ -59,8 +65,12 @@ class LocalCluster:
         """Configure the cluster; nothing starts before :meth:`start`.
 
         Args:
-            kafka_port: Kafka's port on 127.0.0.1; None picks a free one.
-            zookeeper_port: ZooKeeper's port on 127.0.0.1; None picks a free one.
+            brokers: how many Kafka nodes (each a broker and a KRaft controller).
+            zookeepers: how many ZooKeeper servers; several form an ensemble (an odd number
+                survives the loss of a minority).
+            kafka_port: Kafka's port on 127.0.0.1 (one node only); None picks a free one.
+            zookeeper_port: ZooKeeper's port on 127.0.0.1 (one server only); None picks a free
+                one.
             cache_dir: where the jars are kept between runs; default ``$AIO_CLUSTER_CACHE`` or
                 ``~/.cache/aio-cluster``.
             startup_timeout: seconds the servers have to answer requests after they were started
@@ -72,9 +82,20 @@ class LocalCluster:
                 asked for are then ignored).
 
         Raises:
-            ConfigurationError: a port outside 1..65535, both ports equal, a non-positive
-                timeout, or a session bound below 1000 ms.
+            ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
+                several nodes, both ports equal, a non-positive timeout, or a session bound below
+                1000 ms.
         """
+        for name, count, port_name, port in (
+            ("brokers", brokers, "kafka_port", kafka_port),
+            ("zookeepers", zookeepers, "zookeeper_port", zookeeper_port),
+        ):
+            if count < 1:
+                raise ConfigurationError(f"{name}={count}: a cluster needs at least one")
+            if count > 1 and port is not None:
+                raise ConfigurationError(
+                    f"{port_name} names one port; with {name}={count} free ports are picked"
+                )
         for name, port in (("kafka_port", kafka_port), ("zookeeper_port", zookeeper_port)):
             if port is not None and not 0 < port < 65536:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
@@ -87,6 +108,8 @@ class LocalCluster:
                 f"max_session_timeout_ms={max_session_timeout_ms} is below the minimum session "
                 f"timeout of {config.MIN_SESSION_TIMEOUT_MS} ms"
             )
+        self._brokers = brokers
+        self._zookeepers = zookeepers
         self._kafka_port = kafka_port
         self._zookeeper_port = zookeeper_port
         self._cache_dir = cache_dir if cache_dir is not None else jars.default_cache_dir()
@@ -98,19 +121,20 @@ class LocalCluster:
         self._bootstrap = ""
         self._zookeeper = ""
         self._data_dir: Path | None = None
-        self._zookeeper_jvm: process.Child | None = None
-        self._kafka_jvm: process.Child | None = None
+        self._servers: servers.JavaServers | None = None
         self._containers: docker.Containers | None = None
 
     @property
     def bootstrap(self) -> str:
-        """Kafka's bootstrap servers, ``"127.0.0.1:PORT"`` (or as the environment named them)."""
+        """Kafka's bootstrap servers, ``"127.0.0.1:PORT"`` (comma-separated, every node, with
+        several), or as the environment named them."""
         self._require_running()
         return self._bootstrap
 
     @property
     def zookeeper(self) -> str:
-        """ZooKeeper's connect string, ``"127.0.0.1:PORT"`` (or as the environment named it)."""
+        """ZooKeeper's connect string, ``"127.0.0.1:PORT"`` (comma-separated, every server, with
+        an ensemble), or as the environment named it."""
         self._require_running()
         return self._zookeeper
 
@@ -174,38 +198,118 @@ class LocalCluster:
         self._state = State.STOPPED
 
     async def stop_zookeeper(self) -> None:
-        """Stop ZooKeeper (a fault for tests); its data stays for :meth:`start_zookeeper`.
+        """Stop ZooKeeper, every server of it (a fault for tests); the data stays for
+        :meth:`start_zookeeper`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await self._jvm("zookeeper").stop()
+        await _stop(self._java("zookeeper").zookeepers)
 
     async def start_zookeeper(self) -> None:
-        """Start ZooKeeper again on the same port with the same data, and wait until it answers.
+        """Start ZooKeeper (every server) again on the same ports with the same data, and wait
+        until it answers.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java, or ZooKeeper did
                 not answer within ``startup_timeout``.
         """
-        await self._jvm("zookeeper").start(self._deadline())
+        await _start(self._java("zookeeper").zookeepers, self._deadline())
 
     async def stop_kafka(self) -> None:
-        """Stop Kafka (a fault for tests); its data stays for :meth:`start_kafka`.
+        """Stop Kafka, every node of it (a fault for tests); the data stays for
+        :meth:`start_kafka`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await self._jvm("kafka").stop()
+        await _stop(self._java("kafka").brokers)
 
     async def start_kafka(self) -> None:
-        """Start Kafka again on the same port with the same data, and wait until it answers.
+        """Start Kafka (every node) again on the same ports with the same data, and wait until
+        it answers.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java, or Kafka did not
                 answer within ``startup_timeout``.
         """
-        await self._jvm("kafka").start(self._deadline())
+        await _start(self._java("kafka").brokers, self._deadline())
+
+    async def stop_broker(self, index: int) -> None:
+        """Stop one Kafka node (a fault for tests): the partitions it led get new leaders among
+        the replicas in sync. Its data stays for :meth:`start_broker`.
+
+        Args:
+            index: the node, from 0 (its Kafka node id is ``index + 1``).
+
+        Raises:
+            LocalClusterError: no such node, or this object did not start the cluster with Java.
+        """
+        await self._node("kafka", index).stop()
+
+    async def start_broker(self, index: int) -> None:
+        """Start one Kafka node again on its port with its data, and wait until it answers.
+
+        Raises:
+            LocalClusterError: no such node, this object did not start the cluster with Java, or
+                the node did not answer within ``startup_timeout``.
+        """
+        await self._node("kafka", index).start(self._deadline())
+
+    async def stop_zookeeper_node(self, index: int) -> None:
+        """Stop one ZooKeeper server (a fault for tests): its clients move to another server;
+        with a majority stopped the ensemble serves nobody. Its data stays for
+        :meth:`start_zookeeper_node`.
+
+        Args:
+            index: the server, from 0 (its ZooKeeper server id is ``index + 1``).
+
+        Raises:
+            LocalClusterError: no such server, or this object did not start the cluster with
+                Java.
+        """
+        await self._node("zookeeper", index).stop()
+
+    async def start_zookeeper_node(self, index: int) -> None:
+        """Start one ZooKeeper server again on its port with its data, and wait until it
+        serves (in an ensemble: until it is part of a quorum again).
+
+        Raises:
+            LocalClusterError: no such server, this object did not start the cluster with Java,
+                or the server did not serve within ``startup_timeout``.
+        """
+        await self._node("zookeeper", index).start(self._deadline())
+
+    async def leader(self, topic: str, partition: int) -> int:
+        """The Kafka node that leads a partition now, as the index :meth:`stop_broker` takes;
+        while the partition has no leader (an election), wait for one.
+
+        Raises:
+            LocalClusterError: the cluster is not running, the partition is unknown, or it had
+                no leader within ``startup_timeout``.
+        """
+        self._require_running()
+        loop = asyncio.get_running_loop()
+        deadline = self._deadline()
+        while True:
+            index = (
+                await probes.partition_leader(
+                    self._bootstrap, topic, partition, probes.attempt_timeout(deadline)
+                )
+                - 1
+            )
+            # The metadata of a node that has not yet heard of a failover may name a stopped one.
+            stopped = self._servers is not None and not (
+                0 <= index < len(self._servers.brokers) and self._servers.brokers[index].running
+            )
+            if index >= 0 and not stopped:
+                return index
+            if loop.time() >= deadline:
+                raise LocalClusterError(
+                    f"partition {partition} of {topic!r} had no leader for "
+                    f"{self._startup_timeout:g} s"
+                )
+            await asyncio.sleep(probes.POLL_INTERVAL)
 
     @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:
@@ -240,15 +344,23 @@ class LocalCluster:
         if self._state is not State.RUNNING:
             raise LocalClusterError(f"the local cluster is {self._state.value}, not running")
 
-    def _jvm(self, service: Literal["zookeeper", "kafka"]) -> process.Child:
+    def _java(self, service: Literal["zookeeper", "kafka"]) -> servers.JavaServers:
         self._require_running()
-        jvm = self._zookeeper_jvm if service == "zookeeper" else self._kafka_jvm
-        if jvm is None:
+        if self._servers is None:
             raise LocalClusterError(
                 f"stopping and starting {service} needs a cluster this LocalCluster started with "
                 f"Java; this one came from {self._mode}"
             )
-        return jvm
+        return self._servers
+
+    def _node(self, service: Literal["zookeeper", "kafka"], index: int) -> process.Child:
+        java = self._java(service)
+        nodes = java.zookeepers if service == "zookeeper" else java.brokers
+        if not 0 <= index < len(nodes):
+            raise LocalClusterError(
+                f"no {service} node {index}: this cluster has {len(nodes)} (0..{len(nodes) - 1})"
+            )
+        return nodes[index]
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._startup_timeout
@@ -277,97 +389,43 @@ class LocalCluster:
         for service, port in (("Kafka", self._kafka_port), ("ZooKeeper", self._zookeeper_port)):
             if port is not None:
                 probes.check_port_free(port, service)
-        kafka_port, zookeeper_port, controller_port = probes.free_ports(
-            self._kafka_port, self._zookeeper_port, None
+        kafka, zookeeper = self._brokers, self._zookeepers
+        ports = probes.free_ports(
+            *([self._kafka_port] * kafka),
+            *([self._zookeeper_port] * zookeeper),
+            *([None] * (kafka + 2 * zookeeper)),
         )
-        self._bootstrap = f"{config.HOST}:{kafka_port}"
-        self._zookeeper = f"{config.HOST}:{zookeeper_port}"
+        layout = servers.Ports(
+            kafka=ports[:kafka],
+            zookeeper=ports[kafka : kafka + zookeeper],
+            controller=ports[kafka + zookeeper : 2 * kafka + zookeeper],
+            quorum=ports[2 * kafka + zookeeper : 2 * kafka + 2 * zookeeper],
+            election=ports[2 * kafka + 2 * zookeeper :],
+        )
+        self._bootstrap = layout.bootstrap
+        self._zookeeper = layout.connect
         java = process.find_java()
         if java is not None:
             self._mode = "java"
-            await self._start_java(java, kafka_port, zookeeper_port, controller_port)
+            self._data_dir = Path(tempfile.mkdtemp(prefix="aio-cluster-"))
+            self._servers = servers.JavaServers(
+                java, self._data_dir, layout, self._max_session_timeout_ms
+            )
+            await self._servers.start(self._cache_dir, self._deadline())
+        elif kafka > 1 or zookeeper > 1:
+            raise LocalClusterError(
+                f"a cluster of {kafka} Kafka and {zookeeper} ZooKeeper nodes needs Java 17 or "
+                "newer ($JAVA_HOME/bin/java or java on PATH), and none was found"
+            )
         elif await asyncio.to_thread(docker.engine_answers):
             self._mode = "docker"
-            await self._start_docker(kafka_port, zookeeper_port)
+            await self._start_docker(layout.kafka[0], layout.zookeeper[0])
         else:
             raise LocalClusterError(
                 "the local cluster needs Java 17 or newer ($JAVA_HOME/bin/java or java on PATH) "
                 "or a Docker engine (with testcontainers installed), and neither was found; or "
                 f"set {env.BOOTSTRAP_VAR} and {env.ZOOKEEPER_VAR} to use a running cluster"
             )
-
-    async def _start_java(
-        self, java: str, kafka_port: int, zookeeper_port: int, controller_port: int
-    ) -> None:
-        kafka_jars = await jars.resolve_jars(self._cache_dir, "kafka")
-        zookeeper_jars = await jars.resolve_jars(self._cache_dir, "zookeeper")
-        self._data_dir = data = Path(tempfile.mkdtemp(prefix="aio-cluster-"))
-        _log.info(
-            "starting ZooKeeper on %s and Kafka on %s (data in %s)",
-            self._zookeeper,
-            self._bootstrap,
-            data,
-        )
-        zoo_cfg = data / "zoo.cfg"
-        config.write_properties(
-            zoo_cfg,
-            config.zookeeper_config(
-                zookeeper_port, data / "zookeeper", self._max_session_timeout_ms
-            ),
-        )
-        server_properties = data / "server.properties"
-        config.write_properties(
-            server_properties,
-            config.kafka_properties(
-                listen_host=config.HOST,
-                port=kafka_port,
-                controller_port=controller_port,
-                log_dir=str(data / "kafka"),
-            ),
-        )
-        zookeeper_log, kafka_log = data / "zookeeper.log", data / "kafka.log"
-        self._zookeeper_jvm = process.Child(
-            "ZooKeeper",
-            process.java_command(
-                java, zookeeper_jars, process.ZOOKEEPER_HEAP, process.ZOOKEEPER_MAIN, str(zoo_cfg)
-            ),
-            zookeeper_log,
-            functools.partial(probes.zookeeper_answers, self._zookeeper),
-        )
-        self._kafka_jvm = process.Child(
-            "Kafka",
-            process.java_command(
-                java, kafka_jars, process.KAFKA_HEAP, "kafka.Kafka", str(server_properties)
-            ),
-            kafka_log,
-            functools.partial(probes.kafka_answers, self._bootstrap),
-        )
-        storage_format = process.Child(
-            "Kafka's storage format",
-            process.java_command(
-                java,
-                kafka_jars,
-                process.TOOL_FLAGS,
-                "kafka.tools.StorageTool",
-                "format",
-                "--cluster-id",
-                config.kafka_cluster_id(),
-                "--config",
-                str(server_properties),
-                "--ignore-formatted",
-            ),
-            kafka_log,
-        )
-        deadline = self._deadline()
-        # ZooKeeper boots while the storage is formatted; then both are awaited.
-        await self._zookeeper_jvm.spawn()
-        try:
-            await storage_format.run(deadline)
-        finally:
-            await storage_format.stop()
-        await self._kafka_jvm.spawn()
-        await self._zookeeper_jvm.wait_ready(deadline)
-        await self._kafka_jvm.wait_ready(deadline)
 
     async def _start_docker(self, kafka_port: int, zookeeper_port: int) -> None:
         _log.info("no Java found: starting ZooKeeper and Kafka in Docker")
@@ -393,11 +451,24 @@ class LocalCluster:
 
     async def _release(self) -> None:
         """Stop whatever was started and remove the data; safe to repeat."""
-        jvms = [jvm for jvm in (self._kafka_jvm, self._zookeeper_jvm) if jvm is not None]
-        await asyncio.gather(*(jvm.stop() for jvm in jvms))
+        if self._servers is not None:
+            await self._servers.stop()
         if self._containers is not None:
             await asyncio.to_thread(self._containers.stop)
         if self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
-        if jvms or self._containers is not None:
+        if self._servers is not None or self._containers is not None:
             _log.info("local cluster stopped")
+
+
+async def _stop(nodes: Sequence[process.Child]) -> None:
+    await asyncio.gather(*(node.stop() for node in nodes))
+
+
+async def _start(nodes: Sequence[process.Child], deadline: float) -> None:
+    """Start the nodes together (an ensemble or a quorum needs a majority up before any one
+    answers) and wait until each answers."""
+    for node in nodes:
+        await node.spawn()
+    for node in nodes:
+        await node.wait_ready(deadline)

@@ -13,6 +13,7 @@ from ..errors import LocalClusterError
 from . import config
 
 POLL_INTERVAL = 0.2  # seconds between two probes of a starting server
+_UNKNOWN_TOPIC = 3  # Kafka's error code UNKNOWN_TOPIC_OR_PARTITION
 
 
 def check_port_free(port: int, service: str) -> None:
@@ -89,8 +90,8 @@ async def zookeeper_answers(connect: str, timeout: float) -> bool:
     return False
 
 
-async def kafka_answers(bootstrap: str, timeout: float) -> bool:
-    """Whether Kafka answers a metadata request naming at least one broker."""
+async def kafka_answers(bootstrap: str, timeout: float, brokers: int = 1) -> bool:
+    """Whether Kafka answers a metadata request naming at least ``brokers`` brokers."""
     # A plain connection first: aiokafka would log an error for each attempt while Kafka boots.
     for host, port in servers(bootstrap):
         if await port_open(host, port, timeout):
@@ -105,4 +106,29 @@ async def kafka_answers(bootstrap: str, timeout: float) -> bool:
         return False
     finally:
         await admin.close()
-    return bool(cluster["brokers"])
+    return len(cluster["brokers"]) >= brokers
+
+
+async def partition_leader(bootstrap: str, topic: str, partition: int, timeout: float) -> int:
+    """The node id that leads a partition by the cluster's metadata, or -1 while it has none
+    (or no broker answered).
+
+    Raises:
+        LocalClusterError: the topic or the partition does not exist.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        (described,) = await asyncio.wait_for(admin.describe_topics([topic]), timeout)
+    except (KafkaError, OSError, asyncio.TimeoutError):
+        return -1
+    finally:
+        await admin.close()
+    if described["error_code"] == _UNKNOWN_TOPIC:
+        raise LocalClusterError(f"topic {topic!r} does not exist")
+    for found in described["partitions"]:
+        if found["partition"] == partition:
+            return int(found["leader"]) if not found["error_code"] else -1
+    if described["error_code"]:
+        return -1
+    raise LocalClusterError(f"topic {topic!r} has no partition {partition}")
