@@ -25,8 +25,10 @@ import pytest_asyncio
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.metadata import MetadataRequest
 
-from aio_cluster import ConsumerGroup
+from aio_cluster import ConsumerGroup, LocalClusterError
 from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
 from aio_cluster.zk import NoNodeError, SessionState, ZooKeeper
@@ -44,14 +46,28 @@ def fresh(prefix: str) -> str:
 
 @pytest_asyncio.fixture
 async def topic(multi_cluster: LocalCluster) -> str:
-    """A fresh topic; replicated to all three nodes by the brokers' default."""
+    """A fresh topic replicated to all three nodes, known to each of them: a broker learns of a
+    topic a moment after the controller created it, and a member asking it before would be told
+    the topic does not exist."""
+    name = fresh("multi")
     admin = AIOKafkaAdminClient(bootstrap_servers=multi_cluster.bootstrap)
     await admin.start()
     try:
-        name = fresh("multi")
         await admin.create_topics([NewTopic(name, PARTITIONS, 3)])
     finally:
         await admin.close()
+    client = AIOKafkaClient(bootstrap_servers=multi_cluster.bootstrap)
+    await client.bootstrap()
+    try:
+        for broker in client.cluster.brokers():
+
+            async def knows(node: int = broker.nodeId) -> bool:
+                metadata = (await client.send(node, MetadataRequest([name]))).to_object()
+                return all(not found["error_code"] for found in metadata["topics"])
+
+            await wait_until(knows, what=f"broker {broker.nodeId} knows the topic")
+    finally:
+        await client.close()
     return name
 
 
@@ -222,6 +238,17 @@ async def test_topics_are_replicated_three_times_with_two_in_sync(
     assert {len(p["isr"]) for p in described["partitions"]} == {3}
     (resource,) = configs.resources
     assert {entry[0]: entry[1] for entry in resource[4]} == {"min.insync.replicas": "2"}
+
+
+async def test_bad_node_and_partition(multi_cluster: LocalCluster, topic: str) -> None:
+    with pytest.raises(LocalClusterError, match=r"no kafka node 3: this cluster has 3 \(0..2\)"):
+        await multi_cluster.stop_broker(3)
+    with pytest.raises(LocalClusterError, match="no zookeeper node -1"):
+        await multi_cluster.start_zookeeper_node(-1)
+    with pytest.raises(LocalClusterError, match=f"topic {topic!r} has no partition 9"):
+        await multi_cluster.leader(topic, 9)
+    with pytest.raises(LocalClusterError, match="'no-such-topic' does not exist"):
+        await multi_cluster.leader("no-such-topic", 0)
 
 
 async def test_leader_broker_dies_mid_consumption(multi_cluster: LocalCluster, topic: str) -> None:

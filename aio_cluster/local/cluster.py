@@ -20,6 +20,9 @@ from . import config, docker, env, jars, probes, process, servers
 
 _log = logging.getLogger(__name__)
 
+_METADATA_PROPAGATION = 5.0
+"""Seconds a broker may take to hear of a topic just created (well under one, normally)."""
+
 Mode = Literal["java", "docker", "environment"]
 
 
@@ -291,25 +294,32 @@ class LocalCluster:
         self._require_running()
         loop = asyncio.get_running_loop()
         deadline = self._deadline()
+        unknown_until = loop.time() + _METADATA_PROPAGATION
         while True:
-            index = (
-                await probes.partition_leader(
-                    self._bootstrap, topic, partition, probes.attempt_timeout(deadline)
-                )
-                - 1
+            node_id = await probes.partition_leader(
+                self._bootstrap, topic, partition, probes.attempt_timeout(deadline)
             )
-            # The metadata of a node that has not yet heard of a failover may name a stopped one.
-            stopped = self._servers is not None and not (
-                0 <= index < len(self._servers.brokers) and self._servers.brokers[index].running
-            )
-            if index >= 0 and not stopped:
-                return index
+            if node_id is None:
+                if loop.time() >= unknown_until:
+                    raise LocalClusterError(f"topic {topic!r} does not exist")
+            elif self._running_broker(node_id - 1):
+                return node_id - 1
             if loop.time() >= deadline:
                 raise LocalClusterError(
                     f"partition {partition} of {topic!r} had no leader for "
                     f"{self._startup_timeout:g} s"
                 )
             await asyncio.sleep(probes.POLL_INTERVAL)
+
+    def _running_broker(self, index: int) -> bool:
+        """Whether a leader named by the metadata may be taken at its word: a node that has not
+        heard of a failover yet may still name a node that was stopped."""
+        if index < 0:
+            return False
+        if self._servers is None:
+            return True
+        brokers = self._servers.brokers
+        return index < len(brokers) and brokers[index].running
 
     @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:

@@ -109,12 +109,15 @@ async def kafka_answers(bootstrap: str, timeout: float, brokers: int = 1) -> boo
     return len(cluster["brokers"]) >= brokers
 
 
-async def partition_leader(bootstrap: str, topic: str, partition: int, timeout: float) -> int:
-    """The node id that leads a partition by the cluster's metadata, or -1 while it has none
-    (or no broker answered).
+async def partition_leader(
+    bootstrap: str, topic: str, partition: int, timeout: float
+) -> int | None:
+    """The node id that leads a partition by the cluster's metadata: -1 while it has none (or no
+    broker answered), None while the topic is unknown (to the broker asked, which may not have
+    heard of a topic just created).
 
     Raises:
-        LocalClusterError: the topic or the partition does not exist.
+        LocalClusterError: the topic exists but not the partition.
     """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
     try:
@@ -125,7 +128,7 @@ async def partition_leader(bootstrap: str, topic: str, partition: int, timeout: 
     finally:
         await admin.close()
     if described["error_code"] == _UNKNOWN_TOPIC:
-        raise LocalClusterError(f"topic {topic!r} does not exist")
+        return None
     for found in described["partitions"]:
         if found["partition"] == partition:
             return int(found["leader"]) if not found["error_code"] else -1
