@@ -47,7 +47,9 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks: throughput against raw aiokafka, join/leave time against a Kafka group."""
+    """The benchmarks: throughput against raw aiokafka, join/leave time against a Kafka group,
+    the local cluster's start and stop with one and three nodes of each."""
     session.install("-e", ".")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
+    session.run("python", "benchmarks/startup.py")

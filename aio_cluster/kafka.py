@@ -181,7 +181,7 @@ class Fetcher:
             BrokerError: the metadata request failed.
         """
         try:
-            (described,) = await self._admin.describe_topics([self.topic])
+            described = await self._describe()
         except KafkaError as exc:
             raise BrokerError(f"metadata request failed: {exc}") from exc
         if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
@@ -191,6 +191,19 @@ class Fetcher:
                 f"metadata of topic {self.topic!r} has error code {described['error_code']}"
             )
         return sorted(int(partition["partition"]) for partition in described["partitions"])
+
+    async def _describe(self) -> dict[str, Any]:
+        try:
+            (described,) = await self._admin.describe_topics([self.topic])
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            # The admin client asks a random broker of its metadata, which keeps a broker that
+            # died for minutes (metadata_max_age_ms): refreshed (the brokers asked in turn), it
+            # names the live ones only. aiokafka has no public call for this.
+            await self._admin._client.force_metadata_update()
+            (described,) = await self._admin.describe_topics([self.topic])
+        return dict(described)
 
     def _tp(self, partition: int) -> Any:
         return TopicPartition(self.topic, partition)

@@ -34,6 +34,15 @@ async def cluster() -> AsyncIterator[LocalCluster]:
 
 
 @pytest_asyncio.fixture(scope="session")
+async def multi_cluster() -> AsyncIterator[LocalCluster]:
+    """A 3-node ZooKeeper ensemble and 3 Kafka nodes of the session's own, for the tests of node
+    faults: started on first use only (it costs more than the single-node one), and never the
+    environment's cluster, since the tests stop and start its nodes."""
+    async with LocalCluster(brokers=3, zookeepers=3, use_env=False) as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="session")
 async def admin(cluster: LocalCluster) -> AsyncIterator[AIOKafkaAdminClient]:
     client = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     await client.start()

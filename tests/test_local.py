@@ -334,6 +334,15 @@ async def test_occupied_port(tmp_path: Path, option: str, service: str) -> None:
 
 
 @pytest.mark.asyncio
+async def test_several_nodes_without_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(docker, "engine_answers", lambda: True)  # Docker runs one node only
+    with pytest.raises(LocalClusterError, match="3 Kafka and 1 ZooKeeper nodes needs Java 17"):
+        await LocalCluster(brokers=3, use_env=False).start()
+
+
+@pytest.mark.asyncio
 async def test_no_java_and_no_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -389,6 +398,14 @@ def test_bad_arguments() -> None:
         LocalCluster(kafka_port=9092, zookeeper_port=9092)
     with pytest.raises(ConfigurationError, match="max_session_timeout_ms"):
         LocalCluster(max_session_timeout_ms=500)
+    with pytest.raises(ConfigurationError, match="brokers=0"):
+        LocalCluster(brokers=0)
+    with pytest.raises(ConfigurationError, match="zookeepers=-1"):
+        LocalCluster(zookeepers=-1)
+    with pytest.raises(ConfigurationError, match="kafka_port names one port; with brokers=3"):
+        LocalCluster(brokers=3, kafka_port=9092)
+    with pytest.raises(ConfigurationError, match="zookeeper_port names one port"):
+        LocalCluster(zookeepers=3, zookeeper_port=2181)
 
 
 @pytest.mark.asyncio

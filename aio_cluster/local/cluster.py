@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -19,10 +18,13 @@ from .. import zk
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka_options import KafkaOptions
 from ..zk_security import ZooKeeperTLS
-from . import config, docker, env, jars, probes, process
+from . import config, docker, env, jars, probes, process, servers
 from .security import Security
 
 _log = logging.getLogger(__name__)
+
+_METADATA_PROPAGATION = 5.0
+"""Seconds a broker may take to hear of a topic just created (well under one, normally)."""
 
 Mode = Literal["java", "docker", "environment"]
 
@@ -38,12 +40,17 @@ class State(enum.Enum):
 
 
 class LocalCluster:
-    """One ZooKeeper and one Kafka broker for development and tests.
+    """A ZooKeeper server and a Kafka node for development and tests, or with ``brokers=3,
+    zookeepers=3`` an ensemble and a replicated cluster (Java only).
 
     Use it as ``async with LocalCluster() as cluster:`` or call :meth:`start` and :meth:`stop`.
     Once started, :attr:`bootstrap` and :attr:`zookeeper` say where the servers are. The fault
-    hooks (:meth:`stop_zookeeper`, :meth:`start_kafka`, ...) need a cluster this object started
-    with Java.
+    hooks (:meth:`stop_zookeeper`, :meth:`start_kafka`, :meth:`stop_broker`, ...) need a cluster
+    this object started with Java.
+
+    With several Kafka nodes, topics are created with three replicas by default (as many as there
+    are nodes, if fewer) and a write needs two in sync (``min.insync.replicas=2``), so one node may
+    die without losing an acknowledged message; a producer must ask for ``acks="all"``.
 
     The broker does not create topics on first use (``auto.create.topics.enable=false``): a test of
     an unknown topic sees it unknown. Create topics with an admin client.
@@ -52,6 +59,8 @@ class LocalCluster:
     def __init__(
         self,
         *,
+        brokers: int = 1,
+        zookeepers: int = 1,
         kafka_port: int | None = None,
         zookeeper_port: int | None = None,
         cache_dir: Path | None = None,
@@ -64,8 +73,12 @@ class LocalCluster:
         """Configure the cluster; nothing starts before :meth:`start`.
 
         Args:
-            kafka_port: Kafka's port on 127.0.0.1; None picks a free one.
-            zookeeper_port: ZooKeeper's port on 127.0.0.1; None picks a free one.
+            brokers: how many Kafka nodes (each a broker and a KRaft controller).
+            zookeepers: how many ZooKeeper servers; several form an ensemble (an odd number
+                survives the loss of a minority).
+            kafka_port: Kafka's port on 127.0.0.1 (one node only); None picks a free one.
+            zookeeper_port: ZooKeeper's port on 127.0.0.1 (one server only); None picks a free
+                one.
             cache_dir: where the jars are kept between runs; default ``$AIO_CLUSTER_CACHE`` or
                 ``~/.cache/aio-cluster``.
             startup_timeout: seconds the servers have to answer requests after they were started
@@ -83,9 +96,20 @@ class LocalCluster:
                 at start whose name and random password are in :attr:`kafka_options`.
 
         Raises:
-            ConfigurationError: a port outside 1..65535, both ports equal, a non-positive
-                timeout, or a session bound below 1000 ms.
+            ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
+                several nodes, both ports equal, a non-positive timeout, or a session bound below
+                1000 ms.
         """
+        for name, count, port_name, port in (
+            ("brokers", brokers, "kafka_port", kafka_port),
+            ("zookeepers", zookeepers, "zookeeper_port", zookeeper_port),
+        ):
+            if count < 1:
+                raise ConfigurationError(f"{name}={count}: a cluster needs at least one")
+            if count > 1 and port is not None:
+                raise ConfigurationError(
+                    f"{port_name} names one port; with {name}={count} free ports are picked"
+                )
         for name, port in (("kafka_port", kafka_port), ("zookeeper_port", zookeeper_port)):
             if port is not None and not 0 < port < 65536:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
@@ -98,6 +122,8 @@ class LocalCluster:
                 f"max_session_timeout_ms={max_session_timeout_ms} is below the minimum session "
                 f"timeout of {config.MIN_SESSION_TIMEOUT_MS} ms"
             )
+        self._brokers = brokers
+        self._zookeepers = zookeepers
         self._kafka_port = kafka_port
         self._zookeeper_port = zookeeper_port
         self._cache_dir = cache_dir if cache_dir is not None else jars.default_cache_dir()
@@ -113,19 +139,20 @@ class LocalCluster:
         self._bootstrap = ""
         self._zookeeper = ""
         self._data_dir: Path | None = None
-        self._zookeeper_jvm: process.Child | None = None
-        self._kafka_jvm: process.Child | None = None
+        self._servers: servers.JavaServers | None = None
         self._containers: docker.Containers | None = None
 
     @property
     def bootstrap(self) -> str:
-        """Kafka's bootstrap servers, ``"127.0.0.1:PORT"`` (or as the environment named them)."""
+        """Kafka's bootstrap servers, ``"127.0.0.1:PORT"`` (comma-separated, every node, with
+        several), or as the environment named them."""
         self._require_running()
         return self._bootstrap
 
     @property
     def zookeeper(self) -> str:
-        """ZooKeeper's connect string, ``"127.0.0.1:PORT"`` (or as the environment named it)."""
+        """ZooKeeper's connect string, ``"127.0.0.1:PORT"`` (comma-separated, every server, with
+        an ensemble), or as the environment named it."""
         self._require_running()
         return self._zookeeper
 
@@ -222,38 +249,125 @@ class LocalCluster:
         self._state = State.STOPPED
 
     async def stop_zookeeper(self) -> None:
-        """Stop ZooKeeper (a fault for tests); its data stays for :meth:`start_zookeeper`.
+        """Stop ZooKeeper, every server of it (a fault for tests); the data stays for
+        :meth:`start_zookeeper`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await self._jvm("zookeeper").stop()
+        await _stop(self._java("zookeeper").zookeepers)
 
     async def start_zookeeper(self) -> None:
-        """Start ZooKeeper again on the same port with the same data, and wait until it answers.
+        """Start ZooKeeper (every server) again on the same ports with the same data, and wait
+        until it answers.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java, or ZooKeeper did
                 not answer within ``startup_timeout``.
         """
-        await self._jvm("zookeeper").start(self._deadline())
+        await _start(self._java("zookeeper").zookeepers, self._deadline())
 
     async def stop_kafka(self) -> None:
-        """Stop Kafka (a fault for tests); its data stays for :meth:`start_kafka`.
+        """Stop Kafka, every node of it (a fault for tests); the data stays for
+        :meth:`start_kafka`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await self._jvm("kafka").stop()
+        await _stop(self._java("kafka").brokers)
 
     async def start_kafka(self) -> None:
-        """Start Kafka again on the same port with the same data, and wait until it answers.
+        """Start Kafka (every node) again on the same ports with the same data, and wait until
+        it answers.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java, or Kafka did not
                 answer within ``startup_timeout``.
         """
-        await self._jvm("kafka").start(self._deadline())
+        await _start(self._java("kafka").brokers, self._deadline())
+
+    async def stop_broker(self, index: int) -> None:
+        """Stop one Kafka node (a fault for tests): the partitions it led get new leaders among
+        the replicas in sync. Its data stays for :meth:`start_broker`.
+
+        Args:
+            index: the node, from 0 (its Kafka node id is ``index + 1``).
+
+        Raises:
+            LocalClusterError: no such node, or this object did not start the cluster with Java.
+        """
+        await self._node("kafka", index).stop()
+
+    async def start_broker(self, index: int) -> None:
+        """Start one Kafka node again on its port with its data, and wait until it answers.
+
+        Raises:
+            LocalClusterError: no such node, this object did not start the cluster with Java, or
+                the node did not answer within ``startup_timeout``.
+        """
+        await self._node("kafka", index).start(self._deadline())
+
+    async def stop_zookeeper_node(self, index: int) -> None:
+        """Stop one ZooKeeper server (a fault for tests): its clients move to another server;
+        with a majority stopped the ensemble serves nobody. Its data stays for
+        :meth:`start_zookeeper_node`.
+
+        Args:
+            index: the server, from 0 (its ZooKeeper server id is ``index + 1``).
+
+        Raises:
+            LocalClusterError: no such server, or this object did not start the cluster with
+                Java.
+        """
+        await self._node("zookeeper", index).stop()
+
+    async def start_zookeeper_node(self, index: int) -> None:
+        """Start one ZooKeeper server again on its port with its data, and wait until it
+        serves (in an ensemble: until it is part of a quorum again).
+
+        Raises:
+            LocalClusterError: no such server, this object did not start the cluster with Java,
+                or the server did not serve within ``startup_timeout``.
+        """
+        await self._node("zookeeper", index).start(self._deadline())
+
+    async def leader(self, topic: str, partition: int) -> int:
+        """The Kafka node that leads a partition now, as the index :meth:`stop_broker` takes;
+        while the partition has no leader (an election), wait for one.
+
+        Raises:
+            LocalClusterError: the cluster is not running, the partition is unknown, or it had
+                no leader within ``startup_timeout``.
+        """
+        self._require_running()
+        loop = asyncio.get_running_loop()
+        deadline = self._deadline()
+        unknown_until = loop.time() + _METADATA_PROPAGATION
+        while True:
+            node_id = await probes.partition_leader(
+                self._bootstrap, topic, partition, probes.attempt_timeout(deadline)
+            )
+            if node_id is None:
+                if loop.time() >= unknown_until:
+                    raise LocalClusterError(f"topic {topic!r} does not exist")
+            elif self._running_broker(node_id - 1):
+                return node_id - 1
+            if loop.time() >= deadline:
+                raise LocalClusterError(
+                    f"partition {partition} of {topic!r} had no leader for "
+                    f"{self._startup_timeout:g} s"
+                )
+            await asyncio.sleep(probes.POLL_INTERVAL)
+
+    def _running_broker(self, index: int) -> bool:
+        """Whether a leader named by the metadata may be taken at its word: a node that has not
+        heard of a failover yet may still name a node that was stopped."""
+        if index < 0:
+            return False
+        if self._servers is None:
+            return True
+        brokers = self._servers.brokers
+        return index < len(brokers) and brokers[index].running
 
     @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:
@@ -288,15 +402,23 @@ class LocalCluster:
         if self._state is not State.RUNNING:
             raise LocalClusterError(f"the local cluster is {self._state.value}, not running")
 
-    def _jvm(self, service: Literal["zookeeper", "kafka"]) -> process.Child:
+    def _java(self, service: Literal["zookeeper", "kafka"]) -> servers.JavaServers:
         self._require_running()
-        jvm = self._zookeeper_jvm if service == "zookeeper" else self._kafka_jvm
-        if jvm is None:
+        if self._servers is None:
             raise LocalClusterError(
                 f"stopping and starting {service} needs a cluster this LocalCluster started with "
                 f"Java; this one came from {self._mode}"
             )
-        return jvm
+        return self._servers
+
+    def _node(self, service: Literal["zookeeper", "kafka"], index: int) -> process.Child:
+        java = self._java(service)
+        nodes = java.zookeepers if service == "zookeeper" else java.brokers
+        if not 0 <= index < len(nodes):
+            raise LocalClusterError(
+                f"no {service} node {index}: this cluster has {len(nodes)} (0..{len(nodes) - 1})"
+            )
+        return nodes[index]
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._startup_timeout
@@ -325,120 +447,56 @@ class LocalCluster:
         for service, port in (("Kafka", self._kafka_port), ("ZooKeeper", self._zookeeper_port)):
             if port is not None:
                 probes.check_port_free(port, service)
-        kafka_port, zookeeper_port, controller_port, internal_port, secure_port = probes.free_ports(
-            self._kafka_port, self._zookeeper_port, None, None, None
+        kafka, zookeeper = self._brokers, self._zookeepers
+        # A secured cluster adds an internal listener per Kafka node and a TLS port per ZooKeeper.
+        internal, secure = (kafka, zookeeper) if self._secured else (0, 0)
+        ports = probes.free_ports(
+            *([self._kafka_port] * kafka),
+            *([self._zookeeper_port] * zookeeper),
+            *([None] * (kafka + 2 * zookeeper + internal + secure)),
         )
-        self._bootstrap = f"{config.HOST}:{kafka_port}"
-        self._zookeeper = f"{config.HOST}:{zookeeper_port}"
+        counts = {
+            "kafka": kafka,
+            "zookeeper": zookeeper,
+            "controller": kafka,
+            "quorum": zookeeper,
+            "election": zookeeper,
+            "internal": internal,
+            "secure": secure,
+        }
+        taken = iter(ports)
+        layout = servers.Ports(
+            **{name: [next(taken) for _ in range(count)] for name, count in counts.items()}
+        )
+        self._bootstrap = layout.bootstrap
+        self._zookeeper = layout.connect
         java = process.find_java()
         if java is not None:
             self._mode = "java"
-            await self._start_java(
-                java, kafka_port, zookeeper_port, controller_port, internal_port, secure_port
+            self._data_dir = Path(tempfile.mkdtemp(prefix="aio-cluster-"))
+            if self._secured:
+                self._security = Security.create(self._data_dir / "tls", sasl=self._sasl)
+                self._zookeeper_secure = ",".join(f"{config.HOST}:{port}" for port in layout.secure)
+            self._servers = servers.JavaServers(
+                java, self._data_dir, layout, self._max_session_timeout_ms, self._security
             )
+            await self._servers.start(self._cache_dir, self._deadline())
         elif self._secured:
             raise LocalClusterError("LocalCluster(tls=True) or (sasl=True) needs Java 17 or newer")
+        elif kafka > 1 or zookeeper > 1:
+            raise LocalClusterError(
+                f"a cluster of {kafka} Kafka and {zookeeper} ZooKeeper nodes needs Java 17 or "
+                "newer ($JAVA_HOME/bin/java or java on PATH), and none was found"
+            )
         elif await asyncio.to_thread(docker.engine_answers):
             self._mode = "docker"
-            await self._start_docker(kafka_port, zookeeper_port)
+            await self._start_docker(layout.kafka[0], layout.zookeeper[0])
         else:
             raise LocalClusterError(
                 "the local cluster needs Java 17 or newer ($JAVA_HOME/bin/java or java on PATH) "
                 "or a Docker engine (with testcontainers installed), and neither was found; or "
                 f"set {env.BOOTSTRAP_VAR} and {env.ZOOKEEPER_VAR} to use a running cluster"
             )
-
-    async def _start_java(
-        self,
-        java: str,
-        kafka_port: int,
-        zookeeper_port: int,
-        controller_port: int,
-        internal_port: int,
-        secure_port: int,
-    ) -> None:
-        kafka_jars = await jars.resolve_jars(self._cache_dir, "kafka")
-        zookeeper_jars = await jars.resolve_jars(self._cache_dir, "zookeeper")
-        self._data_dir = data = Path(tempfile.mkdtemp(prefix="aio-cluster-"))
-        _log.info(
-            "starting ZooKeeper on %s and Kafka on %s (data in %s)",
-            self._zookeeper,
-            self._bootstrap,
-            data,
-        )
-        zookeeper_settings = config.zookeeper_config(
-            zookeeper_port, data / "zookeeper", self._max_session_timeout_ms
-        )
-        kafka_settings = config.kafka_properties(
-            listen_host=config.HOST,
-            port=kafka_port,
-            controller_port=controller_port,
-            log_dir=str(data / "kafka"),
-        )
-        format_arguments: list[str] = []
-        probe_options: KafkaOptions | None = None
-        if self._secured:
-            self._security = security = Security.create(data / "tls", sasl=self._sasl)
-            kafka_settings.update(
-                security.kafka_properties(
-                    listen_host=config.HOST,
-                    port=kafka_port,
-                    internal_port=internal_port,
-                    controller_port=controller_port,
-                )
-            )
-            zookeeper_settings.update(security.zookeeper_config(secure_port))
-            self._zookeeper_secure = f"{config.HOST}:{secure_port}"
-            format_arguments = security.format_arguments()
-            probe_options = security.kafka_options
-        zoo_cfg = data / "zoo.cfg"
-        config.write_properties(zoo_cfg, zookeeper_settings)
-        server_properties = data / "server.properties"
-        config.write_properties(server_properties, kafka_settings)
-        zookeeper_log, kafka_log = data / "zookeeper.log", data / "kafka.log"
-        self._zookeeper_jvm = process.Child(
-            "ZooKeeper",
-            process.java_command(
-                java, zookeeper_jars, process.ZOOKEEPER_HEAP, process.ZOOKEEPER_MAIN, str(zoo_cfg)
-            ),
-            zookeeper_log,
-            functools.partial(probes.zookeeper_answers, self._zookeeper),
-        )
-        self._kafka_jvm = process.Child(
-            "Kafka",
-            process.java_command(
-                java, kafka_jars, process.KAFKA_HEAP, "kafka.Kafka", str(server_properties)
-            ),
-            kafka_log,
-            functools.partial(probes.kafka_answers, self._bootstrap, options=probe_options),
-        )
-        storage_format = process.Child(
-            "Kafka's storage format",
-            process.java_command(
-                java,
-                kafka_jars,
-                process.TOOL_FLAGS,
-                "kafka.tools.StorageTool",
-                "format",
-                "--cluster-id",
-                config.kafka_cluster_id(),
-                "--config",
-                str(server_properties),
-                "--ignore-formatted",
-                *format_arguments,
-            ),
-            kafka_log,
-        )
-        deadline = self._deadline()
-        # ZooKeeper boots while the storage is formatted; then both are awaited.
-        await self._zookeeper_jvm.spawn()
-        try:
-            await storage_format.run(deadline)
-        finally:
-            await storage_format.stop()
-        await self._kafka_jvm.spawn()
-        await self._zookeeper_jvm.wait_ready(deadline)
-        await self._kafka_jvm.wait_ready(deadline)
 
     async def _start_docker(self, kafka_port: int, zookeeper_port: int) -> None:
         _log.info("no Java found: starting ZooKeeper and Kafka in Docker")
@@ -464,11 +522,24 @@ class LocalCluster:
 
     async def _release(self) -> None:
         """Stop whatever was started and remove the data; safe to repeat."""
-        jvms = [jvm for jvm in (self._kafka_jvm, self._zookeeper_jvm) if jvm is not None]
-        await asyncio.gather(*(jvm.stop() for jvm in jvms))
+        if self._servers is not None:
+            await self._servers.stop()
         if self._containers is not None:
             await asyncio.to_thread(self._containers.stop)
         if self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
-        if jvms or self._containers is not None:
+        if self._servers is not None or self._containers is not None:
             _log.info("local cluster stopped")
+
+
+async def _stop(nodes: Sequence[process.Child]) -> None:
+    await asyncio.gather(*(node.stop() for node in nodes))
+
+
+async def _start(nodes: Sequence[process.Child], deadline: float) -> None:
+    """Start the nodes together (an ensemble or a quorum needs a majority up before any one
+    answers) and wait until each answers."""
+    for node in nodes:
+        await node.spawn()
+    for node in nodes:
+        await node.wait_ready(deadline)

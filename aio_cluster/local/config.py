@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"  # never "localhost": it may resolve to ::1, where nothing listens
@@ -12,8 +13,22 @@ MIN_SESSION_TIMEOUT_MS = 1000
 JARS = Path(__file__).resolve().parent.parent / "jars"  # the pom and log4j2.yaml
 
 
-def zookeeper_config(port: int, data_dir: Path, max_session_timeout_ms: int) -> dict[str, str]:
-    return {
+def zookeeper_config(
+    port: int,
+    data_dir: Path,
+    max_session_timeout_ms: int,
+    ensemble: Sequence[tuple[int, int]] = (),
+) -> dict[str, str]:
+    """A ZooKeeper node's ``zoo.cfg``.
+
+    Args:
+        port: the client port.
+        data_dir: where the node keeps its snapshots and log (and, in an ensemble, its ``myid``).
+        max_session_timeout_ms: the longest session the node grants.
+        ensemble: for each node of an ensemble (server id = index + 1) its quorum and election
+            ports; empty for a standalone server.
+    """
+    settings = {
         "tickTime": "500",
         "minSessionTimeout": str(MIN_SESSION_TIMEOUT_MS),
         "maxSessionTimeout": str(max_session_timeout_ms),
@@ -25,15 +40,45 @@ def zookeeper_config(port: int, data_dir: Path, max_session_timeout_ms: int) -> 
         "maxClientCnxns": "0",  # the default of 60 per address is low for a test suite on one host
         "forceSync": "no",  # written data survives the process, not the machine: enough here
     }
+    if ensemble:
+        # In ticks: 5 s for a follower to sync with a new leader, 2.5 s of silence before a
+        # follower is dropped (and a dead leader noticed).
+        settings |= {"initLimit": "10", "syncLimit": "5"}
+        for index, (quorum_port, election_port) in enumerate(ensemble):
+            settings[f"server.{index + 1}"] = f"{HOST}:{quorum_port}:{election_port}"
+    return settings
 
 
 def kafka_properties(
-    *, listen_host: str, port: int, controller_port: int, log_dir: str
+    *,
+    listen_host: str,
+    port: int,
+    controller_port: int,
+    log_dir: str,
+    node_id: int = 1,
+    voters: Mapping[int, int] | None = None,
 ) -> dict[str, str]:
+    """A Kafka node's ``server.properties``: broker and KRaft controller in one process.
+
+    Args:
+        listen_host: the address the client listener binds.
+        port: the client port (advertised on 127.0.0.1).
+        controller_port: this node's controller port.
+        log_dir: where the node keeps its data.
+        node_id: this node's id.
+        voters: every controller's node id and port; None for a single node (this one). With
+            several, topics are replicated to three nodes (fewer if there are fewer) by default
+            and a write needs two in sync, so that one node may die without losing a message.
+    """
+    voters = {node_id: controller_port} if voters is None else voters
+    replicas = min(len(voters), 3)
+    in_sync = min(replicas, 2)
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": ",".join(
+            f"{voter}@{HOST}:{voter_port}" for voter, voter_port in sorted(voters.items())
+        ),
         "listeners": f"PLAINTEXT://{listen_host}:{port},CONTROLLER://{HOST}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -42,13 +87,15 @@ def kafka_properties(
         "log.dirs": log_dir,
         "auto.create.topics.enable": "false",  # an unknown topic stays unknown, as tests expect
         "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(in_sync),
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(in_sync),
         "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(in_sync),
         "share.coordinator.state.topic.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
         "num.network.threads": "2",

@@ -15,6 +15,7 @@ from ..errors import LocalClusterError
 from . import config
 
 POLL_INTERVAL = 0.2  # seconds between two probes of a starting server
+_UNKNOWN_TOPIC = 3  # Kafka's error code UNKNOWN_TOPIC_OR_PARTITION
 
 
 def check_port_free(port: int, service: str) -> None:
@@ -92,10 +93,14 @@ async def zookeeper_answers(connect: str, timeout: float) -> bool:
 
 
 async def kafka_answers(
-    bootstrap: str, timeout: float, options: Mapping[str, Any] | None = None
+    bootstrap: str,
+    timeout: float,
+    brokers: int = 1,
+    options: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Whether Kafka answers a metadata request naming at least one broker (through a listener
-    secured with ``options``, when given: so a TLS or SASL setting that fails shows at start)."""
+    """Whether Kafka answers a metadata request naming at least ``brokers`` brokers (through a
+    listener secured with ``options``, when given: so a TLS or SASL setting that fails shows at
+    start)."""
     # A plain connection first: aiokafka would log an error for each attempt while Kafka boots.
     for host, port in servers(bootstrap):
         if await port_open(host, port, timeout):
@@ -112,4 +117,32 @@ async def kafka_answers(
         return False
     finally:
         await admin.close()
-    return bool(cluster["brokers"])
+    return len(cluster["brokers"]) >= brokers
+
+
+async def partition_leader(
+    bootstrap: str, topic: str, partition: int, timeout: float
+) -> int | None:
+    """The node id that leads a partition by the cluster's metadata: -1 while it has none (or no
+    broker answered), None while the topic is unknown (to the broker asked, which may not have
+    heard of a topic just created).
+
+    Raises:
+        LocalClusterError: the topic exists but not the partition.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        (described,) = await asyncio.wait_for(admin.describe_topics([topic]), timeout)
+    except (KafkaError, OSError, asyncio.TimeoutError):
+        return -1
+    finally:
+        await admin.close()
+    if described["error_code"] == _UNKNOWN_TOPIC:
+        return None
+    for found in described["partitions"]:
+        if found["partition"] == partition:
+            return int(found["leader"]) if not found["error_code"] else -1
+    if described["error_code"]:
+        return -1
+    raise LocalClusterError(f"topic {topic!r} has no partition {partition}")

@@ -1,0 +1,214 @@
+"""The servers as JVMs on 127.0.0.1: one ZooKeeper server or an ensemble, one Kafka node or
+several (KRaft: each node a broker and a controller, every node a voter of the quorum), each of
+them stoppable and restartable on its own port with its own data."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+from collections.abc import Awaitable, Iterable, Sequence
+from pathlib import Path
+
+from ..errors import LocalClusterError
+from . import config, jars, probes, process
+from .security import Security
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    """The ports of every node, by node index."""
+
+    kafka: Sequence[int]
+    controller: Sequence[int]
+    zookeeper: Sequence[int]
+    quorum: Sequence[int]  # a ZooKeeper ensemble's follower port; unused by a standalone one
+    election: Sequence[int]  # a ZooKeeper ensemble's leader election port; same
+    internal: Sequence[int] = ()  # a secured Kafka node's plaintext listener between nodes
+    secure: Sequence[int] = ()  # a secured ZooKeeper node's TLS client port
+
+    @property
+    def bootstrap(self) -> str:
+        """Every Kafka node's address, comma-separated."""
+        return ",".join(f"{config.HOST}:{port}" for port in self.kafka)
+
+    @property
+    def connect(self) -> str:
+        """Every ZooKeeper node's address, comma-separated."""
+        return ",".join(f"{config.HOST}:{port}" for port in self.zookeeper)
+
+
+class JavaServers:
+    """The JVMs of a cluster, their configuration and logs under ``data``.
+
+    One node of each keeps today's single-node layout and heap sizes; several nodes get smaller
+    heaps (see :mod:`.process`), so that six JVMs start together on two cores.
+    """
+
+    def __init__(
+        self,
+        java: str,
+        data: Path,
+        ports: Ports,
+        max_session_timeout_ms: int,
+        security: Security | None = None,
+    ) -> None:
+        self._java = java
+        self._security = security
+        self._data = data
+        self._ports = ports
+        self._max_session_timeout_ms = max_session_timeout_ms
+        self.zookeepers: list[process.Child] = []
+        self.brokers: list[process.Child] = []
+
+    async def start(self, cache_dir: Path, deadline: float) -> None:
+        """Fetch the jars if needed, configure every node, start them all, and return once each
+        one answers and every broker has joined the cluster.
+
+        Raises:
+            LocalClusterError: Maven failed, or a server exited early or did not answer in time.
+        """
+        kafka_jars = await jars.resolve_jars(cache_dir, "kafka")
+        zookeeper_jars = await jars.resolve_jars(cache_dir, "zookeeper")
+        _log.info(
+            "starting ZooKeeper on %s and Kafka on %s (data in %s)",
+            self._ports.connect,
+            self._ports.bootstrap,
+            self._data,
+        )
+        self.zookeepers = [
+            self._zookeeper(index, zookeeper_jars) for index in range(len(self._ports.zookeeper))
+        ]
+        cluster_id = config.kafka_cluster_id()
+        formats: list[process.Child] = []
+        for index in range(len(self._ports.kafka)):
+            broker, storage_format = self._kafka(index, kafka_jars, cluster_id)
+            self.brokers.append(broker)
+            formats.append(storage_format)
+        # ZooKeeper boots while Kafka's storage is formatted; then all are awaited.
+        for node in self.zookeepers:
+            await node.spawn()
+        try:
+            await _all(storage_format.run(deadline) for storage_format in formats)
+        finally:
+            await asyncio.gather(*(storage_format.stop() for storage_format in formats))
+        for node in self.brokers:
+            await node.spawn()
+        await _all(node.wait_ready(deadline) for node in [*self.zookeepers, *self.brokers])
+        if len(self.brokers) > 1:
+            await self._wait_registered(deadline)
+
+    async def stop(self) -> None:
+        """Stop every JVM; safe to repeat."""
+        await asyncio.gather(*(node.stop() for node in [*self.brokers, *self.zookeepers]))
+
+    def _zookeeper(self, index: int, classpath: Path) -> process.Child:
+        ensemble = len(self._ports.zookeeper) > 1
+        name = f"ZooKeeper {index}" if ensemble else "ZooKeeper"
+        stem = f"zookeeper-{index}" if ensemble else "zookeeper"
+        data_dir = self._data / stem
+        if ensemble:
+            data_dir.mkdir()
+            (data_dir / "myid").write_text(f"{index + 1}\n")
+        zoo_cfg = self._data / f"{stem}.cfg"
+        settings = config.zookeeper_config(
+            self._ports.zookeeper[index],
+            data_dir,
+            self._max_session_timeout_ms,
+            list(zip(self._ports.quorum, self._ports.election, strict=True)) if ensemble else (),
+        )
+        if self._security is not None:
+            settings |= self._security.zookeeper_config(self._ports.secure[index])
+        config.write_properties(zoo_cfg, settings)
+        heap = process.ZOOKEEPER_NODE_HEAP if ensemble else process.ZOOKEEPER_HEAP
+        return process.Child(
+            name,
+            process.java_command(self._java, classpath, heap, process.ZOOKEEPER_MAIN, str(zoo_cfg)),
+            self._data / f"{stem}.log",
+            functools.partial(
+                probes.zookeeper_answers, f"{config.HOST}:{self._ports.zookeeper[index]}"
+            ),
+        )
+
+    def _kafka(
+        self, index: int, classpath: Path, cluster_id: str
+    ) -> tuple[process.Child, process.Child]:
+        """A Kafka node and the tool that formats its storage."""
+        several = len(self._ports.kafka) > 1
+        name = f"Kafka {index}" if several else "Kafka"
+        stem = f"kafka-{index}" if several else "kafka"
+        server_properties = self._data / f"{stem}.properties"
+        voters = {number + 1: port for number, port in enumerate(self._ports.controller)}
+        properties = config.kafka_properties(
+            listen_host=config.HOST,
+            port=self._ports.kafka[index],
+            controller_port=self._ports.controller[index],
+            log_dir=str(self._data / stem),
+            node_id=index + 1,
+            voters=voters,
+        )
+        security = self._security
+        if security is not None:
+            properties |= security.kafka_properties(
+                listen_host=config.HOST,
+                port=self._ports.kafka[index],
+                internal_port=self._ports.internal[index],
+                controller_port=self._ports.controller[index],
+            )
+        config.write_properties(server_properties, properties)
+        log = self._data / f"{stem}.log"
+        heap = process.KAFKA_NODE_HEAP if several else process.KAFKA_HEAP
+        node = process.Child(
+            name,
+            process.java_command(
+                self._java, classpath, heap, "kafka.Kafka", str(server_properties)
+            ),
+            log,
+            functools.partial(
+                probes.kafka_answers,
+                f"{config.HOST}:{self._ports.kafka[index]}",
+                options=None if security is None else security.kafka_options,
+            ),
+        )
+        storage_format = process.Child(
+            f"{name}'s storage format",
+            process.java_command(
+                self._java,
+                classpath,
+                process.TOOL_FLAGS,
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                cluster_id,
+                "--config",
+                str(server_properties),
+                "--ignore-formatted",
+                *([] if security is None else security.format_arguments()),
+            ),
+            log,
+        )
+        return node, storage_format
+
+    async def _wait_registered(self, deadline: float) -> None:
+        """Wait until the cluster's metadata names every broker: until then a topic replicated
+        to all of them cannot be created."""
+        loop = asyncio.get_running_loop()
+        count = len(self.brokers)
+        bootstrap = self._ports.bootstrap
+        options = None if self._security is None else self._security.kafka_options
+        while not await probes.kafka_answers(
+            bootstrap, probes.attempt_timeout(deadline), count, options
+        ):
+            if loop.time() >= deadline:
+                raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
+            await asyncio.sleep(probes.POLL_INTERVAL)
+
+
+async def _all(waits: Iterable[Awaitable[None]]) -> None:
+    """Await all concurrently; once all ended, raise the first failure (if any)."""
+    for result in await asyncio.gather(*waits, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
