@@ -11,14 +11,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .assignment import Strategy, assign
 from .claims import UNPOSITIONED, Claim
 from .errors import (
+    AioClusterError,
     BrokerError,
     ConfigurationError,
     CoordinationError,
+    CorruptOffsetError,
     SessionLostError,
     StrategyMismatchError,
 )
@@ -50,6 +52,7 @@ class Membership:
         member_id: str,
         strategy: Strategy,
         claim_timeout: float,
+        wait_for_topic: bool,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -59,6 +62,7 @@ class Membership:
         member_id: this member's id.
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
+        wait_for_topic: a topic that does not exist yet has no partitions (instead of failing).
         """
         self._zk = zk
         self._layout = layout
@@ -67,6 +71,15 @@ class Membership:
         self._id = member_id
         self._strategy = strategy
         self._claim_timeout = claim_timeout
+        self._wait_for_topic = wait_for_topic
+        self._waiting = False
+        """True while the topic does not exist (logged once)."""
+        self.rebalances = 0
+        """Rebalances that finished (a claim may have timed out in them)."""
+        self.claim_timeouts = 0
+        """Claims not made within ``claim_timeout``."""
+        self.last_rebalance: float | None = None
+        """How long the last finished rebalance took, in seconds."""
         self._partitions: list[int] = []
         self._claims: dict[int, Claim] = {}
         self._epoch = 0
@@ -91,14 +104,32 @@ class Membership:
         """Before registering: the topic exists, the group's paths exist, the strategy agrees.
 
         Raises:
-            ConfigurationError: the topic does not exist.
+            ConfigurationError: the topic does not exist (and the member may not wait for it).
             StrategyMismatchError: the group uses another assignment strategy.
         """
-        self._partitions = await self._fetcher.partitions()
+        self._partitions = await self._topic_partitions()
         for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
             await self._zk.ensure_path(path)
         # Refuse before registering, so that the group never sees this member.
         self._check_strategy(await self._read_members(watch=False))
+
+    async def _topic_partitions(self) -> list[int]:
+        """The topic's partitions; none while it does not exist and the member waits for it."""
+        try:
+            partitions = await self._fetcher.partitions()
+        except ConfigurationError:
+            if not self._wait_for_topic:
+                raise
+            if not self._waiting:
+                log.warning(
+                    "member %s: topic %r does not exist yet; waiting for it",
+                    self._id,
+                    self._layout.topic,
+                )
+                self._waiting = True
+            return []
+        self._waiting = False
+        return partitions
 
     def request_rebalance(self) -> None:
         """Rebalance again soon (a member came or went, the topic changed, the session is back)."""
@@ -106,7 +137,7 @@ class Membership:
 
     async def check_partitions(self) -> None:
         """Ask for a rebalance when the topic's partitions changed."""
-        partitions = await self._fetcher.partitions()
+        partitions = await self._topic_partitions()
         if partitions != self._partitions:
             log.info("topic %r now has partitions %s", self._layout.topic, partitions)
             self.request_rebalance()
@@ -125,19 +156,40 @@ class Membership:
         self._claims.clear()
         self._registered_session = None
 
-    async def run(self, joined: asyncio.Future[None], handover: Handover) -> None:
-        """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one."""
+    async def run(
+        self,
+        joined: asyncio.Future[None],
+        handover: Handover,
+        fail: Callable[[AioClusterError], None],
+    ) -> None:
+        """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one.
+
+        An error that no retry can mend (a corrupted offset) ends the loop: before joining it
+        settles ``joined``, after joining it goes to ``fail``.
+        """
         retry: float | None = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._rebalance_requested.wait(), retry)
             self._rebalance_requested.clear()
+            await handover.report_lost()
             if self._zk.state is not SessionState.CONNECTED:
                 retry = None
                 continue
+            started = loop.time()
             try:
                 async with self._lock:
                     complete = await self._rebalance(handover)
+                self.rebalances += 1
+                self.last_rebalance = loop.time() - started
+            except CorruptOffsetError as exc:
+                log.error("member %s: %s", self._id, exc)
+                if not joined.done():
+                    joined.set_exception(exc)
+                else:
+                    fail(exc)
+                return
             except (StrategyMismatchError, ConfigurationError) as exc:
                 if not joined.done():
                     joined.set_exception(exc)
@@ -172,7 +224,7 @@ class Membership:
             if self._layout.topic in info.topics and info.strategy == self._strategy
         ]
         try:
-            self._partitions = await self._fetcher.partitions()
+            self._partitions = await self._topic_partitions()
         except BrokerError as exc:
             if not self._partitions:
                 raise
@@ -188,7 +240,7 @@ class Membership:
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        if await handover.assigned():
+        if await handover.assigned(sorted(self._claims)):
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
         return complete
 
@@ -280,6 +332,7 @@ class Membership:
             released = remaining > 0 and await self._wait_released(path, remaining)
             if not released:
                 if not self._rebalance_requested.is_set():
+                    self.claim_timeouts += 1
                     log.warning(
                         "member %s: partition %d still owned by %s after %gs; retrying later",
                         self._id,

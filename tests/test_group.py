@@ -258,7 +258,9 @@ async def test_bad_input_gets_a_clear_error(
         member(cluster, group_name, "t", strategy="sticky")
     with pytest.raises(ConfigurationError, match="topic name"):
         member(cluster, group_name, "no/slash")
-    missing = member(cluster, group_name, "no-such-topic")
+    with pytest.raises(ConfigurationError, match="rebalance_timeout"):
+        member(cluster, group_name, "t", rebalance_timeout=-1)
+    missing = member(cluster, group_name, "no-such-topic", wait_for_topic=False)
     with pytest.raises(ConfigurationError, match="no-such-topic"):
         await missing.register()
     assert missing.state is GroupState.CLOSED
