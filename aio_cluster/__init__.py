@@ -7,6 +7,7 @@ Module map (one line per module; ``tests/test_exports.py`` checks it against the
 
     addresses.py    parsing "host:port" server lists
     assignment.py   the pure assignment strategies (range, round-robin)
+    claiming.py     taking and releasing a partition's owner node in ZooKeeper
     claims.py       the Claim record the parts of a member share
     delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
     errors.py       the error tree
@@ -16,7 +17,7 @@ Module map (one line per module; ``tests/test_exports.py`` checks it against the
     layout.py       the ZooKeeper paths and the data kept in them (pure)
     listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
     local.py        the local single-node ZooKeeper + Kafka for development and tests
-    membership.py   registration, members, the rebalance under the lock, claims
+    membership.py   registration, members, the rebalance under the lock, making claims
     offsets.py      stored offsets and the fenced transaction
     statistics.py   GroupStatistics: an immutable snapshot of a member
     zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from .assignment import Strategy, assign
+from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .errors import (
     AioClusterError,
@@ -71,13 +72,12 @@ class Membership:
         self._id = member_id
         self._strategy = strategy
         self._claim_timeout = claim_timeout
+        self._nodes = ClaimNodes(zk, layout, member_id)
         self._wait_for_topic = wait_for_topic
         self._waiting = False
         """True while the topic does not exist (logged once)."""
         self.rebalances = 0
         """Rebalances that finished (a claim may have timed out in them)."""
-        self.claim_timeouts = 0
-        """Claims not made within ``claim_timeout``."""
         self.last_rebalance: float | None = None
         """How long the last finished rebalance took, in seconds."""
         self._partitions: list[int] = []
@@ -94,6 +94,11 @@ class Membership:
     def claims(self) -> Mapping[int, Claim]:
         """The claims this member holds now, by partition."""
         return self._claims
+
+    @property
+    def claim_timeouts(self) -> int:
+        """Claims not made within ``claim_timeout``."""
+        return self._nodes.timeouts
 
     @property
     def partitions(self) -> list[int]:
@@ -292,10 +297,8 @@ class Membership:
 
     async def _release_node(self, partition: int) -> None:
         claim = self._claims.pop(partition, None)
-        if claim is None:
-            return
-        with contextlib.suppress(NoNodeError):
-            await self._zk.delete(self._layout.owner(partition), version=claim.node_version)
+        if claim is not None:
+            await self._nodes.release(partition, claim.node_version)
 
     async def _claim_all(self, partitions: list[int], epoch: int) -> bool:
         """Claim partitions concurrently; False when any could not be claimed in time."""
@@ -308,39 +311,12 @@ class Membership:
         return all(results)
 
     async def _claim(self, partition: int, epoch: int) -> bool:
-        """Create the partition's claim node, waiting (by watch, bounded by ``claim_timeout``)
-        for the previous owner to release it. False on time-out or when a newer rebalance is
-        asked for meanwhile; the claim is then left to the next rebalance."""
-        path = self._layout.owner(partition)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._claim_timeout
-        while True:
-            try:
-                await self._zk.create(path, self._id.encode(), ephemeral=True)
-                version = 0
-                break
-            except NodeExistsError:
-                pass
-            try:
-                data, stat = await self._zk.get(path)
-            except NoNodeError:
-                continue
-            if data == self._id.encode() and stat.ephemeral_owner == self._zk.session_id:
-                version = stat.version
-                break
-            remaining = deadline - loop.time()
-            released = remaining > 0 and await self._wait_released(path, remaining)
-            if not released:
-                if not self._rebalance_requested.is_set():
-                    self.claim_timeouts += 1
-                    log.warning(
-                        "member %s: partition %d still owned by %s after %gs; retrying later",
-                        self._id,
-                        partition,
-                        data.decode(errors="replace"),
-                        self._claim_timeout,
-                    )
-                return False
+        """Claim a partition and learn its stored offset. False when its previous owner did not
+        release it in time, or a newer rebalance was asked for meanwhile; the claim is then left
+        to the next rebalance."""
+        version = await self._nodes.take(partition, self._claim_timeout, self._rebalance_requested)
+        if version is None:
+            return False
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._offsets.stored(partition)
@@ -351,20 +327,6 @@ class Membership:
             stored=stored,
         )
         return True
-
-    async def _wait_released(self, path: str, bound: float) -> bool:
-        """Wait for a claim node to go; False on time-out or when a new rebalance is asked for."""
-        deleted = asyncio.ensure_future(self._zk.wait_deleted(path))
-        interrupted = asyncio.ensure_future(self._rebalance_requested.wait())
-        try:
-            await asyncio.wait(
-                {deleted, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for waiter in (deleted, interrupted):
-                waiter.cancel()
-            await asyncio.gather(deleted, interrupted, return_exceptions=True)
-        return deleted.done() and not deleted.cancelled() and deleted.exception() is None
 
     async def leave(self, handover: Handover) -> None:
         """Store the pending offsets, release every claim and delete the registration."""

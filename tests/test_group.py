@@ -385,6 +385,7 @@ async def test_a_claim_that_times_out_is_retried_and_the_loop_goes_on(
     async with member(cluster, group_name, topic, claim_timeout=0.5) as group:
         assert group.claimed == [0], "the join keeps what it could claim"
         assert "still owned by someone-else" in caplog.text
+        assert (await group.statistics()).claim_timeouts >= 1
         async for partition, batch in group:
             assert partition == 0, "the loop goes on with what is claimed"
             assert batch
