@@ -366,3 +366,20 @@ async def test_a_corrupted_offset_raises_corrupt_offset_error_with_its_path(
             await drain()
         with contextlib.suppress(CorruptOffsetError):
             await batches.aclose()
+
+
+class Hanging(RebalanceListener):
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_hanging_listener_is_bounded_by_rebalance_timeout(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    async with (
+        member(cluster, group_name, topic, listener=Hanging(), rebalance_timeout=1.0) as one,
+        member(cluster, group_name, topic) as two,
+    ):
+        assert len(two.claimed) == 1, "the join completed despite the hanging listener"
+        assert await settled(zk, [one, two])
