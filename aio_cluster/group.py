@@ -7,7 +7,12 @@ the same assignment (:mod:`.assignment`), releases what is no longer its own and
 
 Handover happens at batch boundaries: a partition whose batch is being processed is released only
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
-lose nor repeat a message.
+lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandoned, uncommitted).
+
+:class:`ConsumerGroup` is the facade; the work is done by its parts, each owning its state:
+:mod:`.membership` (registration, the rebalance, claims, with :mod:`.claiming`), :mod:`.delivery`
+(buffers, batches in flight, pause and seek), :mod:`.offsets` (the fenced offset writes), and
+:mod:`.handover` (what a rebalance asks of them, and the listener).
 """
 
 from __future__ import annotations
