@@ -99,14 +99,35 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
     async with member(cluster, group_name, topic, listener=heard) as first:
         heard.group = first
         assert heard.calls == [("assigned", [0, 1])]
-        async with member(cluster, group_name, topic, listener=joiner) as second:
-            joiner.group = second
-            (moving,) = second.claimed
-            assert heard.calls == [("assigned", [0, 1]), ("revoked", [moving])]
-            assert joiner.calls == [("assigned", [moving])], "only the new partition"
-            assert heard.owners_in_revoked == {moving: first.id}, "revoked before release"
-            assert await second.offset(moving) == 7, "the commit inside revoked was stored"
-            assert first.claimed == [1 - moving]
+        second = member(cluster, group_name, topic, listener=joiner)
+        joiner.group = second
+        (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
+        batches = first.batches()
+        partition, _batch = await anext(batches)
+        while partition != moving:
+            partition, _batch = await anext(batches)
+        # The moving partition's body runs: the handover starts but revoked must wait for it.
+        joining = asyncio.create_task(second.register())
+        try:
+            await wait_until(lambda: moving in first._delivery.revoking, what="handover began")
+            assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
+            ending = asyncio.create_task(anext(batches))
+            await joining
+        finally:
+            joining.cancel()
+            await second.close()
+        assert second.claimed == []
+        assert second.state is GroupState.CLOSED
+        assert heard.calls == [("assigned", [0, 1]), ("revoked", [moving])]
+        assert joiner.calls == [("assigned", [moving])], "only the new partition"
+        assert heard.owners_in_revoked == {moving: first.id}, "revoked before release"
+        assert (await zk.get(GroupLayout(group_name, topic).offset(moving)))[0] == b"7", (
+            "the commit inside revoked was stored"
+        )
+        ending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ending
+        await batches.aclose()
 
 
 async def test_listener_hears_a_lost_session_and_commit_is_refused(
