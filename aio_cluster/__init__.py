@@ -2,6 +2,25 @@
 
 The public surface is what ``__all__`` lists; every other module is an implementation detail,
 except :mod:`aio_cluster.local`, the local single-node cluster for development and tests.
+
+Module map (one line per module; ``tests/test_exports.py`` checks it against the files)::
+
+    addresses.py    parsing "host:port" server lists
+    assignment.py   the pure assignment strategies (range, round-robin)
+    claiming.py     taking and releasing a partition's owner node in ZooKeeper
+    claims.py       the Claim record the parts of a member share
+    delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
+    errors.py       the error tree
+    group.py        ConsumerGroup: the public facade composing the parts
+    handover.py     a rebalance's handover: draining, the listener, new claims
+    kafka.py        the only module that speaks Kafka (aiokafka in assign() mode)
+    layout.py       the ZooKeeper paths and the data kept in them (pure)
+    listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
+    local.py        the local single-node ZooKeeper + Kafka for development and tests
+    membership.py   registration, members, the rebalance under the lock, making claims
+    offsets.py      stored offsets and the fenced transaction
+    statistics.py   GroupStatistics: an immutable snapshot of a member
+    zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)
 """
 
 from .assignment import Strategy as Strategy
@@ -12,6 +31,7 @@ from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import CoordinationError as CoordinationError
 from .errors import CoordinationTimeout as CoordinationTimeout
+from .errors import CorruptOffsetError as CorruptOffsetError
 from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import NotOwnedError as NotOwnedError
@@ -22,6 +42,9 @@ from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
 from .kafka import Record as Record
 from .kafka_options import KafkaOptions as KafkaOptions
+from .listener import RebalanceListener as RebalanceListener
+from .statistics import GroupStatistics as GroupStatistics
+from .statistics import PartitionStatistics as PartitionStatistics
 from .zk_security import ZooKeeperTLS as ZooKeeperTLS
 
 __all__ = [
@@ -34,11 +57,15 @@ __all__ = [
     "ConsumerGroup",
     "CoordinationError",
     "CoordinationTimeout",
+    "CorruptOffsetError",
     "GroupClosedError",
     "GroupState",
+    "GroupStatistics",
     "KafkaOptions",
     "LocalClusterError",
     "NotOwnedError",
+    "PartitionStatistics",
+    "RebalanceListener",
     "Record",
     "SessionLostError",
     "Strategy",

@@ -109,10 +109,15 @@ class Worker:
 
 
 async def consume_exactly_once(
-    members: Sequence[ConsumerGroup], produce: Callable[[int, int], Awaitable[object]], total: int
+    members: Sequence[ConsumerGroup],
+    produce: Callable[[int, int], Awaitable[object]],
+    total: int,
+    *,
+    joined: Callable[[], Awaitable[object]] | None = None,
 ) -> Counter[bytes]:
     """Join ``members``, produce ``total`` messages (half before the joins, half after) and consume
-    them all with every member at once; returns how often each key was delivered."""
+    them all with every member at once; returns how often each key was delivered. ``joined``
+    runs once every member has joined."""
     seen: Counter[bytes] = Counter()
 
     async def consume(group: ConsumerGroup) -> None:
@@ -124,6 +129,8 @@ async def consume_exactly_once(
     async with contextlib.AsyncExitStack() as stack:
         for group in members:
             await stack.enter_async_context(group)
+        if joined is not None:
+            await joined()
         consumers = [asyncio.ensure_future(consume(group)) for group in members]
         try:
             await produce(half, total - half)

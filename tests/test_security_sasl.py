@@ -81,7 +81,13 @@ async def test_a_group_consumes_exactly_once_over_sasl_ssl_scram(
     members = [_member(sasl_cluster, group, topic) for _ in range(2)]
     shown = [repr(options), str(options), *(repr(m) for m in members)]
     shown += [repr(vars(m)) for m in members]
-    seen = await consume_exactly_once(members, produce, 400)
+
+    async def look() -> None:
+        shown.extend([repr(await m.statistics()) for m in members])
+        shown.extend(repr(m) for m in members)
+
+    seen = await consume_exactly_once(members, produce, 400, joined=look)
+    assert len(shown) == 10
     assert sorted(seen) == sorted(f"k{i}".encode() for i in range(400))
     assert set(seen.values()) == {1}, "a message was delivered twice"
 
