@@ -64,7 +64,7 @@ class Ports:
 class JavaServers:
     """The JVMs of a cluster, their configuration and logs under ``data``.
 
-    One node of each keeps today's single-node layout and heap sizes; several nodes get smaller
+    One node of each keeps the single-node layout and heap sizes; several nodes get smaller
     heaps (see :mod:`.process`), so that six JVMs start together on two cores.
     """
 
