@@ -16,6 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
 
+from support import wait_until
+
 _names = itertools.count(1)
 
 MakeTopic = Callable[..., Awaitable[str]]
@@ -65,9 +67,18 @@ def make_topic(admin: AIOKafkaAdminClient) -> MakeTopic:
     async def make(partitions: int = 2) -> str:
         name = _fresh("topic")
         await admin.create_topics([NewTopic(name, partitions, 1)])
+        await wait_until(lambda: _known(admin, name), what=f"the broker knows {name}")
         return name
 
     return make
+
+
+async def _known(admin: AIOKafkaAdminClient, topic: str) -> bool:
+    """Whether the broker's metadata has the topic: it learns of one a moment after its
+    controller created it (KRaft), and a member asking before is told the topic does not exist
+    (seen under load)."""
+    (described,) = await admin.describe_topics([topic])
+    return not described["error_code"]
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""A local single-node ZooKeeper + Kafka for the demo, the benchmarks and the tests.
+"""A local ZooKeeper + Kafka for the demo, the benchmarks and the tests: one node of each by
+default, or a ZooKeeper ensemble and a replicated Kafka cluster (``LocalCluster(brokers=3,
+zookeepers=3)``, Java only) for the tests of node faults.
 
 ::
 
@@ -19,7 +21,13 @@ Where the cluster comes from, in this order:
 The JVMs never outlive their owner: stopping ends each one's process group (SIGTERM, then SIGKILL),
 also when the ``async with`` body is cancelled, and on Linux the kernel kills them should the Python
 process itself die (``PR_SET_PDEATHSIG``). For the tests of faults a Java-started cluster can stop
-and restart each server on the same port with the same data, and expire a ZooKeeper session.
+and restart each server (or each node: ``stop_broker(i)``, ``stop_zookeeper_node(i)``) on the
+same port with the same data, tell which broker leads a partition, and expire a ZooKeeper session.
+
+The modules: ``cluster`` (LocalCluster's lifecycle and fault hooks), ``servers`` (the JVMs of
+every node), ``process`` (child processes, the JVM command line), ``config`` (zoo.cfg and
+server.properties), ``jars`` (the Maven fetch and its cache), ``probes`` (ports, readiness),
+``env`` (the cluster the environment names), ``docker`` (the Docker fallback), ``cli`` (up/down).
 
 For people there is a command line (also installed as ``aio-cluster-local``)::
 

@@ -443,30 +443,9 @@ class LocalCluster:
             self._bootstrap, self._zookeeper = found
             await self._wait_external(self._deadline())
             return
-        # Ports first: a port asked for and taken fails at once, before Maven or a JVM runs.
-        for service, port in (("Kafka", self._kafka_port), ("ZooKeeper", self._zookeeper_port)):
-            if port is not None:
-                probes.check_port_free(port, service)
         kafka, zookeeper = self._brokers, self._zookeepers
-        # A secured cluster adds an internal listener per Kafka node and a TLS port per ZooKeeper.
-        internal, secure = (kafka, zookeeper) if self._secured else (0, 0)
-        ports = probes.free_ports(
-            *([self._kafka_port] * kafka),
-            *([self._zookeeper_port] * zookeeper),
-            *([None] * (kafka + 2 * zookeeper + internal + secure)),
-        )
-        counts = {
-            "kafka": kafka,
-            "zookeeper": zookeeper,
-            "controller": kafka,
-            "quorum": zookeeper,
-            "election": zookeeper,
-            "internal": internal,
-            "secure": secure,
-        }
-        taken = iter(ports)
-        layout = servers.Ports(
-            **{name: [next(taken) for _ in range(count)] for name, count in counts.items()}
+        layout = servers.Ports.pick(
+            kafka, zookeeper, self._kafka_port, self._zookeeper_port, secured=self._secured
         )
         self._bootstrap = layout.bootstrap
         self._zookeeper = layout.connect
@@ -508,17 +487,14 @@ class LocalCluster:
 
     async def _wait_external(self, deadline: float) -> None:
         """Wait until servers this object does not run as its children answer."""
-        loop = asyncio.get_running_loop()
         for name, probe, address in (
             ("ZooKeeper", probes.zookeeper_answers, self._zookeeper),
             ("Kafka", probes.kafka_answers, self._bootstrap),
         ):
-            while not await probe(address, probes.attempt_timeout(deadline)):
-                if loop.time() >= deadline:
-                    raise LocalClusterError(
-                        f"{name} at {address} did not answer within {self._startup_timeout:g} s"
-                    )
-                await asyncio.sleep(probes.POLL_INTERVAL)
+            if not await probes.wait_answering(probe, address, deadline):
+                raise LocalClusterError(
+                    f"{name} at {address} did not answer within {self._startup_timeout:g} s"
+                )
 
     async def _release(self) -> None:
         """Stop whatever was started and remove the data; safe to repeat."""

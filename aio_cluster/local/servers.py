@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
@@ -30,6 +31,38 @@ class Ports:
     internal: Sequence[int] = ()  # a secured Kafka node's plaintext listener between nodes
     secure: Sequence[int] = ()  # a secured ZooKeeper node's TLS client port
 
+    @classmethod
+    def pick(
+        cls,
+        brokers: int,
+        zookeepers: int,
+        kafka_port: int | None,
+        zookeeper_port: int | None,
+        *,
+        secured: bool = False,
+    ) -> Ports:
+        """The ports asked for (one node of each only) and free ones for the rest; a
+        ``secured`` cluster has an internal listener per Kafka node and a TLS port per ZooKeeper.
+
+        Raises:
+            LocalClusterError: a port asked for is taken (checked before anything starts).
+        """
+        for service, port in (("Kafka", kafka_port), ("ZooKeeper", zookeeper_port)):
+            if port is not None:
+                probes.check_port_free(port, service)
+        ports = probes.free_ports(
+            *([kafka_port] * brokers),
+            *([zookeeper_port] * zookeepers),
+            *([None] * ((2 if secured else 1) * brokers + (3 if secured else 2) * zookeepers)),
+        )
+        extra = (brokers, zookeepers) if secured else (0, 0)
+        sizes = (brokers, zookeepers, brokers, zookeepers, zookeepers, *extra)
+        cuts = itertools.pairwise(itertools.accumulate(sizes, initial=0))
+        kafka, zookeeper, controller, quorum, election, internal, secure = (
+            ports[a:b] for a, b in cuts
+        )
+        return cls(kafka, controller, zookeeper, quorum, election, internal, secure)
+
     @property
     def bootstrap(self) -> str:
         """Every Kafka node's address, comma-separated."""
@@ -44,7 +77,7 @@ class Ports:
 class JavaServers:
     """The JVMs of a cluster, their configuration and logs under ``data``.
 
-    One node of each keeps today's single-node layout and heap sizes; several nodes get smaller
+    One node of each keeps the single-node layout and heap sizes; several nodes get smaller
     heaps (see :mod:`.process`), so that six JVMs start together on two cores.
     """
 
@@ -195,16 +228,11 @@ class JavaServers:
     async def _wait_registered(self, deadline: float) -> None:
         """Wait until the cluster's metadata names every broker: until then a topic replicated
         to all of them cannot be created."""
-        loop = asyncio.get_running_loop()
         count = len(self.brokers)
-        bootstrap = self._ports.bootstrap
         options = None if self._security is None else self._security.kafka_options
-        while not await probes.kafka_answers(
-            bootstrap, probes.attempt_timeout(deadline), count, options
-        ):
-            if loop.time() >= deadline:
-                raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
-            await asyncio.sleep(probes.POLL_INTERVAL)
+        probe = functools.partial(probes.kafka_answers, brokers=count, options=options)
+        if not await probes.wait_answering(probe, self._ports.bootstrap, deadline):
+            raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
 
 
 async def _all(waits: Iterable[Awaitable[None]]) -> None:
