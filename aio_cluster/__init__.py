@@ -14,13 +14,16 @@ Module map (one line per module; ``tests/test_exports.py`` checks it against the
     group.py        ConsumerGroup: the public facade composing the parts
     handover.py     a rebalance's handover: draining, the listener, new claims
     kafka.py        the only module that speaks Kafka (aiokafka in assign() mode)
+    kafka_options.py  KafkaOptions: the validated connection options (TLS, SASL), secrets masked
     layout.py       the ZooKeeper paths and the data kept in them (pure)
     listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
-    local.py        the local single-node ZooKeeper + Kafka for development and tests
+    local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL)
     membership.py   registration, members, the rebalance under the lock, making claims
     offsets.py      stored offsets and the fenced transaction
     statistics.py   GroupStatistics: an immutable snapshot of a member
+    tls.py          TLS handshakes that tell a refused certificate from a server away
     zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)
+    zk_security.py  ZooKeeper credentials, ACLs and TLS settings; credentials masked in logs
 """
 
 from .assignment import Strategy as Strategy
