@@ -9,7 +9,7 @@ import uuid
 import anyio
 import pytest
 
-from aio_cluster import ConsumerGroup
+from aio_cluster import ConfigurationError, ConsumerGroup
 from aio_cluster.local import LocalCluster
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -77,3 +77,14 @@ async def test_a_restarted_member_resumes_after_the_committed_offsets(
         await consume(consumer, 30, second)
     assert sorted(first) == sorted(f"first-{i}" for i in range(50))
     assert sorted(second) == sorted(f"second-{i}" for i in range(30))
+
+
+async def test_the_fixtures_refuse_bad_input(local_cluster, new_topic, produce) -> None:
+    with pytest.raises(ConfigurationError, match="partitions must be a positive integer, not 0"):
+        await new_topic(partitions=0)
+    topic = await new_topic()
+    with pytest.raises(ConfigurationError, match="keys must be as many as values: 1 keys, 2"):
+        await produce(topic, ["a", "b"], keys=["k"])
+    with pytest.raises(ConfigurationError, match="values and keys must be str or bytes, not 1"):
+        await produce(topic, [1])
+    assert await produce(topic, [b"raw", "text"], keys=[None, "k"]) == [(0, 0), (0, 1)]
