@@ -258,7 +258,9 @@ async def test_bad_input_gets_a_clear_error(
         member(cluster, group_name, "t", strategy="sticky")
     with pytest.raises(ConfigurationError, match="topic name"):
         member(cluster, group_name, "no/slash")
-    missing = member(cluster, group_name, "no-such-topic")
+    with pytest.raises(ConfigurationError, match="rebalance_timeout"):
+        member(cluster, group_name, "t", rebalance_timeout=-1)
+    missing = member(cluster, group_name, "no-such-topic", wait_for_topic=False)
     with pytest.raises(ConfigurationError, match="no-such-topic"):
         await missing.register()
     assert missing.state is GroupState.CLOSED
@@ -340,7 +342,9 @@ async def test_handover_waits_for_the_batch_being_processed(
         joining = asyncio.create_task(second.register())
         tasks = [joining]
         try:
-            await wait_until(lambda: moving in first._revoking, what="first starts to hand over")
+            await wait_until(
+                lambda: moving in first._delivery.revoking, what="first starts to hand over"
+            )
             # A second in which a wrong handover would happen: the join must not finish.
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(joining), 1.0)
