@@ -1,9 +1,9 @@
 """A consumer-group member inside an aiohttp app: it lives in a ``cleanup_ctx``.
 
 Start-up joins the group and starts consuming in a task; ``GET /health`` reports the member,
-its claimed partitions and what it consumed; shutdown (SIGTERM or Ctrl-C) closes the member,
-which stores the offsets of every finished batch and releases its partitions to the rest of the
-group, and ends the consuming task within ``HANDLER_GRACE`` seconds after that.
+its claimed partitions, their lag and what it consumed; shutdown (SIGTERM or Ctrl-C) closes the
+member, which stores the offsets of every finished batch and releases its partitions to the rest
+of the group, and ends the consuming task within ``HANDLER_GRACE`` seconds after that.
 
     export AIO_CLUSTER_BOOTSTRAP=127.0.0.1:9092 AIO_CLUSTER_ZOOKEEPER=127.0.0.1:2181
     export AIO_CLUSTER_GROUP=my-group AIO_CLUSTER_TOPIC=my-topic
@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from aio_cluster import Batch, ConsumerGroup, GroupClosedError, GroupState
+from aio_cluster import Batch, BrokerError, ConsumerGroup, GroupClosedError, GroupState
 
 HANDLER_GRACE = 5.0
 """Seconds shutdown lets a batch's handler finish after the member left, before cancelling it.
@@ -73,27 +73,36 @@ async def member(app: web.Application) -> AsyncIterator[None]:
 
 
 async def health(request: web.Request) -> web.Response:
-    """The member's id, state, claimed partitions and, for each, the stored offset and how
-    many records this process consumed; 503 while the member is not joined."""
+    """The member's id, state, claimed partitions and lag (from its ``statistics()``) and, for
+    each partition, the stored offset, the log end, the lag and how many records this process
+    consumed; 503 while the member is not joined."""
     group = request.app[GROUP]
     consumed = request.app[CONSUMED]
-    report: dict[str, Any] = {
-        "member": group.id,
-        "group": group.name,
-        "topic": group.topic,
-        "state": group.state.value,
-        "claimed": group.claimed,
-        "consumed": sum(consumed.values()),
-    }
+    report: dict[str, Any] = {"member": group.id, "state": group.state.value}
     if group.state is not GroupState.JOINED:
         return web.json_response(report, status=503)
     try:
-        report["partitions"] = {
-            str(p): {"stored_offset": await group.offset(p), "consumed": consumed[p]}
-            for p in group.claimed
-        }
-    except GroupClosedError:
+        stats = await group.statistics()
+    except (GroupClosedError, BrokerError):
         return web.json_response(report, status=503)
+    report.update(
+        group=group.name,
+        topic=group.topic,
+        session=stats.session,
+        claimed=list(stats.claimed),
+        lag=sum(p.lag for p in stats.partitions),
+        consumed=sum(consumed.values()),
+        rebalances=stats.rebalances,
+        partitions={
+            str(p.partition): {
+                "stored_offset": p.stored,
+                "end": p.end,
+                "lag": p.lag,
+                "consumed": consumed[p.partition],
+            }
+            for p in stats.partitions
+        },
+    )
     return web.json_response(report)
 
 

@@ -1,7 +1,8 @@
 """A consumer-group member inside a FastAPI app: it lives in the app's lifespan.
 
 Start-up joins the group and starts consuming in a task of the lifespan's task group;
-``GET /health`` reports the member, its claimed partitions and what it consumed; shutdown
+``GET /health`` reports the member, its claimed partitions, their lag and what it
+consumed; shutdown
 (SIGTERM or Ctrl-C to uvicorn) closes the member, which stores the offsets of every finished
 batch and releases its partitions to the rest of the group, and ends the consuming task within
 ``HANDLER_GRACE`` seconds after that.
@@ -24,7 +25,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from aio_cluster import Batch, ConsumerGroup, GroupClosedError, GroupState
+from aio_cluster import Batch, BrokerError, ConsumerGroup, GroupClosedError, GroupState
 
 HANDLER_GRACE = 5.0
 """Seconds shutdown lets a batch's handler finish after the member left, before cancelling it.
@@ -76,25 +77,34 @@ app = FastAPI(title="aio_cluster member", lifespan=lifespan)
 
 @app.get("/health")
 async def health(request: Request) -> JSONResponse:
-    """The member's id, state, claimed partitions and, for each, the stored offset and how
-    many records this process consumed; 503 while the member is not joined."""
+    """The member's id, state, claimed partitions and lag (from its ``statistics()``) and, for
+    each partition, the stored offset, the log end, the lag and how many records this process
+    consumed; 503 while the member is not joined."""
     group: ConsumerGroup = request.state.group
     consumed: Counter[int] = request.state.consumed
-    report: dict[str, Any] = {
-        "member": group.id,
-        "group": group.name,
-        "topic": group.topic,
-        "state": group.state.value,
-        "claimed": group.claimed,
-        "consumed": sum(consumed.values()),
-    }
+    report: dict[str, Any] = {"member": group.id, "state": group.state.value}
     if group.state is not GroupState.JOINED:
         return JSONResponse(report, status_code=503)
     try:
-        report["partitions"] = {
-            str(p): {"stored_offset": await group.offset(p), "consumed": consumed[p]}
-            for p in group.claimed
-        }
-    except GroupClosedError:
+        stats = await group.statistics()
+    except (GroupClosedError, BrokerError):
         return JSONResponse(report, status_code=503)
+    report.update(
+        group=group.name,
+        topic=group.topic,
+        session=stats.session,
+        claimed=list(stats.claimed),
+        lag=sum(p.lag for p in stats.partitions),
+        consumed=sum(consumed.values()),
+        rebalances=stats.rebalances,
+        partitions={
+            str(p.partition): {
+                "stored_offset": p.stored,
+                "end": p.end,
+                "lag": p.lag,
+                "consumed": consumed[p.partition],
+            }
+            for p in stats.partitions
+        },
+    )
     return JSONResponse(report)

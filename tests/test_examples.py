@@ -117,7 +117,8 @@ async def test_app_reports_health_over_http_and_leaves_on_sigterm(
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
 
-            async def consumed(total: int) -> bool:
+            async def caught_up(total: int) -> bool:
+                """Consumed ``total`` and, by the member's statistics, no lag left."""
                 try:
                     response = await client.get("/health")
                 except httpx.TransportError:
@@ -125,15 +126,17 @@ async def test_app_reports_health_over_http_and_leaves_on_sigterm(
                 if response.status_code != 200:
                     return False
                 reports.append(response.json())
-                return bool(reports[-1]["consumed"] == total)
+                return bool(reports[-1]["consumed"] == total and reports[-1]["lag"] == 0)
 
-            await wait_until(lambda: consumed(200), timeout=60, what=f"{app} to consume 200")
+            await wait_until(lambda: caught_up(200), timeout=60, what=f"{app} to consume 200")
             counts += await produce(topic, 100, start=200)  # more, while it serves
-            await wait_until(lambda: consumed(300), what=f"{app} to consume 300")
+            await wait_until(lambda: caught_up(300), what=f"{app} to consume 300")
         report = reports[-1]
         assert report["claimed"] == [0, 1, 2]
         assert report["state"] == "joined"
         assert {int(p): v["consumed"] for p, v in report["partitions"].items()} == counts
+        assert {int(p): v["end"] for p, v in report["partitions"].items()} == counts
+        assert {int(p): v["stored_offset"] for p, v in report["partitions"].items()} == counts
         await end(process, log)
     finally:
         if process.returncode is None:
