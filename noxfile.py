@@ -1,5 +1,5 @@
 """Every routine of the project, as a nox session: ``nox -s tests``, ``lint``, ``typecheck``,
-``demo``, ``bench``."""
+``demo``, ``bench``, ``docs``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite against a real local ZooKeeper + Kafka (started by the tests)."""
-    session.install("-e", ".[test]")
+    """The whole test suite against a real local ZooKeeper + Kafka (started by the tests), then
+    the user-style suite in ``tests_user/`` through the ``aio_cluster.testing`` plugin.
+
+    With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs.
+    """
+    session.install("-e", ".[test,examples]")
     session.run("pytest", *session.posargs)
+    if not session.posargs:
+        session.run("pytest", "-p", "aio_cluster.testing", "tests_user")
 
 
 @nox.session
@@ -34,14 +40,14 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[local-tls]", "mypy")
+    session.install("-e", ".[test,local-tls]", "mypy")
     session.run("mypy", "--strict", "aio_cluster")
 
 
 @nox.session
 def demo(session: nox.Session) -> None:
     """The live demo: a local cluster, a producer and a group of members rebalancing."""
-    session.install("-e", ".")
+    session.install("-e", ".[examples]")
     session.run("python", "examples/demo.py", *session.posargs)
 
 
@@ -53,3 +59,10 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
     session.run("python", "benchmarks/startup.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, built strictly: any warning fails the build."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)

@@ -1,7 +1,8 @@
 """aio_cluster: self-balancing Kafka consumer groups for asyncio, coordinated through ZooKeeper.
 
 The public surface is what ``__all__`` lists; every other module is an implementation detail,
-except :mod:`aio_cluster.local`, the local single-node cluster for development and tests.
+except :mod:`aio_cluster.local`, the local single-node cluster for development and tests, and
+:mod:`aio_cluster.testing`, the opt-in pytest plugin for users' suites.
 
 Module map (one line per module; ``tests/test_exports.py`` checks it against the files)::
 
@@ -21,6 +22,7 @@ Module map (one line per module; ``tests/test_exports.py`` checks it against the
     membership.py   registration, members, the rebalance under the lock, making claims
     offsets.py      stored offsets and the fenced transaction
     statistics.py   GroupStatistics: an immutable snapshot of a member
+    testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
     tls.py          TLS handshakes that tell a refused certificate from a server away
     zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)
     zk_security.py  ZooKeeper credentials, ACLs and TLS settings; credentials masked in logs
