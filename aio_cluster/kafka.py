@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from .addresses import parse_servers
 from .errors import BrokerError, ConfigurationError
 
-__all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
+__all__ = ["Fetcher", "OffsetReader", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
 
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
@@ -65,6 +65,19 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
         ConfigurationError: empty, or a server without a numeric port in 1..65535.
     """
     return parse_servers(bootstrap, "Kafka")
+
+
+async def _partitions(admin: Any, topic: str) -> list[int]:
+    """A topic's partition ids, sorted, fresh from the metadata API (see Fetcher.partitions)."""
+    try:
+        (described,) = await admin.describe_topics([topic])
+    except KafkaError as exc:
+        raise BrokerError(f"metadata request failed: {exc}") from exc
+    if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+        raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
+    if described["error_code"]:
+        raise BrokerError(f"metadata of topic {topic!r} has error code {described['error_code']}")
+    return sorted(int(partition["partition"]) for partition in described["partitions"])
 
 
 class Fetcher:
@@ -151,17 +164,7 @@ class Fetcher:
             ConfigurationError: the topic does not exist.
             BrokerError: the metadata request failed.
         """
-        try:
-            (described,) = await self._admin.describe_topics([self.topic])
-        except KafkaError as exc:
-            raise BrokerError(f"metadata request failed: {exc}") from exc
-        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
-            raise ConfigurationError(f"topic {self.topic!r} does not exist in Kafka")
-        if described["error_code"]:
-            raise BrokerError(
-                f"metadata of topic {self.topic!r} has error code {described['error_code']}"
-            )
-        return sorted(int(partition["partition"]) for partition in described["partitions"])
+        return await _partitions(self._admin, self.topic)
 
     def _tp(self, partition: int) -> Any:
         return TopicPartition(self.topic, partition)
@@ -222,3 +225,108 @@ class Fetcher:
         except KafkaError as exc:
             raise BrokerError(f"fetch failed: {exc}") from exc
         return {tp.partition: records for tp, records in fetched.items() if records}
+
+
+class OffsetReader:
+    """Reads offsets without fetching records: a topic's partitions and log bounds, the first
+    offset at a time, and what a Kafka consumer group committed. For the command line, and for a
+    member that takes over a Kafka group's offsets."""
+
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int = 30_000
+    ) -> None:
+        """Configure the clients; nothing connects before :meth:`start`.
+
+        Raises:
+            ConfigurationError: malformed bootstrap servers.
+        """
+        servers = parse_bootstrap(bootstrap)
+        self._admin = AIOKafkaAdminClient(
+            bootstrap_servers=servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            client_id=client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=request_timeout_ms,
+        )
+
+    async def start(self) -> None:
+        """Connect to the cluster.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
+        try:
+            await self._consumer.start()
+            await self._admin.start()
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+        await self._admin.close()
+
+    async def partitions(self, topic: str) -> list[int]:
+        """Every partition id of ``topic``, sorted.
+
+        Raises:
+            ConfigurationError: the topic does not exist.
+            BrokerError: the metadata request failed.
+        """
+        return await _partitions(self._admin, topic)
+
+    async def bounds(self, topic: str, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+        """For each partition, its earliest and its next-to-be-written (log-end) offset.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [TopicPartition(topic, partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            first = await self._consumer.beginning_offsets(tps)
+            last = await self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: (first[tp], last[tp]) for tp in tps}
+
+    async def offsets_at(
+        self, topic: str, partitions: Collection[int], timestamp_ms: int
+    ) -> dict[int, int | None]:
+        """For each partition, the offset of its first record stamped at or after
+        ``timestamp_ms``; None where every record is older.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        wanted = {TopicPartition(topic, partition): timestamp_ms for partition in partitions}
+        if not wanted:
+            return {}
+        try:
+            found = await self._consumer.offsets_for_times(wanted)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: None if at is None else int(at.offset) for tp, at in found.items()}
+
+    async def committed(
+        self, group: str, topic: str, partitions: Collection[int]
+    ) -> dict[int, int]:
+        """The offsets a Kafka consumer group named ``group`` committed; partitions without a
+        commit are left out.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [TopicPartition(topic, partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            found = await self._admin.list_consumer_group_offsets(group, partitions=tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offsets of Kafka group {group!r} unreadable: {exc}") from exc
+        return {tp.partition: int(at.offset) for tp, at in found.items() if at.offset >= 0}
