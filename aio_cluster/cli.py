@@ -388,7 +388,10 @@ def _table(*columns: str, title: str | None = None) -> Table:
 
 
 def _print(renderable: object) -> None:
-    _rich("console").Console(soft_wrap=False).print(renderable)
+    console = _rich("console").Console(soft_wrap=False)
+    if not console.is_terminal:  # into a pipe or a file: whole lines, for grep and awk
+        console.width = 10_000
+    console.print(renderable)
 
 
 def _rich(module: str) -> Any:
