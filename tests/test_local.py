@@ -19,8 +19,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
-from aio_cluster import ConfigurationError, LocalClusterError, local
-from aio_cluster.local import LocalCluster
+from aio_cluster import ConfigurationError, LocalClusterError
+from aio_cluster.local import LocalCluster, docker, jars
 
 BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
 ZOOKEEPER_VAR = "AIO_CLUSTER_ZOOKEEPER"
@@ -229,7 +229,7 @@ def cache(tmp_path: Path) -> Path:
     a developer's running ``up``; the jars fetched already are linked, not fetched again."""
     own = tmp_path / "cache"
     own.mkdir()
-    shared = local._default_cache_dir()
+    shared = jars.default_cache_dir()
     if shared.is_dir():
         for entry in shared.iterdir():
             if entry.name != "run":
@@ -337,7 +337,7 @@ async def test_occupied_port(tmp_path: Path, option: str, service: str) -> None:
 async def test_no_java_and_no_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(local, "_docker_engine_answers", lambda: False)
+    monkeypatch.setattr(docker, "engine_answers", lambda: False)
     with pytest.raises(LocalClusterError, match="Java 17"):
         await LocalCluster(use_env=False).start()
 
@@ -424,20 +424,20 @@ async def test_environment_names_a_running_cluster(
 @pytest.mark.asyncio
 async def test_jar_fetch_is_locked_and_an_interrupted_one_redone(tmp_path: Path) -> None:
     first, second = await asyncio.gather(
-        local._resolve_jars(tmp_path, "zookeeper"), local._resolve_jars(tmp_path, "zookeeper")
+        jars.resolve_jars(tmp_path, "zookeeper"), jars.resolve_jars(tmp_path, "zookeeper")
     )
     assert first == second
     jar = next(first.glob("zookeeper-3.*.jar"))
     (first / ".complete").unlink()  # as if the copy had been interrupted
     jar.unlink()
-    assert await local._resolve_jars(tmp_path, "zookeeper") == first
+    assert await jars.resolve_jars(tmp_path, "zookeeper") == first
     assert jar.exists()
 
 
 @pytest.mark.docker
 @pytest.mark.asyncio
 async def test_docker_where_no_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not await asyncio.to_thread(local._docker_engine_answers):
+    if not await asyncio.to_thread(docker.engine_answers):
         pytest.skip("no Docker engine answers")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)

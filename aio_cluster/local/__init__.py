@@ -1,0 +1,39 @@
+"""A local single-node ZooKeeper + Kafka for the demo, the benchmarks and the tests.
+
+::
+
+    async with LocalCluster() as cluster:
+        consume(cluster.bootstrap, cluster.zookeeper)
+
+Where the cluster comes from, in this order:
+
+1. ``AIO_CLUSTER_BOOTSTRAP`` and ``AIO_CLUSTER_ZOOKEEPER`` (both set, ``use_env=True``): a running
+   cluster, e.g. the one of the project's ``docker-compose.yml``; nothing is started.
+2. Java 17+ (``$JAVA_HOME/bin/java`` or ``java`` on ``PATH``): Kafka (KRaft, broker and controller
+   in one JVM) and ZooKeeper run as two JVMs on 127.0.0.1, their data in a temporary directory
+   removed on stop. The jars are fetched once with Maven from ``aio_cluster/jars/pom.xml`` into a
+   cache outside the repository (``$AIO_CLUSTER_CACHE`` or ``~/.cache/aio-cluster``), so later
+   starts download nothing and start in a few seconds.
+3. A Docker engine (and testcontainers installed): the same two servers as containers.
+
+The JVMs never outlive their owner: stopping ends each one's process group (SIGTERM, then SIGKILL),
+also when the ``async with`` body is cancelled, and on Linux the kernel kills them should the Python
+process itself die (``PR_SET_PDEATHSIG``). For the tests of faults a Java-started cluster can stop
+and restart each server on the same port with the same data, and expire a ZooKeeper session.
+
+For people there is a command line (also installed as ``aio-cluster-local``)::
+
+    $ python -m aio_cluster.local up        # prints two lines once the cluster is ready:
+    export AIO_CLUSTER_BOOTSTRAP=127.0.0.1:40123
+    export AIO_CLUSTER_ZOOKEEPER=127.0.0.1:40125
+    $ python -m aio_cluster.local down      # from another shell; or Ctrl-C / SIGTERM to ``up``
+
+Paste the two lines into another shell to point the tests and the demo at that cluster. POSIX
+only.
+"""
+
+from .cli import main as main
+from .cluster import LocalCluster as LocalCluster
+from .cluster import Mode as Mode
+
+__all__ = ["LocalCluster", "Mode", "main"]

@@ -1,0 +1,108 @@
+"""Ports and readiness: free ports to listen on, and whether a server answers requests yet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from ..errors import LocalClusterError
+from . import config
+
+POLL_INTERVAL = 0.2  # seconds between two probes of a starting server
+
+
+def check_port_free(port: int, service: str) -> None:
+    with socket.socket() as sock:
+        # As the servers bind: SO_REUSEADDR lets a port with closed connections in TIME_WAIT be
+        # reused, but not one another process listens on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.HOST, port))
+        except OSError as exc:
+            raise LocalClusterError(
+                f"port {port} on {config.HOST}, asked for {service}, is already in use "
+                f"({exc.strerror})"
+            ) from exc
+
+
+def free_ports(*wanted: int | None) -> list[int]:
+    """Each wanted port, or a free one for each None (held open together, so all differ)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for port in wanted:
+            if port is not None:
+                ports.append(port)
+                continue
+            sock = stack.enter_context(socket.socket())
+            sock.bind((config.HOST, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+async def port_open(host: str, port: int, timeout: float) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def attempt_timeout(deadline: float) -> float:
+    """The bound on one probe: short, so that an early exit is noticed soon, and within the
+    deadline."""
+    return max(0.1, min(deadline - asyncio.get_running_loop().time(), 5.0))
+
+
+def servers(addresses: str) -> list[tuple[str, int]]:
+    """``[(host, port)]`` of a validated ``"h1:p1,h2:p2[/chroot]"``."""
+    servers = [server.strip().rpartition(":") for server in addresses.partition("/")[0].split(",")]
+    return [(host.strip("[]"), int(port)) for host, _, port in servers]
+
+
+async def zookeeper_answers(connect: str, timeout: float) -> bool:
+    """Whether a ZooKeeper server of ``connect`` serves: ``srvr`` names the version only then."""
+
+    async def ask(host: str, port: int) -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(b"srvr")
+            await writer.drain()
+            return await reader.read()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    for host, port in servers(connect):
+        try:
+            if b"Zookeeper version" in await asyncio.wait_for(ask(host, port), timeout):
+                return True
+        except (OSError, asyncio.TimeoutError):
+            continue
+    return False
+
+
+async def kafka_answers(bootstrap: str, timeout: float) -> bool:
+    """Whether Kafka answers a metadata request naming at least one broker."""
+    # A plain connection first: aiokafka would log an error for each attempt while Kafka boots.
+    for host, port in servers(bootstrap):
+        if await port_open(host, port, timeout):
+            break
+    else:
+        return False
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
+    except (KafkaError, OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        await admin.close()
+    return bool(cluster["brokers"])
