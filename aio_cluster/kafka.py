@@ -8,6 +8,7 @@ into :mod:`aio_cluster.errors` here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -18,7 +19,14 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from .addresses import parse_servers
 from .errors import BrokerError, ConfigurationError
 
-__all__ = ["Fetcher", "OffsetReader", "OffsetsOutOfRange", "Record", "parse_bootstrap"]
+__all__ = [
+    "Fetcher",
+    "KafkaGroupOffsets",
+    "OffsetReader",
+    "OffsetsOutOfRange",
+    "Record",
+    "parse_bootstrap",
+]
 
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
@@ -228,9 +236,8 @@ class Fetcher:
 
 
 class OffsetReader:
-    """Reads offsets without fetching records: a topic's partitions and log bounds, the first
-    offset at a time, and what a Kafka consumer group committed. For the command line, and for a
-    member that takes over a Kafka group's offsets."""
+    """Reads offsets without fetching records: a topic's partitions and log bounds, and the first
+    offset at a time. For the command line."""
 
     def __init__(
         self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int = 30_000
@@ -313,20 +320,101 @@ class OffsetReader:
             raise BrokerError(f"offset request failed: {exc}") from exc
         return {tp.partition: None if at is None else int(at.offset) for tp, at in found.items()}
 
-    async def committed(
-        self, group: str, topic: str, partitions: Collection[int]
-    ) -> dict[int, int]:
-        """The offsets a Kafka consumer group named ``group`` committed; partitions without a
-        commit are left out.
+
+class KafkaGroupOffsets:
+    """A group's offsets in Kafka's ``__consumer_offsets``, under the group's name: what Kafka's
+    own tools (``kafka-consumer-groups.sh``, Burrow, kafka-ui) read, and what a Kafka consumer
+    group of that name committed.
+
+    The commits carry no generation and no member id, as Kafka accepts from a group without
+    broker-side members: the consumer behind them never joins a Kafka group, and the partitions
+    it is assigned stay paused, so it never fetches a record.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        topic: str,
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        """Configure the consumer; nothing connects before :meth:`start`.
 
         Raises:
-            BrokerError: the request failed.
+            ConfigurationError: malformed bootstrap servers.
         """
-        tps = [TopicPartition(topic, partition) for partition in partitions]
-        if not tps:
-            return {}
+        self.group = group
+        self.topic = topic
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=parse_bootstrap(bootstrap),
+            client_id=f"{client_id}-kafka-offsets",
+            group_id=group,
+            enable_auto_commit=False,
+            request_timeout_ms=request_timeout_ms,
+        )
+        self._assigned: set[int] = set()
+
+    async def start(self) -> None:
+        """Connect to the cluster.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
         try:
-            found = await self._admin.list_consumer_group_offsets(group, partitions=tps)
+            await self._consumer.start()
         except KafkaError as exc:
-            raise BrokerError(f"offsets of Kafka group {group!r} unreadable: {exc}") from exc
-        return {tp.partition: int(at.offset) for tp, at in found.items() if at.offset >= 0}
+            await self.stop()
+            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+
+    async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
+        """Commit ``offsets`` (partition -> next offset) for the group.
+
+        Raises:
+            BrokerError: Kafka refused them or did not answer within ``timeout`` seconds (aiokafka
+                would retry a retriable error for ever).
+        """
+        if not offsets:
+            return
+        if not set(offsets) <= self._assigned:
+            self._assigned |= set(offsets)
+            tps = [TopicPartition(self.topic, partition) for partition in sorted(self._assigned)]
+            self._consumer.assign(tps)
+            self._consumer.pause(*tps)
+        wanted = {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
+        try:
+            await asyncio.wait_for(self._consumer.commit(wanted), timeout)
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka took no commit of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(f"Kafka refused the commit of group {self.group!r}: {exc!r}") from exc
+
+    async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
+        """The offsets the group committed in Kafka; partitions without a commit are left out.
+
+        Raises:
+            BrokerError: the request failed or took over ``timeout`` seconds.
+        """
+        tps = [TopicPartition(self.topic, partition) for partition in sorted(partitions)]
+        try:
+            found = await asyncio.wait_for(
+                asyncio.gather(*(self._consumer.committed(tp) for tp in tps)), timeout
+            )
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(f"offsets of group {self.group!r} unreadable: {exc!r}") from exc
+        return {
+            tp.partition: offset
+            for tp, offset in zip(tps, found, strict=True)
+            if offset is not None
+        }
