@@ -88,6 +88,12 @@ async def _partitions(admin: Any, topic: str) -> list[int]:
     return sorted(int(partition["partition"]) for partition in described["partitions"])
 
 
+def _named(exc: BaseException) -> str:
+    """An aiokafka error in a few words: its name, and its cause's (its messages run long)."""
+    cause = exc.__cause__
+    return type(exc).__name__ + ("" if cause is None else f" ({type(cause).__name__})")
+
+
 class Fetcher:
     """Fetches records of one topic from an explicitly given set of partitions."""
 
@@ -394,7 +400,9 @@ class KafkaGroupOffsets:
                 f"Kafka took no commit of group {self.group!r} within {timeout:g} s"
             ) from None
         except KafkaError as exc:
-            raise BrokerError(f"Kafka refused the commit of group {self.group!r}: {exc!r}") from exc
+            raise BrokerError(
+                f"Kafka refused the commit of group {self.group!r}: {_named(exc)}"
+            ) from exc
 
     async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
         """The offsets the group committed in Kafka; partitions without a commit are left out.
@@ -412,7 +420,7 @@ class KafkaGroupOffsets:
                 f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"
             ) from None
         except KafkaError as exc:
-            raise BrokerError(f"offsets of group {self.group!r} unreadable: {exc!r}") from exc
+            raise BrokerError(f"offsets of group {self.group!r} unreadable: {_named(exc)}") from exc
         return {
             tp.partition: offset
             for tp, offset in zip(tps, found, strict=True)
