@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
+from typing import Literal
 
 import anyio
 
@@ -37,9 +38,10 @@ from .errors import (
     NotOwnedError,
 )
 from .handover import Handover
-from .kafka import Fetcher
+from .kafka import Fetcher, KafkaGroupOffsets
 from .layout import GroupLayout
 from .membership import Membership
+from .mirror import KafkaMirror
 from .offsets import Offsets
 from .zk import SessionState, ZooKeeper
 
@@ -48,6 +50,7 @@ __all__ = ["Batch", "ConsumerGroup", "GroupState"]
 log = logging.getLogger(__name__)
 
 _counter = itertools.count(1)
+_KAFKA_OFFSETS = ("off", "mirror", "migrate")
 
 
 class GroupState(enum.Enum):
@@ -106,6 +109,7 @@ class ConsumerGroup:
         metadata_interval: float = 30.0,
         request_timeout: float = 10.0,
         close_timeout: float = 10.0,
+        kafka_offsets: Literal["off", "mirror", "migrate"] = "off",
     ) -> None:
         """Configure a member; it joins in ``async with`` (or :meth:`register`).
 
@@ -127,6 +131,12 @@ class ConsumerGroup:
             metadata_interval: seconds between checks of the topic's partitions.
             request_timeout: the bound on each ZooKeeper request, in seconds.
             close_timeout: the bound on the final commit and release in :meth:`close`.
+            kafka_offsets: ``"mirror"`` also commits every offset stored in ZooKeeper to Kafka
+                under the group's name, so Kafka's own tools see the group and its lag;
+                ZooKeeper stays the truth, and a commit Kafka refuses is logged and sent again
+                with the next, never holding up consumption. ``"migrate"`` mirrors too, and
+                starts a partition without a stored offset at the offset a Kafka consumer group
+                of the same name committed (see :mod:`aio_cluster.mirror`).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -152,6 +162,10 @@ class ConsumerGroup:
         except ValueError:
             known = ", ".join(s.value for s in Strategy)
             raise ConfigurationError(f"unknown strategy {strategy!r}; use one of {known}") from None
+        if kafka_offsets not in _KAFKA_OFFSETS:
+            raise ConfigurationError(
+                f"kafka_offsets {kafka_offsets!r} is not one of {', '.join(_KAFKA_OFFSETS)}"
+            )
         self._id = _member_id(name)
         self._zk = ZooKeeper(
             zookeepers, session_timeout=session_timeout, request_timeout=request_timeout
@@ -169,7 +183,16 @@ class ConsumerGroup:
         self._metadata_interval = metadata_interval
         self._close_timeout = close_timeout
 
-        self._offsets = Offsets(self._zk, self._layout)
+        self._mirror = KafkaMirror(
+            None
+            if kafka_offsets == "off"
+            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id),
+            member_id=self._id,
+            migrate=kafka_offsets == "migrate",
+            # At most half the close bound, so that an absent Kafka leaves time to release.
+            timeout=min(request_timeout, close_timeout / 2),
+        )
+        self._offsets = Offsets(self._zk, self._layout, self._mirror)
         self._membership = Membership(
             self._zk,
             self._layout,
@@ -187,7 +210,9 @@ class ConsumerGroup:
             max_wait_ms=max_wait_ms,
             trail=trail,
         )
-        self._handover = Handover(self._delivery, self._offsets, self._membership.claims)
+        self._handover = Handover(
+            self._delivery, self._offsets, self._membership.claims, self._mirror
+        )
         self._state = GroupState.NEW
         self._failure: AioClusterError | None = None
         self._closed = asyncio.Event()
@@ -297,6 +322,7 @@ class ConsumerGroup:
             await self._zk.start()
             self._zk.on_state_change(self._on_session_state)
             await self._fetcher.start()
+            await self._mirror.start()
             await self._membership.prepare()
             self._runner = asyncio.create_task(self._run(joined), name=f"aio-cluster {self.id}")
             await joined
@@ -340,6 +366,7 @@ class ConsumerGroup:
                 self._membership.forget()
                 await self._zk.close()
                 await self._delivery.stop()
+                await self._mirror.stop()
                 self._state = GroupState.CLOSED
                 self._closed.set()
                 self._wake()
@@ -396,6 +423,7 @@ class ConsumerGroup:
                 tasks.start_soon(
                     self._every, self._metadata_interval, self._membership.check_partitions
                 )
+                tasks.start_soon(self._mirror.run, self._membership.claims)
         except Exception as exc:
             # Errors the loops expect are handled there; this is a failure nobody foresaw. It
             # must not pass silently: register() or the next batch raises it.
@@ -424,6 +452,7 @@ class ConsumerGroup:
         elif state is SessionState.LOST:
             self._membership.lose()
             self._delivery.lose()
+            self._mirror.forget()
         elif state is SessionState.CONNECTED and self._delivery.suspended:
             # Back after a suspension or a loss: what happened meanwhile is unknown.
             self._delivery.suspended = False

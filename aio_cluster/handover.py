@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from .claims import Claim
 from .delivery import Delivery
+from .mirror import KafkaMirror
 from .offsets import Offsets
 
 __all__ = ["Handover"]
@@ -20,24 +21,35 @@ __all__ = ["Handover"]
 class Handover:
     """Composes a member's delivery and offsets into the steps a rebalance takes."""
 
-    def __init__(self, delivery: Delivery, offsets: Offsets, claims: Mapping[int, Claim]) -> None:
+    def __init__(
+        self,
+        delivery: Delivery,
+        offsets: Offsets,
+        claims: Mapping[int, Claim],
+        mirror: KafkaMirror,
+    ) -> None:
         """Args:
         delivery: the member's delivery.
         offsets: the member's offsets.
         claims: the member's claims now.
+        mirror: the member's offsets in Kafka.
         """
         self._delivery = delivery
         self._offsets = offsets
         self._claims = claims
+        self._mirror = mirror
 
     async def revoke(self, partitions: list[int]) -> None:
-        """Before the claims of ``partitions`` are deleted: end their batches, store offsets."""
+        """Before the claims of ``partitions`` are deleted: end their batches, store offsets
+        (in ZooKeeper, then in Kafka when mirrored)."""
         await self._delivery.drain(partitions)
         await self._offsets.flush(self._claims, partitions)
+        await self._mirror.push(self._claims, partitions)
 
     def released(self, partitions: list[int]) -> None:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
         self._delivery.undrain(partitions)
+        self._mirror.forget(partitions)
 
     async def assigned(self) -> bool:
         """After claims were made: position them and hand them to the fetcher.
@@ -45,9 +57,12 @@ class Handover:
         Returns:
             True when the fetched partitions changed.
         """
+        await self._mirror.take_over(self._claims)
         await self._delivery.position()
         return await self._delivery.reassign()
 
     async def store(self, partitions: list[int]) -> None:
-        """Store the pending offsets of ``partitions`` (when leaving)."""
+        """Store the pending offsets of ``partitions`` (when leaving), in Kafka too when
+        mirrored."""
         await self._offsets.flush(self._claims, partitions)
+        await self._mirror.push(self._claims, partitions)
