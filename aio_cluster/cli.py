@@ -11,7 +11,7 @@
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
 ``AIO_CLUSTER_ZOOKEEPER``. A failure is one line on stderr and exit status 1 (2 for bad
 arguments), never a traceback. ZooKeeper is read and written in :mod:`.survey`, Kafka in
-:mod:`.kafka`; what is shown or planned is computed in :mod:`.plans`.
+:mod:`.kafka`; what is shown or planned is computed in :mod:`.plans` and drawn in :mod:`.tables`.
 """
 
 from __future__ import annotations
@@ -19,26 +19,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
-import importlib
 import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
-from . import survey
+from . import survey, tables
 from .errors import AioClusterError, ConfigurationError
 from .group import ConsumerGroup
 from .kafka import OffsetReader
-from .layout import GroupLayout, MemberInfo
+from .layout import GroupLayout
 from .plans import (
     LagRow,
-    PlanRow,
     ShiftBy,
     Target,
     ToEarliest,
@@ -47,16 +44,12 @@ from .plans import (
     ToTime,
     Unreadable,
     lag_rows,
-    member_host,
     parse_partitions,
     parse_timestamp,
     plan_reset,
     select_partitions,
 )
 from .zk import ZooKeeper
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 __all__ = ["main"]
 
@@ -208,10 +201,7 @@ async def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = _table("group", "topics", "members")
-    for row in rows:
-        table.add_row(row["group"], ", ".join(row["topics"]), str(row["members"]))
-    _print(table)
+    tables.show(tables.groups_table(rows))
     return 0
 
 
@@ -240,38 +230,11 @@ async def _describe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
         return 0
-    _print(_members_table(args.group, members))
-    partitions = _table(
-        "topic", "partition", "owner", "committed", "end", "lag", title="partitions"
-    )
-    for row in rows:
-        partitions.add_row(
-            row.topic,
-            str(row.partition),
-            row.owner or "-",
-            "-" if row.committed is None else str(row.committed),
-            str(row.end),
-            str(row.lag),
-        )
-    _print(partitions)
+    tables.show(tables.members_table(args.group, members))
+    tables.show(tables.lag_table(rows))
     for note in unreadable:
-        _print(f"offset node {note}, not an offset: repair it with reset-offsets")
+        tables.show(f"offset node {note}, not an offset: repair it with reset-offsets")
     return 0
-
-
-def _members_table(group: str, members: dict[str, MemberInfo | None]) -> Table:
-    title = f"members of {group}" + ("" if members else ": none registered")
-    table = _table("member", "host", "since", "strategy", title=title)
-    for member, info in sorted(members.items()):
-        since = "-"
-        strategy = "unreadable registration"
-        if info is not None:
-            strategy = str(getattr(info.strategy, "value", info.strategy))
-            if info.since_ms is not None:
-                moment = dt.datetime.fromtimestamp(info.since_ms / 1000, dt.timezone.utc)
-                since = moment.isoformat(timespec="seconds")
-        table.add_row(member, member_host(group, member) or "-", since, strategy)
-    return table
 
 
 async def _reset(args: argparse.Namespace) -> int:
@@ -291,9 +254,9 @@ async def _reset(args: argparse.Namespace) -> int:
             at_time = await kafka.offsets_at(args.topic, partitions, target.timestamp_ms)
         stored = await survey.read_stored(zk, layout)
         plan = plan_reset(target, stored, bounds, at_time)
-        _print_plan(plan)
+        tables.show(tables.plan_table(plan))
         if not args.execute:
-            _print("dry run: nothing changed; add --execute to store this plan")
+            tables.show("dry run: nothing changed; add --execute to store this plan")
             return 0
         if active and not args.force:
             raise ConfigurationError(
@@ -303,7 +266,7 @@ async def _reset(args: argparse.Namespace) -> int:
             )
         offsets = {row.partition: row.new for row in plan}
         await survey.write_offsets(zk, layout, offsets, existing=stored)
-    _print(f"stored the new offsets of {len(plan)} partition(s)")
+    tables.show(f"stored the new offsets of {len(plan)} partition(s)")
     return 0
 
 
@@ -319,21 +282,6 @@ def _target(args: argparse.Namespace) -> Target:
     if args.to_datetime is not None:
         return ToTime(parse_timestamp(args.to_datetime))
     return ShiftBy(args.shift_by)
-
-
-def _print_plan(plan: list[PlanRow]) -> None:
-    table = _table("partition", "old", "new")
-    for row in plan:
-        old = row.old
-        shown = (
-            "-"
-            if old is None
-            else f"unreadable {old.data[:40]!r}"
-            if isinstance(old, Unreadable)
-            else str(old)
-        )
-        table.add_row(str(row.partition), shown, str(row.new))
-    _print(table)
 
 
 async def _consume(args: argparse.Namespace) -> int:
@@ -376,29 +324,3 @@ def _local(args: argparse.Namespace) -> int:
     if args.zookeeper_port is not None:
         argv += ["--zookeeper-port", str(args.zookeeper_port)]
     return local_main(argv)
-
-
-def _table(*columns: str, title: str | None = None) -> Table:
-    table: Table = _rich("table").Table(
-        *columns, title=title, title_justify="left", box=None, pad_edge=False
-    )
-    for column in table.columns:
-        column.overflow = "fold"
-    return table
-
-
-def _print(renderable: object) -> None:
-    console = _rich("console").Console(soft_wrap=False)
-    if not console.is_terminal:  # into a pipe or a file: whole lines, for grep and awk
-        console.width = 10_000
-    console.print(renderable)
-
-
-def _rich(module: str) -> Any:
-    """A module of rich, which only the tables need (the ``cli`` extra)."""
-    try:
-        return importlib.import_module(f"rich.{module}")
-    except ImportError:
-        raise ConfigurationError(
-            "the tables need rich: pip install 'aio-cluster[cli]' (or pass --json)"
-        ) from None
