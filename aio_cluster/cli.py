@@ -257,6 +257,8 @@ async def _reset(args: argparse.Namespace) -> int:
         tables.show(tables.plan_table(plan))
         if not args.execute:
             tables.show("dry run: nothing changed; add --execute to store this plan")
+            if active:
+                tables.show(f"note: {len(active)} member(s) registered: --execute needs --force")
             return 0
         if active and not args.force:
             raise ConfigurationError(

@@ -160,6 +160,7 @@ async def test_reset_offsets_plan_refusal_execution(
     code, out, err = await run(cluster, *args, "--to-earliest")
     assert code == 0, err
     assert "dry run" in out
+    assert "1 member(s) registered" in out
     plan = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:3]}
     assert plan == {str(p): [str(committed[p]), "0"] for p in (0, 1)}
     assert await stored_offsets(zk, layout, 2) == before
