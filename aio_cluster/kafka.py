@@ -75,19 +75,6 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
     return parse_servers(bootstrap, "Kafka")
 
 
-async def _partitions(admin: Any, topic: str) -> list[int]:
-    """A topic's partition ids, sorted, fresh from the metadata API (see Fetcher.partitions)."""
-    try:
-        (described,) = await admin.describe_topics([topic])
-    except KafkaError as exc:
-        raise BrokerError(f"metadata request failed: {exc}") from exc
-    if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
-        raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
-    if described["error_code"]:
-        raise BrokerError(f"metadata of topic {topic!r} has error code {described['error_code']}")
-    return sorted(int(partition["partition"]) for partition in described["partitions"])
-
-
 def _named(exc: BaseException) -> str:
     """An aiokafka error in a few words: its name, and its cause's (its messages run long)."""
     cause = exc.__cause__
@@ -178,7 +165,17 @@ class Fetcher:
             ConfigurationError: the topic does not exist.
             BrokerError: the metadata request failed.
         """
-        return await _partitions(self._admin, self.topic)
+        try:
+            (described,) = await self._admin.describe_topics([self.topic])
+        except KafkaError as exc:
+            raise BrokerError(f"metadata request failed: {exc}") from exc
+        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+            raise ConfigurationError(f"topic {self.topic!r} does not exist in Kafka")
+        if described["error_code"]:
+            raise BrokerError(
+                f"metadata of topic {self.topic!r} has error code {described['error_code']}"
+            )
+        return sorted(int(partition["partition"]) for partition in described["partitions"])
 
     def _tp(self, partition: int) -> Any:
         return TopicPartition(self.topic, partition)
@@ -290,7 +287,17 @@ class OffsetReader:
             ConfigurationError: the topic does not exist.
             BrokerError: the metadata request failed.
         """
-        return await _partitions(self._admin, topic)
+        try:
+            (described,) = await self._admin.describe_topics([topic])
+        except KafkaError as exc:
+            raise BrokerError(f"metadata request failed: {exc}") from exc
+        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+            raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
+        if described["error_code"]:
+            raise BrokerError(
+                f"metadata of topic {topic!r} has error code {described['error_code']}"
+            )
+        return sorted(int(partition["partition"]) for partition in described["partitions"])
 
     async def bounds(self, topic: str, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
         """For each partition, its earliest and its next-to-be-written (log-end) offset.
