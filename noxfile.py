@@ -34,7 +34,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[cli]", "mypy")
+    session.install("-e", ".[test]", "mypy")
     session.run("mypy", "--strict", "aio_cluster")
 
 
