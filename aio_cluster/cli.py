@@ -83,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except AioClusterError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C before a command set up its own handling of it
+        print(f"{_PROG}: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # the promise is one line, never a traceback
         print(f"{_PROG}: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
     return 1

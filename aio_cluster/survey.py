@@ -38,8 +38,10 @@ async def list_groups(zk: ZooKeeper) -> list[str]:
 
 
 async def require_group(zk: ZooKeeper, group: str) -> None:
-    """Raises:
-    ConfigurationError: there is no group of that name in ZooKeeper.
+    """Check that the group exists, so that a mistyped name is named rather than shown empty.
+
+    Raises:
+        ConfigurationError: the name is not valid, or there is no such group in ZooKeeper.
     """
     GroupLayout(group, "-")  # the group name's own check, with its message
     if await zk.exists(f"{_ROOT}/{group}") is None:
