@@ -223,6 +223,7 @@ async def test_migrate_from_an_aiokafka_group_and_back_consumes_each_message_onc
     )
     await consumer.start()
     try:
+        await wait_until(lambda: len(consumer.assignment()) == 3, what="aiokafka's assignment")
         while [await consumer.position(tp) for tp in ends] != list(ends.values()):
             for records in (await consumer.getmany(timeout_ms=1000)).values():
                 seen += [record.value.decode() for record in records if record.value is not None]
