@@ -27,7 +27,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -45,11 +45,12 @@ from .errors import (
     NotOwnedError,
 )
 from .handover import Handover
-from .kafka import Fetcher
+from .kafka import Fetcher, KafkaGroupOffsets
 from .kafka_options import KafkaOptions
 from .layout import GroupLayout
 from .listener import RebalanceListener
 from .membership import Membership
+from .mirror import KafkaMirror
 from .offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
 from .zk import SessionState, ZooKeeper
@@ -60,6 +61,7 @@ __all__ = ["Batch", "ConsumerGroup", "GroupState"]
 log = logging.getLogger(__name__)
 
 _counter = itertools.count(1)
+_KAFKA_OFFSETS = ("off", "mirror", "migrate")
 
 
 def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | None:
@@ -142,6 +144,7 @@ class ConsumerGroup:
         zookeeper_auth: Sequence[tuple[str, str]] = (),
         zookeeper_acl: Acl = "open",
         zookeeper_tls: ZooKeeperTLS | bool = False,
+        kafka_offsets: Literal["off", "mirror", "migrate"] = "off",
     ) -> None:
         """Configure a member; it joins in ``async with`` (or :meth:`register`).
 
@@ -179,6 +182,12 @@ class ConsumerGroup:
                 and their parents) may be changed only by the identity of ``zookeeper_auth``,
                 and read by anyone. Nodes that exist already keep their ACL.
             zookeeper_tls: speak TLS to ZooKeeper (True: trust the system's CAs).
+            kafka_offsets: ``"mirror"`` also commits every offset stored in ZooKeeper to Kafka
+                under the group's name, so Kafka's own tools see the group and its lag;
+                ZooKeeper stays the truth, and a commit Kafka refuses is logged and sent again
+                with the next, never holding up consumption. ``"migrate"`` mirrors too, and
+                starts a partition without a stored offset at the offset a Kafka consumer group
+                of the same name committed (see :mod:`aio_cluster.mirror`).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -205,6 +214,10 @@ class ConsumerGroup:
         except ValueError:
             known = ", ".join(s.value for s in Strategy)
             raise ConfigurationError(f"unknown strategy {strategy!r}; use one of {known}") from None
+        if kafka_offsets not in _KAFKA_OFFSETS:
+            raise ConfigurationError(
+                f"kafka_offsets {kafka_offsets!r} is not one of {', '.join(_KAFKA_OFFSETS)}"
+            )
         self._id = _member_id(name)
         self._zk = ZooKeeper(
             zookeepers,
@@ -228,7 +241,16 @@ class ConsumerGroup:
         self._metadata_interval = metadata_interval
         self._close_timeout = close_timeout
 
-        self._offsets = Offsets(self._zk, self._layout)
+        self._mirror = KafkaMirror(
+            None
+            if kafka_offsets == "off"
+            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id),
+            member_id=self._id,
+            migrate=kafka_offsets == "migrate",
+            # At most half the close bound, so that an absent Kafka leaves time to release.
+            timeout=min(request_timeout, close_timeout / 2),
+        )
+        self._offsets = Offsets(self._zk, self._layout, self._mirror)
         self._membership = Membership(
             self._zk,
             self._layout,
@@ -251,6 +273,7 @@ class ConsumerGroup:
             self._delivery,
             self._offsets,
             self._membership.claims,
+            self._mirror,
             member_id=self._id,
             listener=listener,
             rebalance_timeout=rebalance_timeout,
@@ -485,6 +508,7 @@ class ConsumerGroup:
             await self._zk.start()
             self._zk.on_state_change(self._on_session_state)
             await self._fetcher.start()
+            await self._mirror.start()
             await self._membership.prepare()
             self._runner = asyncio.create_task(self._run(joined), name=f"aio-cluster {self.id}")
             await joined
@@ -528,6 +552,7 @@ class ConsumerGroup:
                 self._membership.forget()
                 await self._zk.close()
                 await self._delivery.stop()
+                await self._mirror.stop()
                 self._state = GroupState.CLOSED
                 self._closed.set()
                 self._wake()
@@ -584,6 +609,7 @@ class ConsumerGroup:
                 tasks.start_soon(
                     self._every, self._metadata_interval, self._membership.check_partitions
                 )
+                tasks.start_soon(self._mirror.run, self._membership.claims)
         except Exception as exc:
             # Errors the loops expect are handled there; this is a failure nobody foresaw, or
             # credentials the servers refused. It must not pass silently: register() or the
@@ -623,6 +649,7 @@ class ConsumerGroup:
             self._delivery.lose()
             self._handover.lose()
             self._membership.request_rebalance()
+            self._mirror.forget()
         elif state is SessionState.CONNECTED and self._delivery.suspended:
             # Back after a suspension or a loss: what happened meanwhile is unknown.
             self._delivery.suspended = False

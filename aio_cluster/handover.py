@@ -17,6 +17,7 @@ import anyio
 from .claims import Claim
 from .delivery import Delivery
 from .listener import RebalanceListener
+from .mirror import KafkaMirror
 from .offsets import Offsets
 
 __all__ = ["Handover"]
@@ -32,6 +33,7 @@ class Handover:
         delivery: Delivery,
         offsets: Offsets,
         claims: Mapping[int, Claim],
+        mirror: KafkaMirror,
         *,
         member_id: str,
         listener: RebalanceListener | None,
@@ -41,6 +43,7 @@ class Handover:
         delivery: the member's delivery.
         offsets: the member's offsets.
         claims: the member's claims now.
+        mirror: the member's offsets in Kafka.
         member_id: named in log messages.
         listener: told of partitions that move, if given.
         rebalance_timeout: the bound on a running body and on each listener call.
@@ -51,6 +54,7 @@ class Handover:
         self._id = member_id
         self._listener = listener
         self._timeout = rebalance_timeout
+        self._mirror = mirror
         self._announced: set[int] = set()
         """The partitions the listener was told were assigned."""
         self._lost: list[int] = []
@@ -75,12 +79,14 @@ class Handover:
         if told:
             await self._tell("on_partitions_revoked", told)
         await self._offsets.flush(self._claims, partitions)
+        await self._mirror.push(self._claims, partitions)
 
     def released(self, partitions: list[int]) -> None:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
         gone = [p for p in partitions if p not in self._claims]
         self._announced.difference_update(gone)
         self._delivery.undrain(partitions, gone)
+        self._mirror.forget(gone)
 
     async def assigned(self, claimed: list[int]) -> bool:
         """After claims were made: position them, hand them to the fetcher, and tell the
@@ -92,6 +98,7 @@ class Handover:
         new = [p for p in claimed if p not in self._announced]
         self._delivery.withhold(new)
         try:
+            await self._mirror.take_over(self._claims)
             await self._delivery.position()
             changed = await self._delivery.reassign()
             if new:
@@ -113,8 +120,10 @@ class Handover:
             await self._tell("on_partitions_lost", sorted(set(lost)))
 
     async def store(self, partitions: list[int]) -> None:
-        """Store the pending offsets of ``partitions`` (when leaving)."""
+        """Store the pending offsets of ``partitions`` (when leaving), in Kafka too when
+        mirrored."""
         await self._offsets.flush(self._claims, partitions)
+        await self._mirror.push(self._claims, partitions)
 
     async def _tell(self, method: str, partitions: list[int]) -> None:
         """Await the listener's method, bounded by ``rebalance_timeout``; a failure is logged."""

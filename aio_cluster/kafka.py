@@ -35,7 +35,15 @@ from .errors import AuthenticationError, BrokerError, ConfigurationError
 from .kafka_options import KafkaOptions
 from .tls import speaks_tls
 
-__all__ = ["Fetcher", "OffsetsOutOfRange", "Record", "connect_failure", "parse_bootstrap"]
+__all__ = [
+    "Fetcher",
+    "KafkaGroupOffsets",
+    "OffsetReader",
+    "OffsetsOutOfRange",
+    "Record",
+    "connect_failure",
+    "parse_bootstrap",
+]
 
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
@@ -82,6 +90,12 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
         ConfigurationError: empty, or a server without a numeric port in 1..65535.
     """
     return parse_servers(bootstrap, "Kafka")
+
+
+def _named(exc: BaseException) -> str:
+    """An aiokafka error in a few words: its name, and its cause's (its messages run long)."""
+    cause = exc.__cause__
+    return type(exc).__name__ + ("" if cause is None else f" ({type(cause).__name__})")
 
 
 class Fetcher:
@@ -374,3 +388,200 @@ async def _diagnose(
         finally:
             conn.close()
     return None
+
+
+class OffsetReader:
+    """Reads offsets without fetching records: a topic's partitions and log bounds, and the first
+    offset at a time. For the command line."""
+
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int = 30_000
+    ) -> None:
+        """Configure the clients; nothing connects before :meth:`start`.
+
+        Raises:
+            ConfigurationError: malformed bootstrap servers.
+        """
+        servers = parse_bootstrap(bootstrap)
+        self._admin = AIOKafkaAdminClient(
+            bootstrap_servers=servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            client_id=client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=request_timeout_ms,
+        )
+
+    async def start(self) -> None:
+        """Connect to the cluster.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
+        try:
+            await self._consumer.start()
+            await self._admin.start()
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+        await self._admin.close()
+
+    async def partitions(self, topic: str) -> list[int]:
+        """Every partition id of ``topic``, sorted.
+
+        Raises:
+            ConfigurationError: the topic does not exist.
+            BrokerError: the metadata request failed.
+        """
+        try:
+            (described,) = await self._admin.describe_topics([topic])
+        except KafkaError as exc:
+            raise BrokerError(f"metadata request failed: {exc}") from exc
+        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+            raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
+        if described["error_code"]:
+            raise BrokerError(
+                f"metadata of topic {topic!r} has error code {described['error_code']}"
+            )
+        return sorted(int(partition["partition"]) for partition in described["partitions"])
+
+    async def bounds(self, topic: str, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+        """For each partition, its earliest and its next-to-be-written (log-end) offset.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [TopicPartition(topic, partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            first = await self._consumer.beginning_offsets(tps)
+            last = await self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: (first[tp], last[tp]) for tp in tps}
+
+    async def offsets_at(
+        self, topic: str, partitions: Collection[int], timestamp_ms: int
+    ) -> dict[int, int | None]:
+        """For each partition, the offset of its first record stamped at or after
+        ``timestamp_ms``; None where every record is older.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        wanted = {TopicPartition(topic, partition): timestamp_ms for partition in partitions}
+        if not wanted:
+            return {}
+        try:
+            found = await self._consumer.offsets_for_times(wanted)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: None if at is None else int(at.offset) for tp, at in found.items()}
+
+
+class KafkaGroupOffsets:
+    """A group's offsets in Kafka's ``__consumer_offsets``, under the group's name: what Kafka's
+    own tools (``kafka-consumer-groups.sh``, Burrow, kafka-ui) read, and what a Kafka consumer
+    group of that name committed.
+
+    The commits carry no generation and no member id, as Kafka accepts from a group without
+    broker-side members: the consumer behind them never joins a Kafka group, and the partitions
+    it is assigned stay paused, so it never fetches a record.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        topic: str,
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        """Configure the consumer; nothing connects before :meth:`start`.
+
+        Raises:
+            ConfigurationError: malformed bootstrap servers.
+        """
+        self.group = group
+        self.topic = topic
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=parse_bootstrap(bootstrap),
+            client_id=f"{client_id}-kafka-offsets",
+            group_id=group,
+            enable_auto_commit=False,
+            request_timeout_ms=request_timeout_ms,
+        )
+        self._assigned: set[int] = set()
+
+    async def start(self) -> None:
+        """Connect to the cluster.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
+        try:
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+
+    async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
+        """Commit ``offsets`` (partition -> next offset) for the group.
+
+        Raises:
+            BrokerError: Kafka refused them or did not answer within ``timeout`` seconds (aiokafka
+                would retry a retriable error for ever).
+        """
+        if not offsets:
+            return
+        if not set(offsets) <= self._assigned:
+            self._assigned |= set(offsets)
+            tps = [TopicPartition(self.topic, partition) for partition in sorted(self._assigned)]
+            self._consumer.assign(tps)
+            self._consumer.pause(*tps)
+        wanted = {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
+        try:
+            await asyncio.wait_for(self._consumer.commit(wanted), timeout)
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka took no commit of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(
+                f"Kafka refused the commit of group {self.group!r}: {_named(exc)}"
+            ) from exc
+
+    async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
+        """The offsets the group committed in Kafka; partitions without a commit are left out.
+
+        Raises:
+            BrokerError: the request failed or took over ``timeout`` seconds.
+        """
+        tps = [TopicPartition(self.topic, partition) for partition in sorted(partitions)]
+        try:
+            found = await asyncio.wait_for(
+                asyncio.gather(*(self._consumer.committed(tp) for tp in tps)), timeout
+            )
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(f"offsets of group {self.group!r} unreadable: {_named(exc)}") from exc
+        return {
+            tp.partition: offset
+            for tp, offset in zip(tps, found, strict=True)
+            if offset is not None
+        }

@@ -76,10 +76,12 @@ class GroupLayout:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """What a member's registration says: its topics and its assignment strategy."""
+    """What a member's registration says: its topics, its assignment strategy and when it
+    registered (Unix milliseconds; None where the registration does not say)."""
 
     topics: frozenset[str]
     strategy: Strategy | str
+    since_ms: int | None = None
 
 
 def encode_member(topic: str, strategy: Strategy, timestamp_ms: int) -> bytes:
@@ -116,7 +118,9 @@ def decode_member(data: bytes) -> MemberInfo:
         strategy: Strategy | str = Strategy(raw)
     except ValueError:
         strategy = str(raw)
-    return MemberInfo(topics=topics, strategy=strategy)
+    stamp = str(doc.get("timestamp", ""))
+    since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
+    return MemberInfo(topics=topics, strategy=strategy, since_ms=since_ms)
 
 
 def decode_offset(path: str, data: bytes) -> int:

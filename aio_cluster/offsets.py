@@ -14,6 +14,7 @@ import anyio
 
 from .claims import Claim
 from .layout import GroupLayout, decode_offset
+from .mirror import KafkaMirror
 from .zk import Check, Create, NodeExistsError, NoNodeError, SetData, ZooKeeper
 
 __all__ = ["Offsets"]
@@ -22,13 +23,15 @@ __all__ = ["Offsets"]
 class Offsets:
     """The offsets of one group's topic in ZooKeeper."""
 
-    def __init__(self, zk: ZooKeeper, layout: GroupLayout) -> None:
+    def __init__(self, zk: ZooKeeper, layout: GroupLayout, mirror: KafkaMirror) -> None:
         """Args:
         zk: the member's ZooKeeper client.
         layout: the group's paths.
+        mirror: told of every offset stored, to commit it to Kafka too.
         """
         self._zk = zk
         self._layout = layout
+        self._mirror = mirror
         self._flush_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
 
@@ -79,6 +82,7 @@ class Offsets:
                 claim.stored = offset
                 if claim.pending == offset:
                     claim.pending = None
+            self._mirror.stored({claim.partition: offset for claim, offset in written.items()})
 
     async def _write(self, claims: list[Claim]) -> dict[Claim, int]:
         written = {claim: claim.pending for claim in claims if claim.pending is not None}

@@ -28,8 +28,9 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "aio-cluster")
 
 
-async def resolve_jars(cache_dir: Path, profile: Literal["kafka", "zookeeper"]) -> Path:
-    """The directory of one classpath, fetched with Maven on first use.
+async def resolve_jars(cache_dir: Path, profile: Literal["kafka", "zookeeper", "tools"]) -> Path:
+    """The directory of one classpath, fetched with Maven on first use: a server's, or Kafka's
+    command-line tools' (``tools``, for the tests that compare with what Kafka's tools see).
 
     The cache is keyed by a digest of the pom, so that a changed pom gets fresh jars; a marker file
     written last tells a complete copy from an interrupted one; a file lock keeps two processes

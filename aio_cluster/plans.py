@@ -1,0 +1,232 @@
+"""What the ``aio-cluster`` command computes, apart from its I/O: lag rows, reset plans, and the
+parsing of its arguments. Pure functions of what :mod:`aio_cluster.cli` read from ZooKeeper and
+Kafka, so that every rule here is tested without servers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "LagRow",
+    "PlanRow",
+    "ShiftBy",
+    "Target",
+    "ToEarliest",
+    "ToLatest",
+    "ToOffset",
+    "ToTime",
+    "Unreadable",
+    "lag_rows",
+    "member_host",
+    "parse_partitions",
+    "parse_timestamp",
+    "plan_reset",
+    "select_partitions",
+]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An offset node whose data is not a decimal offset (written by hand or by another tool)."""
+
+    data: bytes
+
+
+Stored = int | Unreadable | None
+"""What a partition's offset node holds: an offset, something else, or nothing (no node)."""
+
+
+@dataclass(frozen=True)
+class LagRow:
+    """One partition of ``describe``: who owns it, where the group is, where the log ends.
+
+    ``lag`` counts the records the group has still to read: the log-end offset minus the committed
+    one, or minus the earliest retained offset where nothing (readable) is committed, since a
+    member starts there.
+    """
+
+    topic: str
+    partition: int
+    owner: str | None
+    committed: int | None
+    end: int
+    lag: int
+
+    def as_json(self) -> dict[str, object]:
+        """The object ``describe --json`` prints, with exactly these keys."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "owner": self.owner,
+            "committed": self.committed,
+            "end": self.end,
+            "lag": self.lag,
+        }
+
+
+def lag_rows(
+    topic: str,
+    owners: Mapping[int, str],
+    stored: Mapping[int, Stored],
+    bounds: Mapping[int, tuple[int, int]],
+) -> list[LagRow]:
+    """One row per partition of ``bounds`` (partition -> (earliest, log end)), sorted."""
+    rows = []
+    for partition, (earliest, end) in sorted(bounds.items()):
+        value = stored.get(partition)
+        committed = value if isinstance(value, int) else None
+        start = earliest if committed is None else committed
+        rows.append(LagRow(topic, partition, owners.get(partition), committed, end, end - start))
+    return rows
+
+
+def member_host(group: str, member_id: str) -> str | None:
+    """The host name in a member id of this library, ``<group>-<host>-<pid>-<time>-<n>``;
+    None for an id of another form (a classic consumer's, say)."""
+    prefix = f"{group}-"
+    if not member_id.startswith(prefix):
+        return None
+    parts = member_id[len(prefix) :].rsplit("-", 3)
+    if len(parts) != 4 or not parts[0] or not all(part.isdigit() for part in parts[1:]):
+        return None
+    return parts[0]
+
+
+@dataclass(frozen=True)
+class ToEarliest:
+    """Reset to the earliest offset the broker retains."""
+
+
+@dataclass(frozen=True)
+class ToLatest:
+    """Reset to the log end: the group skips everything written so far."""
+
+
+@dataclass(frozen=True)
+class ToOffset:
+    """Reset to this offset (kept within the retained range)."""
+
+    offset: int
+
+
+@dataclass(frozen=True)
+class ToTime:
+    """Reset to the first record stamped at or after this time (the log end where none is)."""
+
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class ShiftBy:
+    """Move the committed offset by this many records (kept within the retained range)."""
+
+    delta: int
+
+
+Target = ToEarliest | ToLatest | ToOffset | ToTime | ShiftBy
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One partition of a reset: the offset stored now (or what is unreadable), the new one."""
+
+    partition: int
+    old: Stored
+    new: int
+
+
+def plan_reset(
+    target: Target,
+    stored: Mapping[int, Stored],
+    bounds: Mapping[int, tuple[int, int]],
+    at_time: Mapping[int, int | None] | None = None,
+) -> list[PlanRow]:
+    """The new offset of each partition of ``bounds`` (partition -> (earliest, log end)).
+
+    Every new offset lies within the retained range, as Kafka's own reset tool keeps it.
+
+    Args:
+        target: where to go.
+        stored: what the offset nodes hold now.
+        bounds: the partitions to reset, with their earliest and log-end offsets.
+        at_time: for :class:`ToTime`, the offset found for its time in each partition.
+
+    Raises:
+        ConfigurationError: a shift of a partition whose stored offset is unreadable, or a
+            :class:`ToTime` without the offsets found for it.
+    """
+    rows = []
+    for partition, (earliest, end) in sorted(bounds.items()):
+        old = stored.get(partition)
+        if isinstance(target, ToEarliest):
+            new = earliest
+        elif isinstance(target, ToLatest):
+            new = end
+        elif isinstance(target, ToOffset):
+            new = target.offset
+        elif isinstance(target, ToTime):
+            if at_time is None or partition not in at_time:
+                raise ConfigurationError(f"no offset was looked up for partition {partition}")
+            found = at_time[partition]
+            new = end if found is None else found
+        else:
+            if isinstance(old, Unreadable):
+                raise ConfigurationError(
+                    f"partition {partition}'s offset node holds {old.data[:40]!r}, not an offset, "
+                    "so it cannot be shifted; reset it --to-earliest, --to-latest or --to-offset"
+                )
+            new = (earliest if old is None else old) + target.delta
+        rows.append(PlanRow(partition, old, min(max(new, earliest), end)))
+    return rows
+
+
+def select_partitions(partitions: Collection[int], wanted: Sequence[int] | None) -> list[int]:
+    """The partitions to work on: all of them, or the ``wanted`` ones, sorted.
+
+    Raises:
+        ConfigurationError: a wanted partition does not exist (all such are named).
+    """
+    if wanted is None:
+        return sorted(partitions)
+    missing = sorted(set(wanted) - set(partitions))
+    if missing:
+        raise ConfigurationError(
+            f"partitions {missing} do not exist; the topic has {sorted(partitions)}"
+        )
+    return sorted(set(wanted))
+
+
+def parse_partitions(text: str) -> list[int]:
+    """``"0,3"`` -> ``[0, 3]``.
+
+    Raises:
+        ConfigurationError: empty, or an item that is not a non-negative integer.
+    """
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isascii() and item.isdigit() for item in items):
+        raise ConfigurationError(
+            f"--partitions {text!r} is not a comma-separated list of partition numbers"
+        )
+    return [int(item) for item in items]
+
+
+def parse_timestamp(text: str) -> int:
+    """An ISO 8601 time as Unix milliseconds; a time without a zone is taken as UTC.
+
+    Raises:
+        ConfigurationError: the text is not an ISO 8601 date or time.
+    """
+    try:
+        moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(
+            f"--to-datetime {text!r} is not an ISO 8601 time such as 2026-12-03T04:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return int(moment.timestamp() * 1000)

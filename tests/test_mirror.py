@@ -1,0 +1,91 @@
+"""The mirror's bookkeeping, with a stand-in for Kafka (what Kafka does is in
+test_kafka_offsets.py): what is due, what is retried, what is never committed."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import pytest
+
+from aio_cluster import BrokerError
+from aio_cluster.claims import UNPOSITIONED, Claim
+from aio_cluster.mirror import KafkaMirror
+
+pytestmark = pytest.mark.asyncio
+
+
+class FakeKafka:
+    """Records commits; refuses them while ``refuse`` is set."""
+
+    def __init__(self, committed: dict[int, int] | None = None) -> None:
+        self.commits: list[dict[int, int]] = []
+        self.refuse = False
+        self._committed = committed or {}
+
+    async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
+        if self.refuse:
+            raise BrokerError("refused")
+        self.commits.append(dict(offsets))
+
+    async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
+        return {p: self._committed[p] for p in partitions if p in self._committed}
+
+
+def claims(*partitions: int, next_offset: int = 0) -> dict[int, Claim]:
+    return {p: Claim(p, 0, next_offset, None) for p in partitions}
+
+
+def mirror(kafka: Any, *, migrate: bool = False) -> KafkaMirror:
+    return KafkaMirror(kafka, member_id="m", migrate=migrate, timeout=1.0)
+
+
+async def test_a_refused_commit_goes_again_with_the_next() -> None:
+    kafka = FakeKafka()
+    side, owned = mirror(kafka), claims(0, 1)
+    side.stored({0: 5, 1: 7})
+    kafka.refuse = True
+    await side.push(owned, [0, 1])
+    assert kafka.commits == []
+    kafka.refuse = False
+    side.stored({0: 6})
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{0: 6, 1: 7}]
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{0: 6, 1: 7}], "nothing is due twice"
+
+
+async def test_only_owned_and_not_forgotten_partitions_are_committed() -> None:
+    kafka = FakeKafka()
+    side = mirror(kafka)
+    side.stored({0: 1, 1: 2, 2: 3})
+    side.forget([1])
+    await side.push(claims(0, 1), [0, 1, 2])
+    assert kafka.commits == [{0: 1}]
+    side.stored({0: 4})
+    side.forget()
+    await side.push(claims(0), [0])
+    assert kafka.commits == [{0: 1}]
+
+
+async def test_off_does_nothing() -> None:
+    side = mirror(None, migrate=True)
+    side.stored({0: 1})
+    owned = claims(0, next_offset=UNPOSITIONED)
+    await side.push(owned, [0])
+    await side.take_over(owned)
+    await side.run(owned)  # returns at once
+    assert owned[0].next_offset == UNPOSITIONED
+
+
+@pytest.mark.parametrize("migrate", [True, False])
+async def test_migrate_starts_unpositioned_claims_at_kafkas_offsets(migrate: bool) -> None:
+    side = mirror(FakeKafka({0: 40, 1: 50}), migrate=migrate)
+    owned = {**claims(0, 2, next_offset=UNPOSITIONED), **claims(1, next_offset=9)}
+    await side.take_over(owned)
+    if migrate:
+        assert (owned[0].next_offset, owned[0].pending) == (40, 40)
+    else:
+        assert (owned[0].next_offset, owned[0].pending) == (UNPOSITIONED, None)
+    assert (owned[1].next_offset, owned[1].pending) == (9, None), "a stored offset wins"
+    assert owned[2].next_offset == UNPOSITIONED, "no Kafka offset: positioned as usual"

@@ -1,0 +1,112 @@
+"""The command's pure computations: lag rows, reset plans, argument parsing (no servers)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aio_cluster import ConfigurationError
+from aio_cluster.plans import (
+    LagRow,
+    PlanRow,
+    ShiftBy,
+    Target,
+    ToEarliest,
+    ToLatest,
+    ToOffset,
+    ToTime,
+    Unreadable,
+    lag_rows,
+    member_host,
+    parse_partitions,
+    parse_timestamp,
+    plan_reset,
+    select_partitions,
+)
+
+BOUNDS = {0: (0, 100), 1: (10, 50), 2: (0, 0)}
+
+
+def test_lag_is_log_end_minus_committed_or_minus_earliest_where_nothing_is_committed() -> None:
+    rows = lag_rows("t", {0: "m1"}, {0: 40, 1: Unreadable(b"x")}, BOUNDS)
+    assert rows == [
+        LagRow("t", 0, "m1", 40, 100, 60),
+        LagRow("t", 1, None, None, 50, 40),
+        LagRow("t", 2, None, None, 0, 0),
+    ]
+    assert list(rows[0].as_json()) == ["topic", "partition", "owner", "committed", "end", "lag"]
+
+
+def test_member_host_reads_this_librarys_ids_only() -> None:
+    assert member_host("g-1", "g-1-web-3.example-4242-1764000000-7") == "web-3.example"
+    assert member_host("g-1", "g-1_web-1764000000-abc") is None
+    assert member_host("g-1", "other-web-1-2-3") is None
+
+
+@pytest.mark.parametrize(
+    ("target", "news"),
+    [
+        (ToEarliest(), [0, 10, 0]),
+        (ToLatest(), [100, 50, 0]),
+        (ToOffset(30), [30, 30, 0]),
+        (ToOffset(500), [100, 50, 0]),
+        (ShiftBy(-5), [35, 10, 0]),
+        (ShiftBy(20), [60, 30, 0]),
+    ],
+)
+def test_plans_stay_within_the_retained_range(target: Target, news: list[int]) -> None:
+    stored = {0: 40, 2: 0}
+    plan = plan_reset(target, stored, BOUNDS)
+    assert plan == [PlanRow(p, stored.get(p), new) for p, new in zip([0, 1, 2], news, strict=True)]
+
+
+def test_a_time_after_every_record_resets_to_the_log_end() -> None:
+    plan = plan_reset(ToTime(5), {}, BOUNDS, {0: 7, 1: None, 2: None})
+    assert [row.new for row in plan] == [7, 50, 0]
+    with pytest.raises(ConfigurationError, match="partition 0"):
+        plan_reset(ToTime(5), {}, BOUNDS)
+
+
+def test_an_unreadable_offset_is_repaired_by_an_absolute_target_but_not_shifted() -> None:
+    broken = {0: Unreadable(b"garbage")}
+    assert plan_reset(ToOffset(3), broken, {0: (0, 9)}) == [PlanRow(0, Unreadable(b"garbage"), 3)]
+    with pytest.raises(ConfigurationError, match=r"garbage.*cannot be shifted"):
+        plan_reset(ShiftBy(1), broken, {0: (0, 9)})
+
+
+@given(
+    st.dictionaries(
+        st.integers(0, 20),
+        st.tuples(st.integers(0, 1000), st.integers(0, 1000)).map(sorted).map(tuple),
+    ),
+    st.integers(-2000, 2000),
+    st.integers(0, 2000),
+)
+def test_every_plan_lands_within_bounds(
+    bounds: dict[int, tuple[int, int]], delta: int, offset: int
+) -> None:
+    stored = {p: first for p, (first, _end) in bounds.items() if p % 2}
+    for target in (ToEarliest(), ToLatest(), ToOffset(offset), ShiftBy(delta)):
+        plan = plan_reset(target, stored, bounds)
+        assert [row.partition for row in plan] == sorted(bounds)
+        assert all(bounds[row.partition][0] <= row.new <= bounds[row.partition][1] for row in plan)
+
+
+def test_partitions_are_parsed_and_checked_against_the_topic() -> None:
+    assert parse_partitions("3, 0") == [3, 0]
+    for bad in ("", "a", "1,,2", "-1"):
+        with pytest.raises(ConfigurationError, match="--partitions"):
+            parse_partitions(bad)
+    assert select_partitions([0, 1, 2, 3], [3, 0, 3]) == [0, 3]
+    assert select_partitions([1, 0], None) == [0, 1]
+    with pytest.raises(ConfigurationError, match=r"\[4, 7\] do not exist"):
+        select_partitions([0, 1], [7, 4, 1])
+
+
+def test_times_are_iso_8601_and_utc_without_a_zone() -> None:
+    assert parse_timestamp("1970-01-01T00:00:01Z") == 1000
+    assert parse_timestamp("1970-01-01T00:00:01") == 1000
+    assert parse_timestamp("1970-01-01T01:00:01+01:00") == 1000
+    with pytest.raises(ConfigurationError, match="yesterday"):
+        parse_timestamp("yesterday")
