@@ -395,23 +395,8 @@ class LocalCluster:
             self._bootstrap, self._zookeeper = found
             await self._wait_external(self._deadline())
             return
-        # Ports first: a port asked for and taken fails at once, before Maven or a JVM runs.
-        for service, port in (("Kafka", self._kafka_port), ("ZooKeeper", self._zookeeper_port)):
-            if port is not None:
-                probes.check_port_free(port, service)
         kafka, zookeeper = self._brokers, self._zookeepers
-        ports = probes.free_ports(
-            *([self._kafka_port] * kafka),
-            *([self._zookeeper_port] * zookeeper),
-            *([None] * (kafka + 2 * zookeeper)),
-        )
-        layout = servers.Ports(
-            kafka=ports[:kafka],
-            zookeeper=ports[kafka : kafka + zookeeper],
-            controller=ports[kafka + zookeeper : 2 * kafka + zookeeper],
-            quorum=ports[2 * kafka + zookeeper : 2 * kafka + 2 * zookeeper],
-            election=ports[2 * kafka + 2 * zookeeper :],
-        )
+        layout = servers.Ports.pick(kafka, zookeeper, self._kafka_port, self._zookeeper_port)
         self._bootstrap = layout.bootstrap
         self._zookeeper = layout.connect
         java = process.find_java()
@@ -447,17 +432,14 @@ class LocalCluster:
 
     async def _wait_external(self, deadline: float) -> None:
         """Wait until servers this object does not run as its children answer."""
-        loop = asyncio.get_running_loop()
         for name, probe, address in (
             ("ZooKeeper", probes.zookeeper_answers, self._zookeeper),
             ("Kafka", probes.kafka_answers, self._bootstrap),
         ):
-            while not await probe(address, probes.attempt_timeout(deadline)):
-                if loop.time() >= deadline:
-                    raise LocalClusterError(
-                        f"{name} at {address} did not answer within {self._startup_timeout:g} s"
-                    )
-                await asyncio.sleep(probes.POLL_INTERVAL)
+            if not await probes.wait_answering(probe, address, deadline):
+                raise LocalClusterError(
+                    f"{name} at {address} did not answer within {self._startup_timeout:g} s"
+                )
 
     async def _release(self) -> None:
         """Stop whatever was started and remove the data; safe to repeat."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -65,6 +66,18 @@ def servers(addresses: str) -> list[tuple[str, int]]:
     """``[(host, port)]`` of a validated ``"h1:p1,h2:p2[/chroot]"``."""
     servers = [server.strip().rpartition(":") for server in addresses.partition("/")[0].split(",")]
     return [(host.strip("[]"), int(port)) for host, _, port in servers]
+
+
+async def wait_answering(
+    probe: Callable[[str, float], Awaitable[bool]], address: str, deadline: float
+) -> bool:
+    """Probe ``address`` until it answers (True) or the deadline passes (False)."""
+    loop = asyncio.get_running_loop()
+    while not await probe(address, attempt_timeout(deadline)):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(POLL_INTERVAL)
+    return True
 
 
 async def zookeeper_answers(connect: str, timeout: float) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
@@ -27,6 +28,28 @@ class Ports:
     quorum: Sequence[int]  # a ZooKeeper ensemble's follower port; unused by a standalone one
     election: Sequence[int]  # a ZooKeeper ensemble's leader election port; same
 
+    @classmethod
+    def pick(
+        cls, brokers: int, zookeepers: int, kafka_port: int | None, zookeeper_port: int | None
+    ) -> Ports:
+        """The ports asked for (one node of each only) and free ones for the rest.
+
+        Raises:
+            LocalClusterError: a port asked for is taken (checked before anything starts).
+        """
+        for service, port in (("Kafka", kafka_port), ("ZooKeeper", zookeeper_port)):
+            if port is not None:
+                probes.check_port_free(port, service)
+        ports = probes.free_ports(
+            *([kafka_port] * brokers),
+            *([zookeeper_port] * zookeepers),
+            *([None] * (brokers + 2 * zookeepers)),
+        )
+        sizes = (brokers, zookeepers, brokers, zookeepers, zookeepers)
+        cuts = itertools.pairwise(itertools.accumulate(sizes, initial=0))
+        kafka, zookeeper, controller, quorum, election = (ports[a:b] for a, b in cuts)
+        return cls(kafka, controller, zookeeper, quorum, election)
+
     @property
     def bootstrap(self) -> str:
         """Every Kafka node's address, comma-separated."""
@@ -41,7 +64,7 @@ class Ports:
 class JavaServers:
     """The JVMs of a cluster, their configuration and logs under ``data``.
 
-    One node of each keeps today's single-node layout and heap sizes; several nodes get smaller
+    One node of each keeps the single-node layout and heap sizes; several nodes get smaller
     heaps (see :mod:`.process`), so that six JVMs start together on two cores.
     """
 
@@ -175,13 +198,10 @@ class JavaServers:
     async def _wait_registered(self, deadline: float) -> None:
         """Wait until the cluster's metadata names every broker: until then a topic replicated
         to all of them cannot be created."""
-        loop = asyncio.get_running_loop()
         count = len(self.brokers)
-        bootstrap = self._ports.bootstrap
-        while not await probes.kafka_answers(bootstrap, probes.attempt_timeout(deadline), count):
-            if loop.time() >= deadline:
-                raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
-            await asyncio.sleep(probes.POLL_INTERVAL)
+        probe = functools.partial(probes.kafka_answers, brokers=count)
+        if not await probes.wait_answering(probe, self._ports.bootstrap, deadline):
+            raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
 
 
 async def _all(waits: Iterable[Awaitable[None]]) -> None:
