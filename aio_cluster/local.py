@@ -613,7 +613,7 @@ def _zookeeper_config(port: int, data_dir: Path, max_session_timeout_ms: int) ->
         "clientPort": str(port),
         "clientPortAddress": _HOST,
         "admin.enableServer": "false",
-        "4lw.commands.whitelist": "srvr,ruok,stat,cons",
+        "4lw.commands.whitelist": "srvr,ruok,stat,cons,mntr",
         "maxClientCnxns": "0",  # the default of 60 per address is low for a test suite on one host
         "forceSync": "no",  # written data survives the process, not the machine: enough here
     }
