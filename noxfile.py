@@ -47,7 +47,9 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks: throughput against raw aiokafka, join/leave time against a Kafka group."""
-    session.install("-e", ".")
+    """The benchmarks: throughput against raw aiokafka and the peers' group consumers, join/leave
+    time against a Kafka group, and settling at scale (partitions moved, ZooKeeper requests)."""
+    session.install("-e", ".[bench]")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
+    session.run("python", "benchmarks/scale.py")
