@@ -106,16 +106,29 @@ class Strategy(str, enum.Enum):
     The value is what a member publishes in its registration so that others can check it.
     """
 
+    STICKY = "sticky"
+    """The default: balanced, and a change moves the fewest partitions (:func:`sticky`)."""
     RANGE = "range"
     ROUND_ROBIN = "roundrobin"
 
     @property
     def function(self) -> Callable[[Collection[int], Collection[str]], dict[str, list[int]]]:
-        """The pure function that implements the strategy."""
+        """The pure function that implements the strategy; for sticky, the assignment from no
+        history (what a group's first target is, with its members in id order)."""
         return _FUNCTIONS[self]
 
 
-_FUNCTIONS = {Strategy.RANGE: balanced_range, Strategy.ROUND_ROBIN: round_robin}
+def _sticky_from_nothing(
+    partitions: Collection[int], members: Collection[str]
+) -> dict[str, list[int]]:
+    return sticky(partitions, sorted(set(members)), {})
+
+
+_FUNCTIONS = {
+    Strategy.STICKY: _sticky_from_nothing,
+    Strategy.RANGE: balanced_range,
+    Strategy.ROUND_ROBIN: round_robin,
+}
 
 
 def assign(

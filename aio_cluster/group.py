@@ -2,8 +2,11 @@
 
 The members of a group share its name; every message of the topic goes to exactly one of them. They
 agree on who owns which partition through ZooKeeper (the classic layout, see :mod:`.layout`): each
-member registers an ephemeral node, and on every change of the registrations each member recomputes
-the same assignment (:mod:`.assignment`), releases what is no longer its own and claims what is.
+member registers an ephemeral node, and on every change of the registrations each member learns the
+assignment, releases what is no longer its own and claims what is. With the sticky strategy (the
+default) the oldest member computes the assignment and publishes it, and the others follow it
+(:mod:`.target`); with range and round-robin each member computes the same one
+(:mod:`.assignment`). Only the partitions that change owner pause; the others keep delivering.
 
 Handover happens at batch boundaries: a partition whose batch is being processed is released only
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
@@ -40,6 +43,7 @@ from .errors import (
 )
 from .kafka import Fetcher, OffsetsOutOfRange, Record
 from .layout import GroupLayout, MemberInfo, decode_member, decode_offset, encode_member
+from .sticky import TargetNode
 from .zk import Check, Create, NodeExistsError, NoNodeError, SessionState, SetData, ZooKeeper
 
 __all__ = ["Batch", "ConsumerGroup", "GroupState"]
@@ -124,7 +128,7 @@ class ConsumerGroup:
         trail: bool = False,
         session_timeout: float = 10.0,
         register: bool = True,
-        strategy: Strategy | str = Strategy.RANGE,
+        strategy: Strategy | str = Strategy.STICKY,
         commit_interval: float = 1.0,
         metadata_interval: float = 30.0,
         request_timeout: float = 10.0,
@@ -187,6 +191,7 @@ class ConsumerGroup:
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
         )
+        self._target = TargetNode(self._zk, self._layout, self._id)
         self._register_on_enter = register
         self._claim_timeout = claim_timeout
         self._loop_delay = loop_delay
@@ -208,6 +213,9 @@ class ConsumerGroup:
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
         self._members: dict[str, tuple[MemberInfo, int]] = {}
+        self._in_target = False
+        """Whether the assignment followed counts this member (a sticky newcomer's first
+        rebalance may still see the target of the members before it): joining ends then."""
         self._failure: AioClusterError | None = None
 
         self._lock = asyncio.Lock()
@@ -622,7 +630,7 @@ class ConsumerGroup:
                 log.warning("member %s: rebalance failed, retrying: %s", self.id, exc)
                 complete = False
             retry = None if complete else _RETRY_DELAY
-            if not joined.done():
+            if not joined.done() and self._in_target:
                 joined.set_result(None)
 
     async def _rebalance(self) -> bool:
@@ -642,7 +650,7 @@ class ConsumerGroup:
         await self._check_strategy(members)
         ours = [
             member
-            for member, (info, _czxid) in members.items()
+            for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
             if self.topic in info.topics and info.strategy == self._strategy
         ]
         try:
@@ -652,15 +660,23 @@ class ConsumerGroup:
                 raise
             # Kafka is away: agree on the partitions known, so claims can move meanwhile.
             log.warning("member %s: using the partitions known, %s", self.id, exc)
-        target = set(assign(self._strategy, self._partitions, ours).get(self.id, []))
-        for partition in sorted(set(self._claims) - target):
-            await self._release(partition)
+        target = await self._target_of_mine(ours)
+        await self._release_all(sorted(set(self._claims) - target))
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
         await self._position()
         if set(self._claims) != self._fetcher.assigned:
             await self._reassign()
             log.info("member %s owns %s of %s", self.id, self.claimed, self._partitions)
         return complete
+
+    async def _target_of_mine(self, members: list[str]) -> set[int]:
+        """The partitions this member should own; ``members`` oldest first."""
+        if self._strategy is not Strategy.STICKY:
+            self._in_target = True
+            return set(assign(self._strategy, self._partitions, members).get(self.id, []))
+        target = await self._target.follow(members, self._partitions, self._request_rebalance)
+        self._in_target = target is not None and self.id in target.members
+        return set() if target is None else set(target.partitions_of(self.id))
 
     async def _register_node(self) -> None:
         path = self._layout.member(self.id)
@@ -708,20 +724,22 @@ class ConsumerGroup:
                 f"{self._strategy.value!r}: every member of a group must use the same strategy"
             )
 
-    async def _release(self, partition: int) -> None:
-        """Hand a partition over at a batch boundary: wait for its body, store its offset, then
-        delete the claim."""
-        claim = self._claims[partition]
-        self._revoking.add(partition)
-        self._drop(claim)
+    async def _release_all(self, partitions: list[int]) -> None:
+        """Hand partitions over at batch boundaries: wait for their bodies, store their offsets
+        (one transaction), then delete the claims. The other partitions keep delivering."""
+        if not partitions:
+            return
+        self._revoking.update(partitions)
+        for partition in partitions:
+            self._drop(self._claims[partition])
         try:
-            while partition in self._inflight:
+            while self._inflight.intersection(partitions):
                 self._batch_done.clear()
                 await self._batch_done.wait()
-            await self._flush([partition])
-            await self._release_node(partition)
+            await self._flush(partitions)
+            await asyncio.gather(*(self._release_node(partition) for partition in partitions))
         finally:
-            self._revoking.discard(partition)
+            self._revoking.difference_update(partitions)
 
     async def _release_node(self, partition: int) -> None:
         claim = self._claims.pop(partition, None)
