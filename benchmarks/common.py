@@ -5,6 +5,7 @@ and a PNG chart; matplotlib comes with the ``bench`` extra)."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,7 +76,7 @@ def bar_chart(
     figure, axes = pyplot.subplots(figsize=(9, 0.6 * len(labels) + 1.5))
     axes.barh(list(reversed(labels)), list(reversed(values)), color="#4a7ab5")
     axes.set_xlabel(unit)
-    axes.set_title(title, fontsize=9)
+    axes.set_title(textwrap.fill(title, 90), fontsize=9)
     for y, value in enumerate(reversed(values)):
         axes.text(value, y, f" {value:,.0f}", va="center", fontsize=8)
     figure.tight_layout()

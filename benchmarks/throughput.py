@@ -5,7 +5,8 @@ Every contender reads the same topic from the start to the end in a process of i
 CPU seconds and peak RSS are its own; the rounds alternate the contenders' order so that none gets
 a warmer broker. Throughput counts from the start of the read that returned the first records to
 the last record (joining a group is not reading), CPU from the consumer's creation to its close.
-The ratio is to the median of the raw aiokafka baseline of the same run; the targets are >= 0.95
+The ratio is to the median of the raw aiokafka baseline of the same run (the paired ratio is the
+median of each round's ratio to that round's baseline); the targets are >= 0.95
 for aio_cluster and >= every peer's group consumer. Results go to
 ``benchmarks/results/throughput.md`` and ``throughput.png``.
 
@@ -244,19 +245,29 @@ def report(
     args: argparse.Namespace, names: list[str], figures: dict[str, list[dict[str, float]]]
 ) -> None:
     base = median([f["rate"] for f in figures["raw"]])
-    headers = ["consumer", "msg/s (median)", "min", "max", "ratio", "CPU s", "peak RSS MB"]
+    headers = [
+        "consumer",
+        "msg/s (median)",
+        "min",
+        "max",
+        "ratio",
+        "paired ratio",
+        "CPU s",
+        "peak RSS MB",
+    ]
     rows = []
-    for name in names:
-        rates = [f["rate"] for f in figures[name]]
+    for contender in names:
+        rates = [f["rate"] for f in figures[contender]]
         rows.append(
             [
-                CONTENDERS[name][0],
+                CONTENDERS[contender][0],
                 f"{median(rates):,.0f}",
                 f"{min(rates):,.0f}",
                 f"{max(rates):,.0f}",
                 f"{median(rates) / base:.2f}",
-                f"{median([f['cpu'] for f in figures[name]]):.2f}",
-                f"{median([f['rss_mb'] for f in figures[name]]):.0f}",
+                f"{paired(figures[contender], figures['raw']):.2f}",
+                f"{median([f['cpu'] for f in figures[contender]]):.2f}",
+                f"{median([f['rss_mb'] for f in figures[contender]]):.0f}",
             ]
         )
     title = (
@@ -267,19 +278,26 @@ def report(
     print(table(headers, rows))
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
     RESULTS.mkdir(exist_ok=True)
+    name = "throughput" if names == list(CONTENDERS) else "throughput-" + "-".join(names)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    (RESULTS / "throughput.md").write_text(
+    (RESULTS / f"{name}.md").write_text(
         f"# Throughput\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
         + "\n"
     )
     bar_chart(
-        RESULTS / "throughput.png",
-        [CONTENDERS[name][0] for name in names],
-        [median([f["rate"] for f in figures[name]]) for name in names],
+        RESULTS / f"{name}.png",
+        [CONTENDERS[contender][0] for contender in names],
+        [median([f["rate"] for f in figures[contender]]) for contender in names],
         "msg/s (median)",
         title,
     )
+
+
+def paired(runs: list[dict[str, float]], baseline: list[dict[str, float]]) -> float:
+    """The median of each round's ratio to that round's baseline: steadier than the ratio of
+    medians when the machine's load drifts during the run."""
+    return median([run["rate"] / base["rate"] for run, base in zip(runs, baseline, strict=True)])
 
 
 def parse() -> argparse.Namespace:
