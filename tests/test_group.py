@@ -353,7 +353,9 @@ async def test_handover_waits_for_the_batch_being_processed(
         joining = asyncio.create_task(second.register())
         tasks = [joining]
         try:
-            await wait_until(lambda: moving in first._revoking, what="first starts to hand over")
+            await wait_until(
+                lambda: moving in first._delivery.revoking, what="first starts to hand over"
+            )
             # A second in which a wrong handover would happen: the join must not finish.
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(joining), 1.0)

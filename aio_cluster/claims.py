@@ -1,0 +1,37 @@
+"""A claim: one partition this member owns, and what the member knows about it.
+
+Plain data shared by the parts of a :class:`~aio_cluster.ConsumerGroup`: :mod:`.membership` makes
+and removes claims, :mod:`.delivery` buffers and hands out their batches, :mod:`.offsets` stores
+their offsets.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .kafka import Record
+
+__all__ = ["UNPOSITIONED", "Batch", "Claim"]
+
+Batch = list[Record]
+"""A non-empty list of records of one partition, in offset order."""
+
+UNPOSITIONED = -1
+"""The next offset of a claim whose start is not known yet."""
+
+
+@dataclass(eq=False)
+class Claim:
+    """A partition this member owns: one object per claim, so a batch handed out under an earlier
+    claim of the same partition (before a session loss) can be told apart."""
+
+    partition: int
+    node_version: int
+    next_offset: int
+    """The offset of the next record to hand out."""
+    stored: int | None
+    """The offset stored in ZooKeeper, as far as this member knows."""
+    pending: int | None = None
+    """A completed batch's next offset, not yet stored."""
+    buffered: deque[Batch] = field(default_factory=deque)

@@ -1,0 +1,252 @@
+"""Delivery: the claimed partitions' buffers, the batches in flight, the round-robin pick, and
+the commit rule (a batch whose body completed becomes its claim's pending offset).
+
+This part only fetches and hands out; it never writes to ZooKeeper. Which partitions are claimed
+is read from the claims mapping :mod:`.membership` keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+
+from .claims import UNPOSITIONED, Batch, Claim
+from .errors import BrokerError
+from .kafka import Fetcher, OffsetsOutOfRange
+
+__all__ = ["Delivery"]
+
+log = logging.getLogger(__name__)
+
+
+class Delivery:
+    """Hands out the batches of the claimed partitions, one in flight per partition."""
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        claims: Mapping[int, Claim],
+        *,
+        member_id: str,
+        loop_delay: float,
+        max_wait_ms: int,
+        trail: bool,
+    ) -> None:
+        """Args:
+        fetcher: the member's Kafka fetcher.
+        claims: the member's claims (read only here; their buffers and offsets are updated).
+        member_id: named in log messages.
+        loop_delay: seconds to pause after a fetch that returned nothing.
+        max_wait_ms: how long a fetch may wait for records.
+        trail: where no offset is stored, start at the latest offset instead of the earliest.
+        """
+        self._fetcher = fetcher
+        self._claims = claims
+        self._id = member_id
+        self._loop_delay = loop_delay
+        self._max_wait_ms = max_wait_ms
+        self._trail = trail
+        self._fetch_lock = asyncio.Lock()
+        """Serialises fetches with changes of the fetcher's assignment and positions."""
+        self._revoking: set[int] = set()
+        self._inflight: set[int] = set()
+        self._seeks: dict[int, int] = {}
+        self._cursor = -1
+        self.suspended = False
+        """True while ZooKeeper is suspended or lost: no batch is handed out."""
+        self._changed = asyncio.Event()
+        """Set whenever batches, claims or the state change: wakes waiting iterators."""
+        self._batch_done = asyncio.Event()
+
+    @property
+    def revoking(self) -> frozenset[int]:
+        """The partitions being handed over: withheld until released."""
+        return frozenset(self._revoking)
+
+    def wake(self) -> None:
+        """Wake every waiting iterator and handover."""
+        self._changed.set()
+        self._batch_done.set()
+
+    async def next_batch(self, stopped: Callable[[], bool]) -> tuple[Claim, Batch] | None:
+        """The next batch round-robin, fetching when none is buffered; waits while nothing is
+        claimed (or ZooKeeper is suspended) without spinning.
+
+        Args:
+            stopped: True once the member closes (it may raise the member's failure).
+
+        Returns:
+            The claim and its batch, or None once ``stopped``.
+        """
+        while True:
+            self._changed.clear()
+            if stopped():
+                return None
+            timeout: float | None = None
+            if not self.suspended:
+                picked = self._pick()
+                if picked is not None:
+                    return picked
+                fetchable = [
+                    p
+                    for p, claim in self._claims.items()
+                    if p not in self._inflight and p not in self._revoking and not claim.buffered
+                ]
+                if fetchable:
+                    if await self._fetch(fetchable):
+                        continue
+                    timeout = self._loop_delay
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _pick(self) -> tuple[Claim, Batch] | None:
+        ready = sorted(
+            p
+            for p, claim in self._claims.items()
+            if claim.buffered and p not in self._inflight and p not in self._revoking
+        )
+        if not ready:
+            return None
+        partition = next((p for p in ready if p > self._cursor), ready[0])
+        self._cursor = partition
+        claim = self._claims[partition]
+        batch = claim.buffered.popleft()
+        claim.next_offset = batch[-1].offset + 1
+        self._inflight.add(partition)
+        return claim, batch
+
+    async def _fetch(self, partitions: list[int]) -> bool:
+        """Fetch into the claims' buffers; True when anything arrived."""
+        async with self._fetch_lock:
+            self._apply_seeks()
+            try:
+                fetched = await self._fetcher.fetch(partitions, self._max_wait_ms)
+            except OffsetsOutOfRange as exc:
+                await self._reset_out_of_range(exc.partitions)
+                return False
+            except BrokerError as exc:
+                log.warning("member %s: %s", self._id, exc)
+                return False
+        arrived = False
+        for partition, records in fetched.items():
+            claim = self._claims.get(partition)
+            if claim is None:
+                continue
+            if partition in self._revoking or partition in self._seeks:
+                self._drop(claim)
+                continue
+            claim.buffered.append(records)
+            arrived = True
+        return arrived
+
+    async def _reset_out_of_range(self, partitions: dict[int, int]) -> None:
+        """Restart partitions whose position the broker no longer holds at their earliest offset."""
+        bounds = await self._fetcher.bounds(list(partitions))
+        for partition, (earliest, _latest) in bounds.items():
+            claim = self._claims.get(partition)
+            if claim is None:
+                continue
+            log.warning(
+                "member %s: offset %d of partition %d is out of range; resetting to earliest %d",
+                self._id,
+                partitions[partition],
+                partition,
+                earliest,
+            )
+            claim.next_offset = earliest
+            self._drop(claim)
+        self._apply_seeks()
+
+    def _drop(self, claim: Claim) -> None:
+        """Forget a claim's buffered records; reading resumes at its next offset."""
+        claim.buffered.clear()
+        self._seeks[claim.partition] = claim.next_offset
+
+    def _apply_seeks(self) -> None:
+        # Only the fetcher's partitions can seek; a claim not yet handed to it starts at its
+        # next offset when reassign() hands it over.
+        for partition, offset in self._seeks.items():
+            if partition in self._fetcher.assigned:
+                self._fetcher.seek(partition, offset)
+        self._seeks.clear()
+
+    def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> None:
+        """A batch's body ended: commit it when it completed, else deliver it again."""
+        self._inflight.discard(claim.partition)
+        if self._claims.get(claim.partition) is claim:
+            if not completed:
+                claim.next_offset = batch[0].offset
+                self._drop(claim)
+            elif commit:
+                claim.pending = batch[-1].offset + 1
+        self._batch_done.set()
+        self._changed.set()
+
+    async def drain(self, partitions: list[int]) -> None:
+        """Stop handing out batches of ``partitions`` and wait until their bodies ended.
+
+        The partitions stay withheld until :meth:`undrain`.
+        """
+        for partition in partitions:
+            self._revoking.add(partition)
+            self._drop(self._claims[partition])
+        while self._inflight.intersection(partitions):
+            self._batch_done.clear()
+            await self._batch_done.wait()
+
+    def undrain(self, partitions: list[int]) -> None:
+        """The partitions were released (or stay ours): no longer withheld."""
+        self._revoking.difference_update(partitions)
+
+    async def position(self) -> None:
+        """Where no offset is stored, start at the earliest offset (the latest with ``trail``).
+
+        A stored offset is taken as it is: one the broker no longer holds is reset to the
+        earliest at the first fetch.
+        """
+        fresh = [p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED]
+        if not fresh:
+            return
+        for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
+            claim = self._claims[partition]
+            claim.next_offset = latest if self._trail else earliest
+            if self._trail:
+                # A trailing start is stored at once, so the next owner goes on from here.
+                claim.pending = claim.next_offset
+
+    async def reassign(self) -> bool:
+        """Hand the claims to the fetcher when they differ from what it fetches.
+
+        Returns:
+            True when the fetcher's partitions changed.
+        """
+        if set(self._claims) == self._fetcher.assigned:
+            return False
+        async with self._fetch_lock:
+            self._seeks.clear()
+            positions: dict[int, int] = {}
+            for partition, claim in self._claims.items():
+                if partition in self._fetcher.assigned and claim.buffered:
+                    # Staying: keep what is buffered and fetch on after it, so a rebalance
+                    # does not pause the partitions it leaves in place.
+                    positions[partition] = claim.buffered[-1][-1].offset + 1
+                else:
+                    claim.buffered.clear()
+                    positions[partition] = claim.next_offset
+            self._fetcher.assign(positions)
+        self._changed.set()
+        return True
+
+    def lose(self) -> None:
+        """Every claim is gone (the session expired): forget what was withheld or sought."""
+        self.suspended = True
+        self._revoking.clear()
+        self._seeks.clear()
+        self._batch_done.set()
+
+    async def stop(self) -> None:
+        """Close the fetcher once no fetch runs."""
+        async with self._fetch_lock:
+            await self._fetcher.stop()

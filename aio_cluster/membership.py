@@ -1,0 +1,341 @@
+"""Membership: this member's registration, the live members, the rebalance under the lock, and
+the claims it makes and releases in ZooKeeper.
+
+What happens to a partition's batches and offsets around a handover is not this part's business:
+it asks the :class:`~.handover.Handover` to drain what it releases and to start what it claimed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+
+from .assignment import Strategy, assign
+from .claims import UNPOSITIONED, Claim
+from .errors import (
+    BrokerError,
+    ConfigurationError,
+    CoordinationError,
+    SessionLostError,
+    StrategyMismatchError,
+)
+from .handover import Handover
+from .kafka import Fetcher
+from .layout import GroupLayout, MemberInfo, decode_member, encode_member
+from .offsets import Offsets
+from .sticky import TargetNode
+from .zk import NodeExistsError, NoNodeError, SessionState, ZooKeeper
+
+__all__ = ["Membership"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_DELAY = 1.0
+"""Seconds before a rebalance that could not finish (a claim timed out, ZooKeeper failed) is
+tried again."""
+
+
+class Membership:
+    """This member's place in the group, as ZooKeeper records it."""
+
+    def __init__(
+        self,
+        zk: ZooKeeper,
+        layout: GroupLayout,
+        fetcher: Fetcher,
+        offsets: Offsets,
+        *,
+        member_id: str,
+        strategy: Strategy,
+        claim_timeout: float,
+    ) -> None:
+        """Args:
+        zk: the member's ZooKeeper client.
+        layout: the group's paths.
+        fetcher: asked for the topic's partitions.
+        offsets: read for the start of each new claim.
+        member_id: this member's id.
+        strategy: the assignment strategy.
+        claim_timeout: seconds to wait for a partition's previous owner to release it.
+        """
+        self._zk = zk
+        self._layout = layout
+        self._fetcher = fetcher
+        self._offsets = offsets
+        self._id = member_id
+        self._strategy = strategy
+        self._claim_timeout = claim_timeout
+        self._partitions: list[int] = []
+        self._claims: dict[int, Claim] = {}
+        self._epoch = 0
+        """Counts session losses: a rebalance that began before one must not record claims."""
+        self._registered_session: int | None = None
+        self._members: dict[str, tuple[MemberInfo, int]] = {}
+        self._target = TargetNode(zk, layout, member_id)
+        self._in_target = False
+        """Whether the assignment followed counts this member (a sticky newcomer's first
+        rebalance may still see the target of the members before it): joining ends then."""
+        self._lock = asyncio.Lock()
+        """Held by a rebalance: one at a time (the Ruby mutex)."""
+        self._rebalance_requested = asyncio.Event()
+
+    @property
+    def claims(self) -> Mapping[int, Claim]:
+        """The claims this member holds now, by partition."""
+        return self._claims
+
+    @property
+    def partitions(self) -> list[int]:
+        """Every partition id of the topic, sorted (as of the last metadata check)."""
+        return list(self._partitions)
+
+    async def prepare(self) -> None:
+        """Before registering: the topic exists, the group's paths exist, the strategy agrees.
+
+        Raises:
+            ConfigurationError: the topic does not exist.
+            StrategyMismatchError: the group uses another assignment strategy.
+        """
+        self._partitions = await self._fetcher.partitions()
+        for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
+            await self._zk.ensure_path(path)
+        # Refuse before registering, so that the group never sees this member.
+        self._check_strategy(await self._read_members(watch=False))
+
+    def request_rebalance(self) -> None:
+        """Rebalance again soon (a member came or went, the topic changed, the session is back)."""
+        self._rebalance_requested.set()
+
+    async def check_partitions(self) -> None:
+        """Ask for a rebalance when the topic's partitions changed."""
+        partitions = await self._fetcher.partitions()
+        if partitions != self._partitions:
+            log.info("topic %r now has partitions %s", self._layout.topic, partitions)
+            self.request_rebalance()
+
+    def lose(self) -> None:
+        """The session expired: every claim and the registration are gone with it. Offsets not
+        yet stored are dropped, never written on the new session (the partitions may have new
+        owners by now): their batches are delivered again."""
+        if self._claims:
+            log.warning(
+                "member %s: ZooKeeper session lost; partitions %s no longer owned",
+                self._id,
+                sorted(self._claims),
+            )
+        self._epoch += 1
+        self._claims.clear()
+        self._registered_session = None
+
+    async def run(self, joined: asyncio.Future[None], handover: Handover) -> None:
+        """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one."""
+        retry: float | None = 0.0
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._rebalance_requested.wait(), retry)
+            self._rebalance_requested.clear()
+            if self._zk.state is not SessionState.CONNECTED:
+                retry = None
+                continue
+            try:
+                async with self._lock:
+                    complete = await self._rebalance(handover)
+            except (StrategyMismatchError, ConfigurationError) as exc:
+                if not joined.done():
+                    joined.set_exception(exc)
+                    return
+                log.error("member %s: rebalance refused: %s", self._id, exc)
+                complete = False
+            except (CoordinationError, BrokerError) as exc:
+                log.warning("member %s: rebalance failed, retrying: %s", self._id, exc)
+                complete = False
+            retry = None if complete else _RETRY_DELAY
+            if not joined.done() and self._in_target:
+                joined.set_result(None)
+
+    async def _rebalance(self, handover: Handover) -> bool:
+        """Release what the assignment no longer gives this member, then claim what it does.
+
+        Returns:
+            False when a claim could not be made in time, so the rebalance is tried again.
+        """
+        epoch = self._epoch
+        if self._registered_session != self._zk.session_id:
+            await self._register_node()
+        members = await self._read_members()
+        if self._id not in members:
+            # Our registration went behind our back (deleted by a tool): register again.
+            await self._register_node()
+            members = await self._read_members()
+        self._check_strategy(members)
+        ours = [
+            member
+            for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
+            if self._layout.topic in info.topics and info.strategy == self._strategy
+        ]
+        try:
+            self._partitions = await self._fetcher.partitions()
+        except BrokerError as exc:
+            if not self._partitions:
+                raise
+            # Kafka is away: agree on the partitions known, so claims can move meanwhile.
+            log.warning("member %s: using the partitions known, %s", self._id, exc)
+        target = await self._target_of_mine(ours)
+        leaving = sorted(set(self._claims) - target)
+        if leaving:
+            try:
+                await handover.revoke(leaving)
+                await asyncio.gather(*(self._release_node(p) for p in leaving))
+            finally:
+                handover.released(leaving)
+        complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
+        if await handover.assigned():
+            log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
+        return complete
+
+    async def _target_of_mine(self, members: list[str]) -> set[int]:
+        """The partitions this member should own; ``members`` oldest first."""
+        if self._strategy is not Strategy.STICKY:
+            self._in_target = True
+            return set(assign(self._strategy, self._partitions, members).get(self._id, []))
+        target = await self._target.follow(members, self._partitions, self.request_rebalance)
+        self._in_target = target is not None and self._id in target.members
+        return set() if target is None else set(target.partitions_of(self._id))
+
+    async def _register_node(self) -> None:
+        path = self._layout.member(self._id)
+        data = encode_member(self._layout.topic, self._strategy, int(time.time() * 1000))
+        try:
+            await self._zk.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            _data, stat = await self._zk.get(path)
+            if stat.ephemeral_owner != self._zk.session_id:
+                raise CoordinationError(
+                    f"registration {path} still belongs to an expired session"
+                ) from None
+        self._registered_session = self._zk.session_id
+
+    async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[MemberInfo, int]]:
+        """The live members, each with its registration's info and creation zxid; registrations
+        seen before are not read again. ``watch`` asks for a rebalance at the next change."""
+        ids = await self._zk.get_children(
+            self._layout.ids, watch=self.request_rebalance if watch else None
+        )
+        known = {member: self._members[member] for member in ids if member in self._members}
+        for member in ids:
+            if member in known:
+                continue
+            try:
+                data, stat = await self._zk.get(self._layout.member(member))
+            except NoNodeError:
+                continue
+            try:
+                known[member] = (decode_member(data), stat.czxid)
+            except CoordinationError as exc:
+                log.warning("ignoring member %s: %s", member, exc)
+        self._members = known
+        return known
+
+    def _check_strategy(self, members: dict[str, tuple[MemberInfo, int]]) -> None:
+        """The oldest member's strategy is the group's; a member with another may not join."""
+        if not members:
+            return
+        oldest, (info, _czxid) = min(members.items(), key=lambda item: item[1][1])
+        if info.strategy != self._strategy and oldest != self._id:
+            theirs = getattr(info.strategy, "value", info.strategy)
+            raise StrategyMismatchError(
+                f"group {self._layout.group!r} assigns partitions with {theirs!r}, this member "
+                f"with {self._strategy.value!r}: every member of a group must use the same strategy"
+            )
+
+    async def _release_node(self, partition: int) -> None:
+        claim = self._claims.pop(partition, None)
+        if claim is None:
+            return
+        with contextlib.suppress(NoNodeError):
+            await self._zk.delete(self._layout.owner(partition), version=claim.node_version)
+
+    async def _claim_all(self, partitions: list[int], epoch: int) -> bool:
+        """Claim partitions concurrently; False when any could not be claimed in time."""
+        results = await asyncio.gather(
+            *(self._claim(partition, epoch) for partition in partitions), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return all(results)
+
+    async def _claim(self, partition: int, epoch: int) -> bool:
+        """Create the partition's claim node, waiting (by watch, bounded by ``claim_timeout``)
+        for the previous owner to release it. False on time-out or when a newer rebalance is
+        asked for meanwhile; the claim is then left to the next rebalance."""
+        path = self._layout.owner(partition)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._claim_timeout
+        while True:
+            try:
+                await self._zk.create(path, self._id.encode(), ephemeral=True)
+                version = 0
+                break
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = await self._zk.get(path)
+            except NoNodeError:
+                continue
+            if data == self._id.encode() and stat.ephemeral_owner == self._zk.session_id:
+                version = stat.version
+                break
+            remaining = deadline - loop.time()
+            released = remaining > 0 and await self._wait_released(path, remaining)
+            if not released:
+                if not self._rebalance_requested.is_set():
+                    log.warning(
+                        "member %s: partition %d still owned by %s after %gs; retrying later",
+                        self._id,
+                        partition,
+                        data.decode(errors="replace"),
+                        self._claim_timeout,
+                    )
+                return False
+        if self._epoch != epoch:
+            raise SessionLostError("the ZooKeeper session expired during the rebalance")
+        stored = await self._offsets.stored(partition)
+        self._claims[partition] = Claim(
+            partition=partition,
+            node_version=version,
+            next_offset=UNPOSITIONED if stored is None else stored,
+            stored=stored,
+        )
+        return True
+
+    async def _wait_released(self, path: str, bound: float) -> bool:
+        """Wait for a claim node to go; False on time-out or when a new rebalance is asked for."""
+        deleted = asyncio.ensure_future(self._zk.wait_deleted(path))
+        interrupted = asyncio.ensure_future(self._rebalance_requested.wait())
+        try:
+            await asyncio.wait(
+                {deleted, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in (deleted, interrupted):
+                waiter.cancel()
+            await asyncio.gather(deleted, interrupted, return_exceptions=True)
+        return deleted.done() and not deleted.cancelled() and deleted.exception() is None
+
+    async def leave(self, handover: Handover) -> None:
+        """Store the pending offsets, release every claim and delete the registration."""
+        async with self._lock:
+            await handover.store(list(self._claims))
+            # All at once: with many partitions, one round trip instead of one per claim.
+            await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
+            if self._registered_session is not None:
+                with contextlib.suppress(NoNodeError):
+                    await self._zk.delete(self._layout.member(self._id))
+
+    def forget(self) -> None:
+        """The member closed: whatever was not released goes with the session."""
+        self._claims.clear()
