@@ -15,14 +15,14 @@ everyone follows:
   with a conditional set on the node's version: if two members both believe they lead for a
   moment (the old leader's session expired but it has not heard yet), only one write of each
   version wins and the loser rereads, so the published targets form one history.
-* **Every member watches that node** and moves toward it (:func:`moves`): it releases, at a batch
+* **Every member watches that node** and moves toward it: it releases, at a batch
   boundary and after storing the offset, each partition the target gives to another, and claims
   each partition the target gives to it. Partitions whose owner does not change are not touched,
   so they keep delivering through the rebalance.
-* **Takeover**: each follower watches only the registration of the member just older than it
-  (:func:`predecessor`), so a death wakes one member, not the herd. When the leader dies, the next
-  oldest finds itself oldest (:func:`leader`) and goes on from the published target: the dead
-  leader's partitions are spread as any leaver's, the rest stay put.
+* **Takeover**: every member watches the registrations (as the classic consumer did), so when
+  the leader dies the next oldest finds itself oldest (:func:`leader`) and goes on from the
+  published target: the dead leader's partitions are spread as any leaver's, the rest stay put.
+  No election round is needed: the registrations' creation order already is the succession.
 
 **No partition is ever owned twice, by construction.** Ownership is the classic ephemeral claim
 node ``owners/<topic>/<partition>``, created exclusively; a member whose target says "claim p"
@@ -31,10 +31,12 @@ it over. Members that transiently follow different targets (one has seen version
 acts on 6) therefore only delay each other's claims; the target decides who *should* own a
 partition, the claim node who *does*. A member that dies loses its claims with its session.
 
-**ZooKeeper load per rebalance** stays with what moves: the leader reads the registration data of
-new members only (it keeps the others), followers read one node (the target) per change and never
-list the registrations or the owners; each moved partition costs its release (an offset write and
-a delete) and its claim (a create and an offset read).
+**ZooKeeper load per rebalance** stays with what moves: on a change each member lists the
+registration names (one request) and reads the data of new registrations only (it keeps the
+others'), and reads the target node; the leader writes it once. No member reads the owner nodes:
+each moved partition costs its release (its offset, in one transaction per rebalance, and a
+delete) and its claim (a create and an offset read). Followers rebalance twice per change (once
+for the registrations, once for the new target), a few requests each.
 
 The classic ``ids``, ``owners`` and ``offsets`` nodes are kept exactly as before, so existing
 tools still read the group; the target node is one more node beside them that they ignore.
@@ -47,21 +49,12 @@ from collections.abc import Collection, Sequence
 from .assignment import sticky
 from .layout import Target
 
-__all__ = ["leader", "moves", "next_target", "predecessor"]
+__all__ = ["leader", "next_target"]
 
 
 def leader(members: Sequence[str]) -> str | None:
     """The member that publishes targets: the oldest, given ``members`` oldest first."""
     return members[0] if members else None
-
-
-def predecessor(members: Sequence[str], member: str) -> str | None:
-    """The member just older than ``member`` (whose death may make ``member`` the leader), or None
-    when ``member`` is the oldest or not among ``members`` (given oldest first)."""
-    if member not in members:
-        return None
-    index = list(members).index(member)
-    return members[index - 1] if index > 0 else None
 
 
 def next_target(
@@ -92,13 +85,3 @@ def next_target(
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
     return Target(version=version, members=ordered, owners=owners)
-
-
-def moves(target: Target, member: str, claimed: Collection[int]) -> tuple[list[int], list[int]]:
-    """What ``member`` must do to follow ``target``: ``(release, claim)``, both sorted.
-
-    Only the partitions whose owner changes appear; the others stay claimed and keep delivering.
-    """
-    mine = set(target.partitions_of(member))
-    held = set(claimed)
-    return sorted(held - mine), sorted(mine - held)
