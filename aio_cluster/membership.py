@@ -176,13 +176,16 @@ class Membership:
             for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
             if self._layout.topic in info.topics and info.strategy == self._strategy
         ]
-        try:
-            self._partitions = await self._fetcher.partitions()
-        except BrokerError as exc:
-            if not self._partitions:
-                raise
-            # Kafka is away: agree on the partitions known, so claims can move meanwhile.
-            log.warning("member %s: using the partitions known, %s", self._id, exc)
+        # A sticky follower takes the partitions from the published target: only the leader (and
+        # every member of the other strategies) asks Kafka.
+        if self._strategy is not Strategy.STICKY or ours[:1] == [self._id]:
+            try:
+                self._partitions = await self._fetcher.partitions()
+            except BrokerError as exc:
+                if not self._partitions:
+                    raise
+                # Kafka is away: agree on the partitions known, so claims can move meanwhile.
+                log.warning("member %s: using the partitions known, %s", self._id, exc)
         target = await self._target_of_mine(ours)
         leaving = sorted(set(self._claims) - target)
         if leaving:
@@ -203,7 +206,10 @@ class Membership:
             return set(assign(self._strategy, self._partitions, members).get(self._id, []))
         target = await self._target.follow(members, self._partitions, self.request_rebalance)
         self._in_target = target is not None and self._id in target.members
-        return set() if target is None else set(target.partitions_of(self._id))
+        if target is None:
+            return set()
+        self._partitions = sorted(target.owners)
+        return set(target.partitions_of(self._id))
 
     async def _register_node(self) -> None:
         path = self._layout.member(self._id)
@@ -225,13 +231,17 @@ class Membership:
             self._layout.ids, watch=self.request_rebalance if watch else None
         )
         known = {member: self._members[member] for member in ids if member in self._members}
-        for member in ids:
-            if member in known:
+        new = [member for member in ids if member not in known]
+        # Concurrently: a member joining a large group reads every registration once.
+        read = await asyncio.gather(
+            *(self._zk.get(self._layout.member(member)) for member in new), return_exceptions=True
+        )
+        for member, result in zip(new, read, strict=True):
+            if isinstance(result, NoNodeError):
                 continue
-            try:
-                data, stat = await self._zk.get(self._layout.member(member))
-            except NoNodeError:
-                continue
+            if isinstance(result, BaseException):
+                raise result
+            data, stat = result
             try:
                 known[member] = (decode_member(data), stat.czxid)
             except CoordinationError as exc:
