@@ -16,7 +16,7 @@ ceil(1000/21) = 48 partitions and settles in under 1 s; a graceful leave settles
 Results go to ``benchmarks/results/scale.md`` and ``scale.png``.
 
     python benchmarks/scale.py [--partitions P] [--members M] [--processes N] [--rounds R]
-        [--strategy NAME]
+        [--strategy NAME] [--log FILE]
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ SETTLE_TIMEOUT = 120.0
 
 
 async def serve(args: argparse.Namespace) -> None:
+    if args.log:
+        logging.basicConfig(
+            filename=args.log,
+            level=logging.INFO,
+            format="%(asctime)s.%(msecs)03d %(process)d %(name)s %(message)s",
+            datefmt="%H:%M:%S",
+        )
     members: dict[str, ConsumerGroup] = {}
     strategy = {} if args.strategy is None else {"strategy": args.strategy}
 
@@ -53,6 +60,8 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         while line := await asyncio.to_thread(sys.stdin.readline):
             command, _, argument = line.strip().partition(" ")
+            if command != "status":
+                logging.getLogger("scale").info("worker: %s", line.strip())
             if command == "join":
                 joining = [
                     ConsumerGroup(
@@ -97,6 +106,8 @@ class Worker:
         ]
         if args.strategy:
             command += ["--strategy", args.strategy]
+        if args.log:
+            command += ["--log", args.log]
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -201,7 +212,10 @@ async def main(args: argparse.Namespace) -> None:
                 leaves.append(
                     await measure(args, workers, cluster.zookeeper, f"leave {member}", at)
                 )
-                print(f"round {round_ + 1}: join {joins[-1][:3]} leave {leaves[-1][:3]}")
+                print(
+                    f"{time.strftime('%H:%M:%S')} round {round_ + 1}: "
+                    f"join {joins[-1][:3]} leave {leaves[-1][:3]}"
+                )
         finally:
             for worker in workers:
                 worker.stop()
@@ -262,6 +276,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--strategy", choices=[s.value for s in Strategy], default=None)
+    parser.add_argument(
+        "--log",
+        help="append the members' INFO logs, timestamped, to this file (to see where a "
+        "rebalance spends its time)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
