@@ -195,7 +195,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(name: str, run: Run) -> dict[str, float]:
+def measure(name: str, run: Run, timeout: float) -> dict[str, float] | None:
+    """One contender's figures, or None when it failed or did not finish in ``timeout``
+    seconds (reported, so that one stuck peer does not void the others' rounds)."""
     command = [
         sys.executable,
         __file__,
@@ -212,9 +214,14 @@ def measure(name: str, run: Run) -> dict[str, float]:
         "--messages",
         str(run.total),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: no result within {timeout:g}s", file=sys.stderr)
+        return None
     if done.returncode:
-        raise RuntimeError(f"{name} failed:\n{done.stderr[-2000:]}")
+        print(f"{name} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -230,20 +237,21 @@ async def main(args: argparse.Namespace) -> None:
     unknown = set(names) - set(CONTENDERS)
     if unknown or names[0] != "raw":
         raise SystemExit(f"contenders: raw first, then any of {', '.join(CONTENDERS)}")
-    figures: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    figures: dict[str, list[dict[str, float] | None]] = {name: [] for name in names}
     async with LocalCluster() as cluster:
         run = await prepare(cluster, args)
         for round_ in range(args.rounds):
             shift = round_ % len(names)  # alternate who goes first
             for name in names[shift:] + names[:shift]:
-                figures[name].append(await asyncio.to_thread(measure, name, run))
+                figures[name].append(await asyncio.to_thread(measure, name, run, args.timeout))
                 print(f"round {round_ + 1} {name}: {figures[name][-1]}", file=sys.stderr)
     report(args, names, figures)
 
 
 def report(
-    args: argparse.Namespace, names: list[str], figures: dict[str, list[dict[str, float]]]
+    args: argparse.Namespace, names: list[str], results: dict[str, list[dict[str, float] | None]]
 ) -> None:
+    figures = {name: [f for f in runs if f is not None] for name, runs in results.items()}
     base = median([f["rate"] for f in figures["raw"]])
     headers = [
         "consumer",
@@ -254,10 +262,15 @@ def report(
         "paired ratio",
         "CPU s",
         "peak RSS MB",
+        "runs failed",
     ]
     rows = []
     for contender in names:
         rates = [f["rate"] for f in figures[contender]]
+        if not rates:
+            failed = f"{len(results[contender])} of {len(results[contender])}"
+            rows.append([CONTENDERS[contender][0], *["-"] * (len(headers) - 2), failed])
+            continue
         rows.append(
             [
                 CONTENDERS[contender][0],
@@ -265,9 +278,10 @@ def report(
                 f"{min(rates):,.0f}",
                 f"{max(rates):,.0f}",
                 f"{median(rates) / base:.2f}",
-                f"{paired(figures[contender], figures['raw']):.2f}",
+                f"{paired(results[contender], results['raw']):.2f}",
                 f"{median([f['cpu'] for f in figures[contender]]):.2f}",
                 f"{median([f['rss_mb'] for f in figures[contender]]):.0f}",
+                f"{results[contender].count(None)} of {len(results[contender])}",
             ]
         )
     title = (
@@ -288,16 +302,22 @@ def report(
     bar_chart(
         RESULTS / f"{name}.png",
         [CONTENDERS[contender][0] for contender in names],
-        [median([f["rate"] for f in figures[contender]]) for contender in names],
+        [median([f["rate"] for f in figures[contender]] or [0.0]) for contender in names],
         "msg/s (median)",
         title,
     )
 
 
-def paired(runs: list[dict[str, float]], baseline: list[dict[str, float]]) -> float:
+def paired(runs: list[dict[str, float] | None], baseline: list[dict[str, float] | None]) -> float:
     """The median of each round's ratio to that round's baseline: steadier than the ratio of
     medians when the machine's load drifts during the run."""
-    return median([run["rate"] / base["rate"] for run, base in zip(runs, baseline, strict=True)])
+    return median(
+        [
+            run["rate"] / base["rate"]
+            for run, base in zip(runs, baseline, strict=True)
+            if run is not None and base is not None
+        ]
+    )
 
 
 def parse() -> argparse.Namespace:
@@ -307,6 +327,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per contender run")
     parser.add_argument("--worker", choices=list(CONTENDERS), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
