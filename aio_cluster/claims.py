@@ -35,3 +35,5 @@ class Claim:
     pending: int | None = None
     """A completed batch's next offset, not yet stored."""
     buffered: deque[Batch] = field(default_factory=deque)
+    earliest: int | None = None
+    """The partition's earliest offset when it was positioned (only where none was stored)."""

@@ -51,7 +51,15 @@ class Delivery:
         self._fetch_lock = asyncio.Lock()
         """Serialises fetches with changes of the fetcher's assignment and positions."""
         self._revoking: set[int] = set()
-        self._inflight: set[int] = set()
+        self._paused: set[int] = set()
+        self._inflight: dict[int, tuple[Claim, int]] = {}
+        """Partition -> the claim and first offset of the batch whose body runs."""
+        self._voided: set[int] = set()
+        """Partitions whose running batch must not be committed (a seek came meanwhile)."""
+        self.batches = 0
+        """Batches handed out."""
+        self.records = 0
+        """Records handed out."""
         self._seeks: dict[int, int] = {}
         self._cursor = -1
         self.suspended = False
@@ -92,7 +100,7 @@ class Delivery:
                 fetchable = [
                     p
                     for p, claim in self._claims.items()
-                    if p not in self._inflight and p not in self._revoking and not claim.buffered
+                    if self._available(p) and not claim.buffered
                 ]
                 if fetchable:
                     if await self._fetch(fetchable):
@@ -103,9 +111,7 @@ class Delivery:
 
     def _pick(self) -> tuple[Claim, Batch] | None:
         ready = sorted(
-            p
-            for p, claim in self._claims.items()
-            if claim.buffered and p not in self._inflight and p not in self._revoking
+            p for p, claim in self._claims.items() if claim.buffered and self._available(p)
         )
         if not ready:
             return None
@@ -114,8 +120,17 @@ class Delivery:
         claim = self._claims[partition]
         batch = claim.buffered.popleft()
         claim.next_offset = batch[-1].offset + 1
-        self._inflight.add(partition)
+        self._inflight[partition] = (claim, batch[0].offset)
+        self.batches += 1
+        self.records += len(batch)
         return claim, batch
+
+    def _available(self, partition: int) -> bool:
+        return (
+            partition not in self._inflight
+            and partition not in self._revoking
+            and partition not in self._paused
+        )
 
     async def _fetch(self, partitions: list[int]) -> bool:
         """Fetch into the claims' buffers; True when anything arrived."""
@@ -173,9 +188,18 @@ class Delivery:
         self._seeks.clear()
 
     def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> None:
-        """A batch's body ended: commit it when it completed, else deliver it again."""
-        self._inflight.discard(claim.partition)
-        if self._claims.get(claim.partition) is claim:
+        """A batch's body ended: commit it when it completed, else deliver it again.
+
+        A batch abandoned at a handover or overtaken by a seek is neither.
+        """
+        partition = claim.partition
+        running = self._inflight.get(partition)
+        if running is None or running[0] is not claim:
+            return
+        del self._inflight[partition]
+        if partition in self._voided:
+            self._voided.discard(partition)
+        elif self._claims.get(partition) is claim:
             if not completed:
                 claim.next_offset = batch[0].offset
                 self._drop(claim)
@@ -192,13 +216,62 @@ class Delivery:
         for partition in partitions:
             self._revoking.add(partition)
             self._drop(self._claims[partition])
-        while self._inflight.intersection(partitions):
+        while self._inflight.keys() & set(partitions):
             self._batch_done.clear()
             await self._batch_done.wait()
 
-    def undrain(self, partitions: list[int]) -> None:
-        """The partitions were released (or stay ours): no longer withheld."""
+    def abandon(self, partitions: list[int]) -> dict[int, int]:
+        """Give up waiting for the bodies of ``partitions``: their batches will not be committed.
+
+        Returns:
+            Partition -> the first offset of its abandoned batch.
+        """
+        abandoned = {}
+        for partition in partitions:
+            running = self._inflight.pop(partition, None)
+            if running is not None:
+                abandoned[partition] = running[1]
+                self._voided.discard(partition)
+        self._batch_done.set()
+        return abandoned
+
+    def withhold(self, partitions: list[int]) -> None:
+        """Hand out no batch of ``partitions`` until :meth:`undrain`."""
+        self._revoking.update(partitions)
+
+    def undrain(self, partitions: list[int], gone: list[int]) -> None:
+        """The partitions are no longer withheld; those ``gone`` are no longer paused either."""
         self._revoking.difference_update(partitions)
+        self._paused.difference_update(gone)
+        self._changed.set()
+
+    @property
+    def paused(self) -> list[int]:
+        """The paused partitions, sorted."""
+        return sorted(self._paused)
+
+    def pause(self, partitions: list[int]) -> None:
+        """Hand out no batch of ``partitions`` (claimed) until :meth:`resume`."""
+        self._paused.update(partitions)
+
+    def resume(self, partitions: list[int]) -> None:
+        """Hand out batches of ``partitions`` again, from where they stopped."""
+        self._paused.difference_update(partitions)
+        self._changed.set()
+
+    def seek(self, partition: int, offset: int) -> None:
+        """Start the next batch of the claimed ``partition`` at ``offset``.
+
+        Buffered records and a completed offset not yet stored are dropped; a batch whose body
+        runs now will not be committed.
+        """
+        claim = self._claims[partition]
+        claim.next_offset = offset
+        claim.pending = None
+        if partition in self._inflight:
+            self._voided.add(partition)
+        self._drop(claim)
+        self._changed.set()
 
     async def position(self) -> None:
         """Where no offset is stored, start at the earliest offset (the latest with ``trail``).
@@ -211,6 +284,7 @@ class Delivery:
             return
         for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
             claim = self._claims[partition]
+            claim.earliest = earliest
             claim.next_offset = latest if self._trail else earliest
             if self._trail:
                 # A trailing start is stored at once, so the next owner goes on from here.
@@ -243,6 +317,7 @@ class Delivery:
         """Every claim is gone (the session expired): forget what was withheld or sought."""
         self.suspended = True
         self._revoking.clear()
+        self._paused.clear()
         self._seeks.clear()
         self._batch_done.set()
 

@@ -9,7 +9,8 @@ library, with the original kept as ``__cause__``::
     ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
     │   ├── CoordinationTimeout     a ZooKeeper call or a claim took longer than its bound
-    │   └── SessionLostError        the ZooKeeper session expired: every claim is gone
+    │   ├── SessionLostError        the ZooKeeper session expired: every claim is gone
+    │   └── CorruptOffsetError      an offset node holds no offset (not retriable: reset it)
     ├── StrategyMismatchError       the group's members use another assignment strategy
     ├── NotOwnedError               commit for a partition this member does not own
     ├── GroupClosedError            the ConsumerGroup was used after close()
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigurationError",
     "CoordinationError",
     "CoordinationTimeout",
+    "CorruptOffsetError",
     "GroupClosedError",
     "LocalClusterError",
     "NotOwnedError",
@@ -62,6 +64,26 @@ class CoordinationTimeout(CoordinationError):
 
 class SessionLostError(CoordinationError):
     """The ZooKeeper session expired; every ephemeral node of it, and so every claim, is gone."""
+
+
+class CorruptOffsetError(CoordinationError):
+    """A stored offset node holds something other than a decimal offset.
+
+    Trying again cannot help: the offset must be reset (``aio-cluster`` offset reset).
+
+    Attributes:
+        path: the offset node.
+        data: what it holds.
+    """
+
+    retriable = False
+
+    def __init__(self, path: str, data: bytes) -> None:
+        super().__init__(
+            f"offset node {path} holds {data[:40]!r}, not a decimal offset; reset the offset"
+        )
+        self.path = path
+        self.data = data
 
 
 class StrategyMismatchError(AioClusterError):

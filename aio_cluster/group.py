@@ -10,7 +10,12 @@ default) the oldest member computes the assignment and publishes it, and the oth
 
 Handover happens at batch boundaries: a partition whose batch is being processed is released only
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
-lose nor repeat a message.
+lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandoned, uncommitted).
+
+:class:`ConsumerGroup` is the facade; the work is done by its parts, each owning its state:
+:mod:`.membership` (registration, the rebalance, claims, with :mod:`.claiming`), :mod:`.delivery`
+(buffers, batches in flight, pause and seek), :mod:`.offsets` (the fenced offset writes), and
+:mod:`.handover` (what a rebalance asks of them, and the listener).
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ from .errors import (
 from .handover import Handover
 from .kafka import Fetcher
 from .layout import GroupLayout
+from .listener import RebalanceListener
 from .membership import Membership
 from .offsets import Offsets
+from .statistics import GroupStatistics, partition_statistics
 from .zk import SessionState, ZooKeeper
 
 __all__ = ["Batch", "ConsumerGroup", "GroupState"]
@@ -72,6 +79,11 @@ def _member_id(group: str) -> str:
     return "-".join(
         [group, socket.gethostname(), str(os.getpid()), str(int(time.time())), str(next(_counter))]
     )
+
+
+def _check_offset(value: object, label: str = "offset") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"{label} must be a non-negative integer, not {value!r}")
 
 
 class ConsumerGroup:
@@ -106,9 +118,12 @@ class ConsumerGroup:
         register: bool = True,
         strategy: Strategy | str = Strategy.STICKY,
         commit_interval: float = 1.0,
-        metadata_interval: float = 30.0,
+        metadata_interval: float = 5.0,
         request_timeout: float = 10.0,
         close_timeout: float = 10.0,
+        rebalance_timeout: float = 60.0,
+        wait_for_topic: bool = True,
+        listener: RebalanceListener | None = None,
     ) -> None:
         """Configure a member; it joins in ``async with`` (or :meth:`register`).
 
@@ -127,9 +142,17 @@ class ConsumerGroup:
             register: join on ``async with``; False leaves it to :meth:`register`.
             strategy: the assignment strategy; all members of a group must use the same.
             commit_interval: the most seconds a completed batch's offset waits to be stored.
-            metadata_interval: seconds between checks of the topic's partitions.
+            metadata_interval: seconds between checks of the topic's partitions (and, while
+                the topic does not exist, of whether it does now).
             request_timeout: the bound on each ZooKeeper request, in seconds.
             close_timeout: the bound on the final commit and release in :meth:`close`.
+            rebalance_timeout: at a handover, the most seconds to wait for a running batch body
+                (then the partition is released without committing that batch) and for each
+                listener call.
+            wait_for_topic: a topic that does not exist yet is waited for (logged once);
+                False makes :meth:`register` fail instead.
+            listener: told of the partitions that are assigned, revoked or lost (see
+                :class:`~aio_cluster.RebalanceListener`).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -144,6 +167,7 @@ class ConsumerGroup:
             ("metadata_interval", metadata_interval),
             ("request_timeout", request_timeout),
             ("close_timeout", close_timeout),
+            ("rebalance_timeout", rebalance_timeout),
         ):
             if not value > 0:
                 raise ConfigurationError(f"{label} must be positive, not {value!r}")
@@ -181,6 +205,7 @@ class ConsumerGroup:
             member_id=self._id,
             strategy=self._strategy,
             claim_timeout=claim_timeout,
+            wait_for_topic=wait_for_topic,
         )
         self._delivery = Delivery(
             self._fetcher,
@@ -190,7 +215,14 @@ class ConsumerGroup:
             max_wait_ms=max_wait_ms,
             trail=trail,
         )
-        self._handover = Handover(self._delivery, self._offsets, self._membership.claims)
+        self._handover = Handover(
+            self._delivery,
+            self._offsets,
+            self._membership.claims,
+            member_id=self._id,
+            listener=listener,
+            rebalance_timeout=rebalance_timeout,
+        )
         self._state = GroupState.NEW
         self._failure: AioClusterError | None = None
         self._closed = asyncio.Event()
@@ -253,9 +285,7 @@ class ConsumerGroup:
             CoordinationError: ZooKeeper did not store it.
         """
         self._check_open()
-        value: object = offset
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigurationError(f"offset must be a non-negative integer, not {offset!r}")
+        _check_offset(offset)
         claims = self._membership.claims
         claim = claims.get(partition)
         if claim is None:
@@ -264,6 +294,121 @@ class ConsumerGroup:
             )
         claim.pending = offset
         await self._offsets.flush(claims, [partition])
+
+    # -- steering ----------------------------------------------------------------------------
+
+    def _owned(self, partitions: tuple[int, ...]) -> list[int]:
+        """The given partitions (all claimed ones when none is given), each checked to be ours."""
+        self._check_open()
+        claims = self._membership.claims
+        if not partitions:
+            return sorted(claims)
+        for partition in partitions:
+            if partition not in claims:
+                raise NotOwnedError(
+                    f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
+                )
+        return sorted(set(partitions))
+
+    def pause(self, *partitions: int) -> None:
+        """Hand out no batch of these partitions until :meth:`resume`; they stay claimed.
+
+        A pause lasts across rebalances that leave the partition to this member.
+
+        Raises:
+            NotOwnedError: a partition is not owned by this member.
+        """
+        if not partitions:
+            return
+        self._delivery.pause(self._owned(partitions))
+
+    def resume(self, *partitions: int) -> None:
+        """Hand out batches of these partitions again, from where they stopped; partitions not
+        paused (or no longer owned) are ignored."""
+        self._delivery.resume(list(partitions))
+
+    def paused(self) -> list[int]:
+        """The paused partitions, sorted."""
+        return self._delivery.paused
+
+    async def seek(self, partition: int, offset: int) -> None:
+        """Start the next batch of ``partition`` at ``offset``.
+
+        Buffered records are dropped, and a batch whose body runs now is not committed. The
+        stored offset moves only when a batch from the new position completes (or on
+        :meth:`commit`).
+
+        Raises:
+            NotOwnedError: this member does not own the partition.
+            ConfigurationError: the offset is not a non-negative integer.
+        """
+        _check_offset(offset)
+        (owned,) = self._owned((partition,))
+        self._delivery.seek(owned, offset)
+
+    async def seek_to_beginning(self, *partitions: int) -> None:
+        """Seek to the earliest offset the broker holds (all claimed partitions when none given).
+
+        Raises:
+            NotOwnedError: a partition is not owned by this member.
+            BrokerError: Kafka did not answer.
+        """
+        bounds = await self._fetcher.bounds(self._owned(partitions))
+        self._seek_all({p: earliest for p, (earliest, _end) in bounds.items()})
+
+    async def seek_to_end(self, *partitions: int) -> None:
+        """Seek to the log end: only records written from now on are handed out.
+
+        Raises:
+            NotOwnedError: a partition is not owned by this member.
+            BrokerError: Kafka did not answer.
+        """
+        self._seek_all(await self._fetcher.ends(self._owned(partitions)))
+
+    async def seek_to_timestamp(self, timestamp_ms: int, *partitions: int) -> None:
+        """Seek to the first record whose timestamp is at or after ``timestamp_ms`` (milliseconds
+        since the epoch); where there is none, to the log end.
+
+        Raises:
+            NotOwnedError: a partition is not owned by this member.
+            ConfigurationError: the timestamp is not a non-negative integer.
+            BrokerError: Kafka did not answer.
+        """
+        _check_offset(timestamp_ms, "timestamp_ms")
+        owned = self._owned(partitions)
+        found = await self._fetcher.offsets_for_time(timestamp_ms, owned)
+        missing = [p for p, offset in found.items() if offset is None]
+        ends = await self._fetcher.ends(missing)
+        self._seek_all({p: ends[p] if offset is None else offset for p, offset in found.items()})
+
+    def _seek_all(self, offsets: dict[int, int]) -> None:
+        claims = self._membership.claims
+        for partition, offset in offsets.items():
+            if partition in claims:
+                self._delivery.seek(partition, offset)
+
+    async def statistics(self) -> GroupStatistics:
+        """A snapshot of where this member stands; one ListOffsets round trip to Kafka.
+
+        Raises:
+            BrokerError: Kafka did not answer.
+        """
+        claims = self._membership.claims
+        paused = self._delivery.paused
+        ends = await self._fetcher.ends(sorted(claims))
+        return GroupStatistics(
+            member_id=self.id,
+            state=self._state,
+            session=self._zk.state.value,
+            claimed=tuple(self.claimed),
+            paused=tuple(paused),
+            partitions=partition_statistics(claims, ends, paused),
+            rebalances=self._membership.rebalances,
+            claim_timeouts=self._membership.claim_timeouts,
+            batches=self._delivery.batches,
+            records=self._delivery.records,
+            last_rebalance=self._membership.last_rebalance,
+        )
 
     # -- joining and leaving -----------------------------------------------------------------
 
@@ -394,7 +539,7 @@ class ConsumerGroup:
         """The member's background: every loop lives in this task group until close()."""
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._membership.run, joined, self._handover)
+                tasks.start_soon(self._membership.run, joined, self._handover, self._fail)
                 tasks.start_soon(self._every, self._commit_interval, self._flush_all)
                 tasks.start_soon(
                     self._every, self._metadata_interval, self._membership.check_partitions
@@ -404,10 +549,14 @@ class ConsumerGroup:
             # must not pass silently: register() or the next batch raises it.
             error = AioClusterError(f"member {self.id} failed in the background: {exc!r}")
             error.__cause__ = exc
-            self._failure = error
-            self._wake()
+            self._fail(error)
             if not joined.done():
                 joined.set_exception(error)
+
+    def _fail(self, error: AioClusterError) -> None:
+        """The member cannot go on: the next batch (or register()) raises ``error``."""
+        self._failure = error
+        self._wake()
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -427,6 +576,8 @@ class ConsumerGroup:
         elif state is SessionState.LOST:
             self._membership.lose()
             self._delivery.lose()
+            self._handover.lose()
+            self._membership.request_rebalance()
         elif state is SessionState.CONNECTED and self._delivery.suspended:
             # Back after a suspension or a loss: what happened meanwhile is unknown.
             self._delivery.suspended = False

@@ -201,6 +201,39 @@ class Fetcher:
             raise BrokerError(f"offset request failed: {exc}") from exc
         return {tp.partition: (first[tp], last[tp]) for tp in tps}
 
+    async def ends(self, partitions: Collection[int]) -> dict[int, int]:
+        """For each partition, its next-to-be-written offset: one ListOffsets round trip.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [self._tp(partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            last = await self._lookup.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: last[tp] for tp in tps}
+
+    async def offsets_for_time(
+        self, timestamp_ms: int, partitions: Collection[int]
+    ) -> dict[int, int | None]:
+        """For each partition, the first offset whose record's timestamp is at or after
+        ``timestamp_ms``; None where no record is that late.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [self._tp(partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            found = await self._lookup.offsets_for_times(dict.fromkeys(tps, timestamp_ms))
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: None if found[tp] is None else found[tp].offset for tp in tps}
+
     async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
         """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some.
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from .assignment import Strategy
-from .errors import ConfigurationError, CoordinationError
+from .errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
 __all__ = [
     "GroupLayout",
@@ -193,9 +193,9 @@ def decode_offset(path: str, data: bytes) -> int:
     """Read a stored offset: a non-negative decimal integer.
 
     Raises:
-        CoordinationError: the node holds something else (the path and the data are named).
+        CorruptOffsetError: the node holds something else (the path and the data are named).
     """
     text = data.decode("ascii", errors="replace").strip()
     if not text.isdigit():
-        raise CoordinationError(f"offset node {path} holds {data[:40]!r}, not a decimal offset")
+        raise CorruptOffsetError(path, data)
     return int(text)

@@ -11,14 +11,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .assignment import Strategy, assign
+from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .errors import (
+    AioClusterError,
     BrokerError,
     ConfigurationError,
     CoordinationError,
+    CorruptOffsetError,
     SessionLostError,
     StrategyMismatchError,
 )
@@ -51,6 +54,7 @@ class Membership:
         member_id: str,
         strategy: Strategy,
         claim_timeout: float,
+        wait_for_topic: bool,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -60,6 +64,7 @@ class Membership:
         member_id: this member's id.
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
+        wait_for_topic: a topic that does not exist yet has no partitions (instead of failing).
         """
         self._zk = zk
         self._layout = layout
@@ -68,6 +73,14 @@ class Membership:
         self._id = member_id
         self._strategy = strategy
         self._claim_timeout = claim_timeout
+        self._nodes = ClaimNodes(zk, layout, member_id)
+        self._wait_for_topic = wait_for_topic
+        self._waiting = False
+        """True while the topic does not exist (logged once)."""
+        self.rebalances = 0
+        """Rebalances that finished (a claim may have timed out in them)."""
+        self.last_rebalance: float | None = None
+        """How long the last finished rebalance took, in seconds."""
         self._partitions: list[int] = []
         self._claims: dict[int, Claim] = {}
         self._epoch = 0
@@ -88,6 +101,11 @@ class Membership:
         return self._claims
 
     @property
+    def claim_timeouts(self) -> int:
+        """Claims not made within ``claim_timeout``."""
+        return self._nodes.timeouts
+
+    @property
     def partitions(self) -> list[int]:
         """Every partition id of the topic, sorted (as of the last metadata check)."""
         return list(self._partitions)
@@ -96,14 +114,32 @@ class Membership:
         """Before registering: the topic exists, the group's paths exist, the strategy agrees.
 
         Raises:
-            ConfigurationError: the topic does not exist.
+            ConfigurationError: the topic does not exist (and the member may not wait for it).
             StrategyMismatchError: the group uses another assignment strategy.
         """
-        self._partitions = await self._fetcher.partitions()
+        self._partitions = await self._topic_partitions()
         for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
             await self._zk.ensure_path(path)
         # Refuse before registering, so that the group never sees this member.
         self._check_strategy(await self._read_members(watch=False))
+
+    async def _topic_partitions(self) -> list[int]:
+        """The topic's partitions; none while it does not exist and the member waits for it."""
+        try:
+            partitions = await self._fetcher.partitions()
+        except ConfigurationError:
+            if not self._wait_for_topic:
+                raise
+            if not self._waiting:
+                log.warning(
+                    "member %s: topic %r does not exist yet; waiting for it",
+                    self._id,
+                    self._layout.topic,
+                )
+                self._waiting = True
+            return []
+        self._waiting = False
+        return partitions
 
     def request_rebalance(self) -> None:
         """Rebalance again soon (a member came or went, the topic changed, the session is back)."""
@@ -111,7 +147,7 @@ class Membership:
 
     async def check_partitions(self) -> None:
         """Ask for a rebalance when the topic's partitions changed."""
-        partitions = await self._fetcher.partitions()
+        partitions = await self._topic_partitions()
         if partitions != self._partitions:
             log.info("topic %r now has partitions %s", self._layout.topic, partitions)
             self.request_rebalance()
@@ -130,19 +166,40 @@ class Membership:
         self._claims.clear()
         self._registered_session = None
 
-    async def run(self, joined: asyncio.Future[None], handover: Handover) -> None:
-        """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one."""
+    async def run(
+        self,
+        joined: asyncio.Future[None],
+        handover: Handover,
+        fail: Callable[[AioClusterError], None],
+    ) -> None:
+        """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one.
+
+        An error that no retry can mend (a corrupted offset) ends the loop: before joining it
+        settles ``joined``, after joining it goes to ``fail``.
+        """
         retry: float | None = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._rebalance_requested.wait(), retry)
             self._rebalance_requested.clear()
+            await handover.report_lost()
             if self._zk.state is not SessionState.CONNECTED:
                 retry = None
                 continue
+            started = loop.time()
             try:
                 async with self._lock:
                     complete = await self._rebalance(handover)
+                self.rebalances += 1
+                self.last_rebalance = loop.time() - started
+            except CorruptOffsetError as exc:
+                log.error("member %s: %s", self._id, exc)
+                if not joined.done():
+                    joined.set_exception(exc)
+                else:
+                    fail(exc)
+                return
             except (StrategyMismatchError, ConfigurationError) as exc:
                 if not joined.done():
                     joined.set_exception(exc)
@@ -180,7 +237,7 @@ class Membership:
         # every member of the other strategies) asks Kafka.
         if self._strategy is not Strategy.STICKY or ours[:1] == [self._id]:
             try:
-                self._partitions = await self._fetcher.partitions()
+                self._partitions = await self._topic_partitions()
             except BrokerError as exc:
                 if not self._partitions:
                     raise
@@ -195,7 +252,7 @@ class Membership:
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        if await handover.assigned():
+        if await handover.assigned(sorted(self._claims)):
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
         return complete
 
@@ -263,10 +320,8 @@ class Membership:
 
     async def _release_node(self, partition: int) -> None:
         claim = self._claims.pop(partition, None)
-        if claim is None:
-            return
-        with contextlib.suppress(NoNodeError):
-            await self._zk.delete(self._layout.owner(partition), version=claim.node_version)
+        if claim is not None:
+            await self._nodes.release(partition, claim.node_version)
 
     async def _claim_all(self, partitions: list[int], epoch: int) -> bool:
         """Claim partitions concurrently; False when any could not be claimed in time."""
@@ -279,38 +334,12 @@ class Membership:
         return all(results)
 
     async def _claim(self, partition: int, epoch: int) -> bool:
-        """Create the partition's claim node, waiting (by watch, bounded by ``claim_timeout``)
-        for the previous owner to release it. False on time-out or when a newer rebalance is
-        asked for meanwhile; the claim is then left to the next rebalance."""
-        path = self._layout.owner(partition)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._claim_timeout
-        while True:
-            try:
-                await self._zk.create(path, self._id.encode(), ephemeral=True)
-                version = 0
-                break
-            except NodeExistsError:
-                pass
-            try:
-                data, stat = await self._zk.get(path)
-            except NoNodeError:
-                continue
-            if data == self._id.encode() and stat.ephemeral_owner == self._zk.session_id:
-                version = stat.version
-                break
-            remaining = deadline - loop.time()
-            released = remaining > 0 and await self._wait_released(path, remaining)
-            if not released:
-                if not self._rebalance_requested.is_set():
-                    log.warning(
-                        "member %s: partition %d still owned by %s after %gs; retrying later",
-                        self._id,
-                        partition,
-                        data.decode(errors="replace"),
-                        self._claim_timeout,
-                    )
-                return False
+        """Claim a partition and learn its stored offset. False when its previous owner did not
+        release it in time, or a newer rebalance was asked for meanwhile; the claim is then left
+        to the next rebalance."""
+        version = await self._nodes.take(partition, self._claim_timeout, self._rebalance_requested)
+        if version is None:
+            return False
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._offsets.stored(partition)
@@ -321,20 +350,6 @@ class Membership:
             stored=stored,
         )
         return True
-
-    async def _wait_released(self, path: str, bound: float) -> bool:
-        """Wait for a claim node to go; False on time-out or when a new rebalance is asked for."""
-        deleted = asyncio.ensure_future(self._zk.wait_deleted(path))
-        interrupted = asyncio.ensure_future(self._rebalance_requested.wait())
-        try:
-            await asyncio.wait(
-                {deleted, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for waiter in (deleted, interrupted):
-                waiter.cancel()
-            await asyncio.gather(deleted, interrupted, return_exceptions=True)
-        return deleted.done() and not deleted.cancelled() and deleted.exception() is None
 
     async def leave(self, handover: Handover) -> None:
         """Store the pending offsets, release every claim and delete the registration."""

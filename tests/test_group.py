@@ -271,7 +271,9 @@ async def test_bad_input_gets_a_clear_error(
         member(cluster, group_name, "t", strategy="stickier")
     with pytest.raises(ConfigurationError, match="topic name"):
         member(cluster, group_name, "no/slash")
-    missing = member(cluster, group_name, "no-such-topic")
+    with pytest.raises(ConfigurationError, match="rebalance_timeout"):
+        member(cluster, group_name, "t", rebalance_timeout=-1)
+    missing = member(cluster, group_name, "no-such-topic", wait_for_topic=False)
     with pytest.raises(ConfigurationError, match="no-such-topic"):
         await missing.register()
     assert missing.state is GroupState.CLOSED
@@ -396,6 +398,7 @@ async def test_a_claim_that_times_out_is_retried_and_the_loop_goes_on(
     async with member(cluster, group_name, topic, claim_timeout=0.5) as group:
         assert group.claimed == [0], "the join keeps what it could claim"
         assert "still owned by someone-else" in caplog.text
+        assert (await group.statistics()).claim_timeouts >= 1
         async for partition, batch in group:
             assert partition == 0, "the loop goes on with what is claimed"
             assert batch

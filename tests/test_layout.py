@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aio_cluster import ConfigurationError, CoordinationError, Strategy
+from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetError, Strategy
 from aio_cluster.kafka import parse_bootstrap
 from aio_cluster.layout import (
     GroupLayout,
@@ -70,7 +70,7 @@ def test_offsets_round_trip(offset: int) -> None:
 
 @pytest.mark.parametrize("data", [b"", b"-1", b"12a", b"\xff", b"1.5"])
 def test_bad_offset_names_node_and_data(data: bytes) -> None:
-    with pytest.raises(CoordinationError, match="/consumers/g/offsets/t/0"):
+    with pytest.raises(CorruptOffsetError, match="/consumers/g/offsets/t/0"):
         decode_offset("/consumers/g/offsets/t/0", data)
 
 

@@ -1,0 +1,36 @@
+"""The rebalance listener: how an application hears which partitions come and go.
+
+Subclass :class:`RebalanceListener` and override what you need; every method is awaited by the
+member's rebalance, bounded by its ``rebalance_timeout``. A method that raises is logged, and the
+group goes on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RebalanceListener"]
+
+
+class RebalanceListener:
+    """Hooks around a rebalance; the defaults do nothing.
+
+    Only partitions that actually move are passed: a partition that stays this member's is
+    neither revoked nor assigned again. Leaving the group with ``close()`` calls none of them:
+    close stores the completed offsets itself.
+    """
+
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        """The partitions are about to be released.
+
+        Awaited after their running batch bodies ended and before their offsets are stored, so
+        it may flush the application's own work and still ``await group.commit(...)`` for them.
+        """
+
+    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+        """The partitions were claimed and positioned; none of their batches was handed out yet."""
+
+    async def on_partitions_lost(self, partitions: list[int]) -> None:
+        """The ZooKeeper session expired: the partitions are gone already.
+
+        Nothing can be committed for them any more (``commit`` raises ``NotOwnedError``); their
+        uncommitted batches go to whoever owns them next.
+        """

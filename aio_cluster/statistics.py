@@ -1,0 +1,104 @@
+"""Statistics: an immutable snapshot of where one member stands, cheap enough for a health check.
+
+The figures come from what the member knows, plus one ListOffsets round trip for the log-end
+offsets of its claimed partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .claims import UNPOSITIONED, Claim
+
+if TYPE_CHECKING:
+    from .group import GroupState
+
+__all__ = ["GroupStatistics", "PartitionStatistics", "partition_statistics"]
+
+
+@dataclass(frozen=True)
+class PartitionStatistics:
+    """Where one claimed partition stands.
+
+    Attributes:
+        partition: the partition id.
+        stored: the offset stored in ZooKeeper, or None when none is.
+        position: the next offset to hand out (None before the claim is positioned).
+        end: the log-end offset (the offset the next record written will get).
+        lag: records not yet committed: ``end - stored``, or ``end`` minus the earliest offset
+            (as of the claim) where none is stored.
+        paused: True when the partition is paused.
+    """
+
+    partition: int
+    stored: int | None
+    position: int | None
+    end: int
+    lag: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class GroupStatistics:
+    """A snapshot of one member (see :meth:`aio_cluster.ConsumerGroup.statistics`).
+
+    Attributes:
+        member_id: the member's id.
+        state: the member's lifecycle state.
+        session: the ZooKeeper session's state: ``connected``, ``suspended``, ``lost``, ``closed``.
+        claimed: the claimed partitions, sorted.
+        paused: the paused partitions, sorted.
+        partitions: one entry per claimed partition, sorted by partition.
+        rebalances: rebalances finished since the member joined.
+        claim_timeouts: claims not made within ``claim_timeout``.
+        batches: batches handed out.
+        records: records handed out.
+        last_rebalance: seconds the last finished rebalance took, None before the first.
+    """
+
+    member_id: str
+    state: GroupState
+    session: str
+    claimed: tuple[int, ...]
+    paused: tuple[int, ...]
+    partitions: tuple[PartitionStatistics, ...]
+    rebalances: int
+    claim_timeouts: int
+    batches: int
+    records: int
+    last_rebalance: float | None
+
+    @property
+    def lag(self) -> int:
+        """The lag summed over the claimed partitions."""
+        return sum(partition.lag for partition in self.partitions)
+
+
+def partition_statistics(
+    claims: Mapping[int, Claim], ends: Mapping[int, int], paused: list[int]
+) -> tuple[PartitionStatistics, ...]:
+    """The per-partition figures of the claims that have a known log end.
+
+    Args:
+        claims: the member's claims.
+        ends: partition -> log-end offset.
+        paused: the paused partitions.
+    """
+    figures = []
+    for partition in sorted(claims.keys() & ends.keys()):
+        claim = claims[partition]
+        end = ends[partition]
+        start = claim.stored if claim.stored is not None else claim.earliest
+        figures.append(
+            PartitionStatistics(
+                partition=partition,
+                stored=claim.stored,
+                position=None if claim.next_offset == UNPOSITIONED else claim.next_offset,
+                end=end,
+                lag=max(end - (start or 0), 0),
+                paused=partition in paused,
+            )
+        )
+    return tuple(figures)

@@ -1,0 +1,406 @@
+"""Steering a member against the real local ZooKeeper and Kafka: the rebalance listener, pause and
+resume, seek, statistics, and the bounds on what can stall a member."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from aio_cluster import (
+    Batch,
+    ConfigurationError,
+    ConsumerGroup,
+    CoordinationError,
+    CorruptOffsetError,
+    GroupState,
+    NotOwnedError,
+    RebalanceListener,
+    Strategy,
+)
+from aio_cluster.assignment import assign
+from aio_cluster.layout import GroupLayout
+from aio_cluster.local import LocalCluster
+from aio_cluster.zk import ZooKeeper
+
+from conftest import MakeTopic, Produce
+from support import owners, settled, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+Pairs = AsyncIterator[tuple[int, Batch]]
+
+
+def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+    options.setdefault("loop_delay", 0.1)
+    options.setdefault("claim_timeout", 10.0)
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
+
+
+async def pull(batches: Pairs, count: int) -> list[tuple[int, int]]:
+    """``(partition, offset)`` of records from ``batches`` until ``count`` were seen; fails
+    after 30 seconds."""
+    got: list[tuple[int, int]] = []
+    with anyio.fail_after(30):
+        while len(got) < count:
+            partition, batch = await anext(batches)
+            got.extend((partition, record.offset) for record in batch)
+    return got
+
+
+class Recorder(RebalanceListener):
+    """Records every call; optionally commits in ``revoked`` and looks at the owner nodes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+        self.group: ConsumerGroup | None = None
+        self.commit_in_revoked: int | None = None
+        self.owners_in_revoked: dict[int, str] = {}
+        self.zk: ZooKeeper | None = None
+        self.lost_commit: BaseException | None = None
+
+    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+        self.calls.append(("assigned", partitions))
+
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        self.calls.append(("revoked", partitions))
+        assert self.group is not None
+        assert self.zk is not None
+        layout = GroupLayout(self.group.name, self.group.topic)
+        self.owners_in_revoked = await owners(self.zk, layout, partitions)
+        if self.commit_in_revoked is not None:
+            for partition in partitions:
+                await self.group.commit(partition, self.commit_in_revoked)
+
+    async def on_partitions_lost(self, partitions: list[int]) -> None:
+        self.calls.append(("lost", partitions))
+        assert self.group is not None
+        try:
+            await self.group.commit(partitions[0], 0)
+        except NotOwnedError as exc:
+            self.lost_commit = exc
+
+
+async def test_listener_hears_only_moving_partitions_and_commits_before_release(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 20)
+    heard, joiner = Recorder(), Recorder()
+    heard.zk = joiner.zk = zk
+    heard.commit_in_revoked = 7
+    async with member(cluster, group_name, topic, listener=heard) as first:
+        heard.group = first
+        assert heard.calls == [("assigned", [0, 1])]
+        second = member(cluster, group_name, topic, listener=joiner)
+        joiner.group = second
+        (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
+        batches = first.batches()
+        partition, _batch = await anext(batches)
+        while partition != moving:
+            partition, _batch = await anext(batches)
+        # The moving partition's body runs: the handover starts but revoked must wait for it.
+        joining = asyncio.create_task(second.register())
+        try:
+            await wait_until(lambda: moving in first._delivery.revoking, what="handover began")
+            assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
+            ending = asyncio.create_task(anext(batches))
+            await joining
+        finally:
+            joining.cancel()
+            await second.close()
+        assert second.claimed == []
+        assert second.state is GroupState.CLOSED
+        assert heard.calls == [("assigned", [0, 1]), ("revoked", [moving])]
+        assert joiner.calls == [("assigned", [moving])], "only the new partition"
+        assert heard.owners_in_revoked == {moving: first.id}, "revoked before release"
+        assert (await zk.get(GroupLayout(group_name, topic).offset(moving)))[0] == b"7", (
+            "the commit inside revoked was stored"
+        )
+        ending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ending
+        await batches.aclose()
+
+
+async def test_listener_hears_a_lost_session_and_commit_is_refused(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    heard = Recorder()
+    async with member(cluster, group_name, topic, listener=heard, session_timeout=4.0) as group:
+        heard.group = group
+        old = group._zk.session_id
+        assert old is not None
+        assert group._zk.session_password is not None
+        await cluster.expire_session(old, group._zk.session_password)
+        await wait_until(lambda: ("lost", [0, 1]) in heard.calls, what="lost heard")
+        assert isinstance(heard.lost_commit, NotOwnedError)
+        await wait_until(lambda: group.claimed == [0, 1], what="claims back")
+        await wait_until(lambda: heard.calls[-1] == ("assigned", [0, 1]), what="assigned again")
+        assert ("revoked", [0]) not in heard.calls
+        assert ("revoked", [1]) not in heard.calls
+
+
+class Raising(RebalanceListener):
+    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+        raise RuntimeError("listener bug")
+
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        raise RuntimeError("listener bug")
+
+
+async def test_a_raising_listener_is_logged_and_the_group_goes_on(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(2)
+    sent = await produce(topic, 20)
+    async with member(cluster, group_name, topic, listener=Raising()) as first:
+        failures = [r for r in caplog.records if "listener bug" in str(r.exc_info)]
+        assert failures
+        assert first.id in failures[0].getMessage()
+        async with member(cluster, group_name, topic, listener=Raising()) as second:
+            assert await settled(zk, [first, second])
+        await wait_until(lambda: first.claimed == [0, 1], what="first owns both again")
+        batches = first.batches()
+        got = await pull(batches, sum(sent.values()))
+        assert sorted(got) == [(p, o) for p in (0, 1) for o in range(sent[p])]
+        await batches.aclose()
+
+
+async def test_pause_keeps_a_partition_claimed_and_silent_until_resumed(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    sent = await produce(topic, 40)
+    async with member(cluster, group_name, topic) as group:
+        with pytest.raises(NotOwnedError, match="partition 5"):
+            group.pause(5)
+        group.pause(0)
+        assert group.paused() == [0]
+        got: dict[int, list[int]] = {0: [], 1: []}
+        batches = group.batches()
+
+        async def take() -> None:
+            partition, batch = await anext(batches)
+            got[partition].extend(record.offset for record in batch)
+
+        with anyio.fail_after(30):
+            while len(got[1]) < sent[1]:
+                await take()
+        assert got[0] == [], "a paused partition hands out nothing"
+        assert group.claimed == [0, 1]
+        assert await owners(zk, GroupLayout(group_name, topic), [0]) == {0: group.id}
+
+        group.resume(0)
+        assert group.paused() == []
+        with anyio.fail_after(30):
+            while len(got[0]) < sent[0]:
+                await take()
+        assert got[0] == list(range(sent[0])), "resumed where it stopped"
+        await batches.aclose()
+
+        group.pause(0, 1)
+        async with member(cluster, group_name, topic):
+            await wait_until(lambda: len(group.claimed) == 1, what="one partition moved")
+            assert group.paused() == group.claimed, "the pause of a partition kept survives"
+
+
+async def test_each_seek_variant_moves_the_next_batch(
+    cluster: LocalCluster, producer: AIOKafkaProducer, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    base = 1_700_000_000_000
+    for i in range(10):
+        await producer.send_and_wait(topic, str(i).encode(), partition=0, timestamp_ms=base + i)
+    async with member(cluster, group_name, topic, max_bytes=200) as group:
+        batches = group.batches()
+
+        async def first_offset() -> int:
+            _, batch = await anext(batches)
+            return batch[0].offset
+
+        assert await first_offset() == 0
+        await group.seek(0, 6)
+        assert await first_offset() == 6
+        await group.seek_to_beginning()
+        assert await first_offset() == 0
+        await group.seek_to_timestamp(base + 4, 0)
+        assert await first_offset() == 4
+        stored_before = await group.offset(0)
+        # The batch at 4 is running: a seek now means it is not committed.
+        await group.seek(0, 2)
+        assert await first_offset() == 2
+        assert await group.offset(0) == stored_before, "the overtaken batch was not committed"
+        await group.seek_to_end(0)
+        await group.seek_to_timestamp(base + 1000)
+        await producer.send_and_wait(topic, b"late", partition=0, timestamp_ms=base + 2000)
+        assert await first_offset() == 10, "past every timestamp is the log end"
+        with pytest.raises(NotOwnedError):
+            await group.seek(3, 0)
+        with pytest.raises(ConfigurationError, match="offset"):
+            await group.seek(0, -1)
+        await batches.aclose()
+
+
+async def test_statistics_lag_is_log_end_minus_stored(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    sent = await produce(topic, 60)
+    async with member(cluster, group_name, topic) as group:
+        batches = group.batches(commit=False)
+        partition, batch = await anext(batches)
+        # Partly consumed: the batch was handed out, only part of it is committed.
+        await group.commit(partition, batch[len(batch) // 2].offset)
+        stats = await group.statistics()
+        layout = GroupLayout(group_name, topic)
+        stored = int((await zk.get(layout.offset(partition)))[0])
+        assert 0 < stored == batch[len(batch) // 2].offset < sent[partition]
+        assert stats.member_id == group.id
+        assert stats.state is GroupState.JOINED
+        assert stats.session == "connected"
+        assert stats.claimed == (0, 1)
+        assert stats.paused == ()
+        by_partition = {figures.partition: figures for figures in stats.partitions}
+        assert by_partition[partition].stored == stored
+        assert by_partition[partition].end == sent[partition]
+        assert by_partition[partition].lag == sent[partition] - stored
+        other = by_partition[1 - partition]
+        assert other.stored is None
+        assert other.lag == sent[1 - partition], "end minus earliest where none is stored"
+        assert stats.lag == sum(sent.values()) - stored
+        assert stats.batches == 1
+        assert stats.records == len(batch)
+        assert stats.rebalances >= 1
+        assert stats.last_rebalance is not None
+        assert stats.claim_timeouts == 0
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            stats.lag_total = 0  # type: ignore[attr-defined]
+        await batches.aclose()
+
+
+async def test_a_body_stuck_past_rebalance_timeout_loses_its_partition_and_batch(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(2)
+    await produce(topic, 20)
+    async with member(cluster, group_name, topic, rebalance_timeout=1.0) as first:
+        second = member(cluster, group_name, topic)
+        (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
+        batches = first.batches()
+        partition, stuck = await anext(batches)
+        while partition != moving:
+            partition, stuck = await anext(batches)
+        # The body of ``stuck`` never finishes: the join must still complete.
+        async with second:
+            assert second.claimed == [moving]
+            with pytest.raises(NotOwnedError):
+                await first.commit(moving, stuck[-1].offset + 1)
+            got, batch = await anext(second.batches())
+            assert (got, batch[0].offset) == (moving, stuck[0].offset), "the next owner gets it"
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(
+            first.id in m and f"partition {moving}" in m and f"offset {stuck[0].offset}" in m
+            for m in warned
+        )
+        await batches.aclose()
+
+
+async def test_a_member_started_before_its_topic_consumes_it_once_created(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = f"later-{group_name}"
+    with pytest.raises(ConfigurationError, match=topic):
+        async with member(cluster, group_name, topic, wait_for_topic=False):
+            pass
+    async with member(cluster, group_name, topic, metadata_interval=0.5) as group:
+        assert group.state is GroupState.JOINED
+        assert group.claimed == []
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+        await wait_until(lambda: group.claimed == [0, 1], what="claims once created")
+        sent = await produce(topic, 10)
+        seen: list[bytes | None] = []
+        batches = group.batches()
+        with anyio.fail_after(30):
+            while len(seen) < sum(sent.values()):
+                _, batch = await anext(batches)
+                seen.extend(record.value for record in batch)
+        assert sorted(seen, key=lambda v: int(v or b"0")) == [str(i).encode() for i in range(10)]
+        await batches.aclose()
+    waits = [r for r in caplog.records if "does not exist yet" in r.getMessage()]
+    assert len(waits) == 1, "logged once, by the member that waits"
+
+
+async def test_a_corrupted_offset_raises_corrupt_offset_error_with_its_path(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"garbage")
+    group = member(cluster, group_name, topic, request_timeout=5.0)
+    with pytest.raises(CorruptOffsetError, match=f"{layout.offset(0)}.*garbage") as caught:
+        await asyncio.wait_for(group.register(), 30)
+    assert caught.value.path == layout.offset(0)
+    assert caught.value.data == b"garbage"
+    assert not caught.value.retriable
+    assert isinstance(caught.value, CoordinationError)
+    assert group.state is GroupState.CLOSED
+
+    # From the iteration: the corrupted partition comes to a member that already joined.
+    await zk.set(layout.offset(0), b"0")
+    first = member(cluster, group_name, topic)
+    async with member(cluster, group_name, topic) as one, first:
+        assert await settled(zk, [one, first])
+        holder, other = (one, first) if 0 in one.claimed else (first, one)
+        await zk.set(layout.offset(0), b"garbage")
+        await holder.close()
+        batches = other.batches()
+
+        async def drain() -> None:
+            with anyio.fail_after(30):
+                while True:
+                    await anext(batches)
+
+        with pytest.raises(CorruptOffsetError, match=layout.offset(0)):
+            await drain()
+        with contextlib.suppress(CorruptOffsetError):
+            await batches.aclose()
+
+
+class Hanging(RebalanceListener):
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_hanging_listener_is_bounded_by_rebalance_timeout(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    async with (
+        member(cluster, group_name, topic, listener=Hanging(), rebalance_timeout=1.0) as one,
+        member(cluster, group_name, topic) as two,
+    ):
+        assert len(two.claimed) == 1, "the join completed despite the hanging listener"
+        assert await settled(zk, [one, two])
