@@ -6,10 +6,12 @@ except :mod:`aio_cluster.local`, the local single-node cluster for development a
 
 Module map (one line per module; ``tests/test_exports.py`` checks it against the files)::
 
+    __main__.py     ``python -m aio_cluster``: the aio-cluster command
     addresses.py    parsing "host:port" server lists
-    assignment.py   the pure assignment strategies (range, round-robin)
+    assignment.py   the pure assignment strategies (sticky, range, round-robin)
     claiming.py     taking and releasing a partition's owner node in ZooKeeper
     claims.py       the Claim record the parts of a member share
+    cli.py          the aio-cluster command: its arguments and I/O
     delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
     errors.py       the error tree
     group.py        ConsumerGroup: the public facade composing the parts
@@ -20,8 +22,14 @@ Module map (one line per module; ``tests/test_exports.py`` checks it against the
     listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
     local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL)
     membership.py   registration, members, the rebalance under the lock, making claims
+    mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py      stored offsets and the fenced transaction
+    plans.py        lag rows and offset-reset plans for the command (pure)
     statistics.py   GroupStatistics: an immutable snapshot of a member
+    sticky.py       the sticky target's node: reading it, publishing the next one
+    survey.py       the command's ZooKeeper reads and its one-transaction offset write
+    tables.py       the command's rich tables
+    target.py       the published sticky target: the design, who leads (pure)
     testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
     tls.py          TLS handshakes that tell a refused certificate from a server away
     zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)

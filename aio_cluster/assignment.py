@@ -4,14 +4,18 @@ Every member of a group computes the same assignment from the same inputs (the s
 and partition ids it read from ZooKeeper and Kafka), so the group agrees without talking. A strategy
 takes the partitions and the member ids in any order and returns, for every member, the sorted
 partitions it owns; the result is a partition of the input: disjoint and complete.
+
+:func:`sticky` is different: it also takes the previous assignment and moves as few partitions as
+a balanced result allows. Its result depends on history, so members cannot each compute it and
+agree; one member computes it and publishes it (see :mod:`.target`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-__all__ = ["Strategy", "assign", "balanced_range", "round_robin"]
+__all__ = ["Strategy", "assign", "balanced_range", "round_robin", "sticky"]
 
 
 def balanced_range(partitions: Collection[int], members: Collection[str]) -> dict[str, list[int]]:
@@ -46,22 +50,85 @@ def round_robin(partitions: Collection[int], members: Collection[str]) -> dict[s
     return result
 
 
+def sticky(
+    partitions: Collection[int], members: Sequence[str], previous: Mapping[int, str]
+) -> dict[str, list[int]]:
+    """A balanced assignment (sizes differing by at most one) that moves the fewest partitions.
+
+    Every member keeps as many of its ``previous`` partitions as its share allows; the rest (the
+    partitions of members gone, new partitions, and a member's excess) go to the members below
+    their share. The larger shares (``P mod M`` of them) go to the members that held the most, so
+    a join takes about ``P/(M+1)`` partitions, evenly from the members with the most, and a leave
+    moves only the leaver's partitions. That is the fewest moves any balanced result allows: a
+    member holding ``c`` with a share of ``q`` must give up ``max(0, c - q)``, and the sum is
+    least when the larger shares go to the larger holdings.
+
+    Args:
+        partitions: the topic's partition ids (duplicates and order do not matter).
+        members: the live members, oldest first; ties (equal holdings) go to the older member,
+            and the freed partitions are dealt in this order, so the result is deterministic.
+        previous: partition -> owner of the last assignment; owners not among ``members`` and
+            partitions no longer in ``partitions`` are ignored.
+
+    Returns:
+        Every member's sorted partitions.
+    """
+    ordered = list(dict.fromkeys(members))
+    if not ordered:
+        return {}
+    wanted = sorted(set(partitions))
+    held: dict[str, list[int]] = {member: [] for member in ordered}
+    free: list[int] = []
+    for partition in wanted:
+        owner = previous.get(partition)
+        if owner in held:
+            held[owner].append(partition)
+        else:
+            free.append(partition)
+    share, extra = divmod(len(wanted), len(ordered))
+    by_holding = sorted(ordered, key=lambda member: -len(held[member]))  # stable: older first
+    quota = {member: share + (1 if rank < extra else 0) for rank, member in enumerate(by_holding)}
+    for member in ordered:
+        keep = quota[member]
+        free.extend(held[member][keep:])
+        del held[member][keep:]
+    free.sort()
+    for member in ordered:
+        missing = quota[member] - len(held[member])
+        held[member].extend(free[:missing])
+        del free[:missing]
+    return {member: sorted(owned) for member, owned in held.items()}
+
+
 class Strategy(str, enum.Enum):
     """The assignment strategies; every member of a group must use the same one.
 
     The value is what a member publishes in its registration so that others can check it.
     """
 
+    STICKY = "sticky"
+    """The default: balanced, and a change moves the fewest partitions (:func:`sticky`)."""
     RANGE = "range"
     ROUND_ROBIN = "roundrobin"
 
     @property
     def function(self) -> Callable[[Collection[int], Collection[str]], dict[str, list[int]]]:
-        """The pure function that implements the strategy."""
+        """The pure function that implements the strategy; for sticky, the assignment from no
+        history (what a group's first target is, with its members in id order)."""
         return _FUNCTIONS[self]
 
 
-_FUNCTIONS = {Strategy.RANGE: balanced_range, Strategy.ROUND_ROBIN: round_robin}
+def _sticky_from_nothing(
+    partitions: Collection[int], members: Collection[str]
+) -> dict[str, list[int]]:
+    return sticky(partitions, sorted(set(members)), {})
+
+
+_FUNCTIONS = {
+    Strategy.STICKY: _sticky_from_nothing,
+    Strategy.RANGE: balanced_range,
+    Strategy.ROUND_ROBIN: round_robin,
+}
 
 
 def assign(

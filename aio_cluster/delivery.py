@@ -300,9 +300,16 @@ class Delivery:
             return False
         async with self._fetch_lock:
             self._seeks.clear()
-            for claim in self._claims.values():
-                claim.buffered.clear()
-            self._fetcher.assign({p: c.next_offset for p, c in self._claims.items()})
+            positions: dict[int, int] = {}
+            for partition, claim in self._claims.items():
+                if partition in self._fetcher.assigned and claim.buffered:
+                    # Staying: keep what is buffered and fetch on after it, so a rebalance
+                    # does not pause the partitions it leaves in place.
+                    positions[partition] = claim.buffered[-1][-1].offset + 1
+                else:
+                    claim.buffered.clear()
+                    positions[partition] = claim.next_offset
+            self._fetcher.assign(positions)
         self._changed.set()
         return True
 

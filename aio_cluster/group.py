@@ -2,8 +2,11 @@
 
 The members of a group share its name; every message of the topic goes to exactly one of them. They
 agree on who owns which partition through ZooKeeper (the classic layout, see :mod:`.layout`): each
-member registers an ephemeral node, and on every change of the registrations each member recomputes
-the same assignment (:mod:`.assignment`), releases what is no longer its own and claims what is.
+member registers an ephemeral node, and on every change of the registrations each member learns the
+assignment, releases what is no longer its own and claims what is. With the sticky strategy (the
+default) the oldest member computes the assignment and publishes it, and the others follow it
+(:mod:`.target`); with range and round-robin each member computes the same one
+(:mod:`.assignment`). Only the partitions that change owner pause; the others keep delivering.
 
 Handover happens at batch boundaries: a partition whose batch is being processed is released only
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
@@ -132,7 +135,7 @@ class ConsumerGroup:
         trail: bool = False,
         session_timeout: float = 10.0,
         register: bool = True,
-        strategy: Strategy | str = Strategy.RANGE,
+        strategy: Strategy | str = Strategy.STICKY,
         commit_interval: float = 1.0,
         metadata_interval: float = 5.0,
         request_timeout: float = 10.0,

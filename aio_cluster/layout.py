@@ -6,6 +6,10 @@ scripts) can read it::
     /consumers/<group>/ids/<member-id>             ephemeral, the member's registration (JSON)
     /consumers/<group>/owners/<topic>/<partition>  ephemeral, the claim: the owner's member id
     /consumers/<group>/offsets/<topic>/<partition> persistent, the next offset, decimal text
+
+The sticky strategy adds one node per topic, beside them, that classic tools ignore::
+
+    /consumers/<group>/assignment/<topic>          persistent, the published target (JSON)
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ from dataclasses import dataclass
 from .assignment import Strategy
 from .errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
-__all__ = ["GroupLayout", "MemberInfo", "decode_member", "decode_offset", "encode_member"]
+__all__ = [
+    "GroupLayout",
+    "MemberInfo",
+    "Target",
+    "decode_member",
+    "decode_offset",
+    "decode_target",
+    "encode_member",
+    "encode_target",
+]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -60,6 +73,11 @@ class GroupLayout:
     def offsets(self) -> str:
         """The parent of this topic's stored offsets."""
         return f"/consumers/{self.group}/offsets/{self.topic}"
+
+    @property
+    def assignment(self) -> str:
+        """This topic's published sticky target (see :mod:`.target`)."""
+        return f"/consumers/{self.group}/assignment/{self.topic}"
 
     def member(self, member_id: str) -> str:
         """A member's registration node."""
@@ -121,6 +139,63 @@ def decode_member(data: bytes) -> MemberInfo:
     stamp = str(doc.get("timestamp", ""))
     since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
     return MemberInfo(topics=topics, strategy=strategy, since_ms=since_ms)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A published sticky assignment: who should own which partition.
+
+    Attributes:
+        version: counts the targets published for this group and topic; each one is the last + 1.
+        members: the live members it was computed for, oldest (by registration) first.
+        owners: partition -> the member that should own it.
+    """
+
+    version: int
+    members: tuple[str, ...]
+    owners: dict[int, str]
+
+    def partitions_of(self, member: str) -> list[int]:
+        """The sorted partitions the target gives ``member``."""
+        return sorted(p for p, owner in self.owners.items() if owner == member)
+
+
+def encode_target(target: Target) -> bytes:
+    """The target node's data: JSON with each member's partitions listed once under its id,
+    which keeps 1,000 partitions in a few kilobytes (well under ZooKeeper's 1 MB node limit)."""
+    by_member: dict[str, list[int]] = {member: [] for member in target.members}
+    for partition, owner in sorted(target.owners.items()):
+        by_member.setdefault(owner, []).append(partition)
+    return json.dumps(
+        {"version": target.version, "members": list(target.members), "partitions": by_member},
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_target(data: bytes) -> Target:
+    """Read a target node.
+
+    Raises:
+        CoordinationError: the data is not a target, or gives a partition to two members.
+    """
+    try:
+        doc = json.loads(data)
+        version = doc["version"]
+        members = tuple(doc["members"])
+        lists = doc["partitions"]
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise TypeError(version)
+        if not all(isinstance(member, str) for member in members):
+            raise TypeError(members)
+        pairs = [(int(p), str(member)) for member, ps in lists.items() for p in ps]
+        if any(isinstance(p, bool) or not isinstance(p, int) for ps in lists.values() for p in ps):
+            raise TypeError(lists)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CoordinationError(f"assignment target {data[:80]!r} is not valid JSON") from exc
+    owners = dict(pairs)
+    if len(owners) != len(pairs):
+        raise CoordinationError(f"assignment target version {version} gives a partition twice")
+    return Target(version=version, members=members, owners=owners)
 
 
 def decode_offset(path: str, data: bytes) -> int:

@@ -29,6 +29,7 @@ from .handover import Handover
 from .kafka import Fetcher
 from .layout import GroupLayout, MemberInfo, decode_member, encode_member
 from .offsets import Offsets
+from .sticky import TargetNode
 from .zk import NodeExistsError, NoNodeError, SessionState, ZooKeeper
 
 __all__ = ["Membership"]
@@ -86,6 +87,10 @@ class Membership:
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
         self._members: dict[str, tuple[MemberInfo, int]] = {}
+        self._target = TargetNode(zk, layout, member_id)
+        self._in_target = False
+        """Whether the assignment followed counts this member (a sticky newcomer's first
+        rebalance may still see the target of the members before it): joining ends then."""
         self._lock = asyncio.Lock()
         """Held by a rebalance: one at a time (the Ruby mutex)."""
         self._rebalance_requested = asyncio.Event()
@@ -206,7 +211,7 @@ class Membership:
                 log.warning("member %s: rebalance failed, retrying: %s", self._id, exc)
                 complete = False
             retry = None if complete else _RETRY_DELAY
-            if not joined.done():
+            if not joined.done() and self._in_target:
                 joined.set_result(None)
 
     async def _rebalance(self, handover: Handover) -> bool:
@@ -226,29 +231,43 @@ class Membership:
         self._check_strategy(members)
         ours = [
             member
-            for member, (info, _czxid) in members.items()
+            for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
             if self._layout.topic in info.topics and info.strategy == self._strategy
         ]
-        try:
-            self._partitions = await self._topic_partitions()
-        except BrokerError as exc:
-            if not self._partitions:
-                raise
-            # Kafka is away: agree on the partitions known, so claims can move meanwhile.
-            log.warning("member %s: using the partitions known, %s", self._id, exc)
-        target = set(assign(self._strategy, self._partitions, ours).get(self._id, []))
+        # A sticky follower takes the partitions from the published target: only the leader (and
+        # every member of the other strategies) asks Kafka.
+        if self._strategy is not Strategy.STICKY or ours[:1] == [self._id]:
+            try:
+                self._partitions = await self._topic_partitions()
+            except BrokerError as exc:
+                if not self._partitions:
+                    raise
+                # Kafka is away: agree on the partitions known, so claims can move meanwhile.
+                log.warning("member %s: using the partitions known, %s", self._id, exc)
+        target = await self._target_of_mine(ours)
         leaving = sorted(set(self._claims) - target)
         if leaving:
             try:
                 await handover.revoke(leaving)
-                for partition in leaving:
-                    await self._release_node(partition)
+                await asyncio.gather(*(self._release_node(p) for p in leaving))
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
         if await handover.assigned(sorted(self._claims)):
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
         return complete
+
+    async def _target_of_mine(self, members: list[str]) -> set[int]:
+        """The partitions this member should own; ``members`` oldest first."""
+        if self._strategy is not Strategy.STICKY:
+            self._in_target = True
+            return set(assign(self._strategy, self._partitions, members).get(self._id, []))
+        target = await self._target.follow(members, self._partitions, self.request_rebalance)
+        self._in_target = target is not None and self._id in target.members
+        if target is None:
+            return set()
+        self._partitions = sorted(target.owners)
+        return set(target.partitions_of(self._id))
 
     async def _register_node(self) -> None:
         path = self._layout.member(self._id)
@@ -270,13 +289,17 @@ class Membership:
             self._layout.ids, watch=self.request_rebalance if watch else None
         )
         known = {member: self._members[member] for member in ids if member in self._members}
-        for member in ids:
-            if member in known:
+        new = [member for member in ids if member not in known]
+        # Concurrently: a member joining a large group reads every registration once.
+        read = await asyncio.gather(
+            *(self._zk.get(self._layout.member(member)) for member in new), return_exceptions=True
+        )
+        for member, result in zip(new, read, strict=True):
+            if isinstance(result, NoNodeError):
                 continue
-            try:
-                data, stat = await self._zk.get(self._layout.member(member))
-            except NoNodeError:
-                continue
+            if isinstance(result, BaseException):
+                raise result
+            data, stat = result
             try:
                 known[member] = (decode_member(data), stat.czxid)
             except CoordinationError as exc:
@@ -333,8 +356,8 @@ class Membership:
         """Store the pending offsets, release every claim and delete the registration."""
         async with self._lock:
             await handover.store(list(self._claims))
-            for partition in list(self._claims):
-                await self._release_node(partition)
+            # All at once: with many partitions, one round trip instead of one per claim.
+            await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
             if self._registered_session is not None:
                 with contextlib.suppress(NoNodeError):
                     await self._zk.delete(self._layout.member(self._id))

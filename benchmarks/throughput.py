@@ -1,107 +1,352 @@
-"""One member's consuming throughput against raw aiokafka in assign() mode, in the same run.
+"""One member's consuming throughput against raw aiokafka in assign() mode and the peers' group
+consumers, in the same run.
 
-Both read the same topic from the start to the end; the runs alternate so that neither gets a
-warmer broker. The ratio's target is >= 0.95: committing offsets to ZooKeeper must stay off the
-hot path.
+Every contender reads the same topic from the start to the end in a process of its own, so its
+CPU seconds and peak RSS are its own; the rounds alternate the contenders' order so that none gets
+a warmer broker. Throughput counts from the start of the read that returned the first records to
+the last record (joining a group is not reading), CPU from the consumer's creation to its close.
+The ratio is to the median of the raw aiokafka baseline of the same run (the paired ratio is the
+median of each round's ratio to that round's baseline); the targets are >= 0.95
+for aio_cluster and >= every peer's group consumer. Results go to
+``benchmarks/results/throughput.md`` and ``throughput.png``.
 
     python benchmarks/throughput.py [--messages N] [--size BYTES] [--partitions P] [--rounds R]
+        [--contenders NAME,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import resource
+import subprocess
+import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from common import create_topic, fill, fresh, median, table
+from common import RESULTS, bar_chart, create_topic, fill, fresh, markdown_table, median, table
 
-from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
 
 
-async def raw_aiokafka(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+@dataclass
+class Run:
+    bootstrap: str
+    zookeeper: str
+    topic: str
+    partitions: int
+    total: int
+
+
+class Clock:
+    """Counts from the start of the read that returned the first records, so joining a group
+    (which happens before, in the background or in earlier empty polls) is not counted."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.seen = 0
+        self.first_at = 0.0
+        self.asked_at = time.perf_counter()
+
+    def add(self, count: int) -> bool:
+        """Count a read's records; True once all arrived. The next read starts now."""
+        if count and not self.seen:
+            self.first_at = self.asked_at
+        self.seen += count
+        self.asked_at = time.perf_counter()
+        return self.seen >= self.total
+
+    def rate(self) -> float:
+        return self.seen / (time.perf_counter() - self.first_at)
+
+
+async def raw_aiokafka(run: Run, clock: Clock) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415 (only its own client, for its RSS)
+
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=1_048_576,
-        fetch_max_wait_ms=100,
+        bootstrap_servers=run.bootstrap, group_id=None, enable_auto_commit=False
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        tps = [TopicPartition(run.topic, p) for p in range(run.partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        seen = 0
-        start = time.perf_counter()
-        while seen < total:
-            for records in (await consumer.getmany(timeout_ms=100)).values():
-                seen += len(records)
-        return total / (time.perf_counter() - start)
+        clock.add(0)  # assigned: the first read starts here
+        while not clock.add(sum(len(r) for r in (await consumer.getmany(timeout_ms=100)).values())):
+            pass
     finally:
         await consumer.stop()
 
 
-async def consumer_group(bootstrap: str, zookeeper: str, topic: str, total: int) -> float:
-    async with ConsumerGroup(fresh("bench"), [bootstrap], [zookeeper], topic) as group:
-        seen = 0
-        start = time.perf_counter()
+async def aiokafka_group(run: Run, clock: Clock) -> None:
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 (only its own client, for its RSS)
+
+    consumer = AIOKafkaConsumer(
+        run.topic,
+        bootstrap_servers=run.bootstrap,
+        group_id=fresh("bench"),
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        while not clock.add(sum(len(r) for r in (await consumer.getmany(timeout_ms=100)).values())):
+            pass
+    finally:
+        await consumer.stop()
+
+
+async def aio_cluster_group(run: Run, clock: Clock) -> None:
+    from aio_cluster import ConsumerGroup  # noqa: PLC0415 (only its own client, for its RSS)
+
+    async with ConsumerGroup(fresh("bench"), run.bootstrap, run.zookeeper, run.topic) as group:
+        clock.add(0)  # joined: the first read starts here
         async for _partition, batch in group:
-            seen += len(batch)
-            if seen >= total:
+            if clock.add(len(batch)):
                 break
-        elapsed = time.perf_counter() - start
-    return total / elapsed
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _confluent_config(run: Run) -> dict[str, object]:
+    return {
+        "bootstrap.servers": run.bootstrap,
+        "group.id": fresh("bench"),
+        "auto.offset.reset": "earliest",
+    }
+
+
+async def confluent_sync(run: Run, clock: Clock) -> None:
+    from confluent_kafka import Consumer  # noqa: PLC0415 (only its own client, for its RSS)
+
+    consumer = Consumer(_confluent_config(run))
+    consumer.subscribe([run.topic])
+    try:
+        while not clock.add(
+            sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.1) if not m.error())
+        ):
+            pass
+    finally:
+        consumer.close()
+
+
+async def confluent_aio(run: Run, clock: Clock) -> None:
+    from confluent_kafka.aio import AIOConsumer  # noqa: PLC0415 (only its own client, for its RSS)
+
+    consumer = AIOConsumer(_confluent_config(run))
+    await consumer.subscribe([run.topic])
+    try:
+        while not clock.add(
+            sum(
+                1 for m in await consumer.consume(num_messages=10_000, timeout=0.1) if not m.error()
+            )
+        ):
+            pass
+    finally:
+        await consumer.close()
+
+
+async def kafka_python(run: Run, clock: Clock) -> None:
+    from kafka import KafkaConsumer  # noqa: PLC0415 (only its own client, for its RSS)
+
+    consumer = KafkaConsumer(
+        run.topic,
+        bootstrap_servers=run.bootstrap,
+        group_id=fresh("bench"),
+        auto_offset_reset="earliest",
+    )
+    try:
+        while not clock.add(
+            sum(len(r) for r in consumer.poll(timeout_ms=100, max_records=10_000).values())
+        ):
+            pass
+    finally:
+        consumer.close()
+
+
+CONTENDERS: dict[str, tuple[str, Callable[[Run, Clock], Awaitable[None]]]] = {
+    "raw": ("aiokafka assign() (baseline)", raw_aiokafka),
+    "aio_cluster": ("aio_cluster ConsumerGroup", aio_cluster_group),
+    "aiokafka": ("aiokafka group", aiokafka_group),
+    "confluent": ("confluent-kafka Consumer group", confluent_sync),
+    "confluent_aio": ("confluent-kafka AIOConsumer group", confluent_aio),
+    "kafka_python": ("kafka-python group", kafka_python),
+}
+
+
+def worker(name: str, run: Run) -> None:
+    """Run one contender in this process and print its figures as one JSON line."""
+    logging.basicConfig(level=logging.ERROR)  # heartbeat chatter is not the result
+    clock = Clock(run.total)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    asyncio.run(CONTENDERS[name][1](run, clock))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(json.dumps({"rate": clock.rate(), "cpu": cpu, "rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set. Not ``ru_maxrss``: Linux carries that over ``exec``
+    from the parent, so every contender would report at least the controller's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(name: str, run: Run, timeout: float) -> dict[str, float] | None:
+    """One contender's figures, or None when it failed or did not finish in ``timeout``
+    seconds (reported, so that one stuck peer does not void the others' rounds)."""
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        "--bootstrap",
+        run.bootstrap,
+        "--zookeeper",
+        run.zookeeper,
+        "--topic",
+        run.topic,
+        "--partitions",
+        str(run.partitions),
+        "--messages",
+        str(run.total),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: no result within {timeout:g}s", file=sys.stderr)
+        return None
+    if done.returncode:
+        print(f"{name} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def prepare(cluster: LocalCluster, args: argparse.Namespace) -> Run:
+    topic = await create_topic(cluster.bootstrap, args.partitions)
+    await fill(cluster.bootstrap, topic, args.messages, args.size)
+    return Run(cluster.bootstrap, cluster.zookeeper, topic, args.partitions, args.messages)
+
+
+async def main(args: argparse.Namespace) -> None:
+    names = args.contenders.split(",")
+    unknown = set(names) - set(CONTENDERS)
+    if unknown or names[0] != "raw":
+        raise SystemExit(f"contenders: raw first, then any of {', '.join(CONTENDERS)}")
+    figures: dict[str, list[dict[str, float] | None]] = {name: [] for name in names}
+    async with LocalCluster() as cluster:
+        run = await prepare(cluster, args)
+        for round_ in range(args.rounds):
+            shift = round_ % len(names)  # alternate who goes first
+            for name in names[shift:] + names[:shift]:
+                figures[name].append(await asyncio.to_thread(measure, name, run, args.timeout))
+                print(f"round {round_ + 1} {name}: {figures[name][-1]}", file=sys.stderr)
+    report(args, names, figures)
+
+
+def report(
+    args: argparse.Namespace, names: list[str], results: dict[str, list[dict[str, float] | None]]
+) -> None:
+    figures = {name: [f for f in runs if f is not None] for name, runs in results.items()}
+    base = median([f["rate"] for f in figures["raw"]])
+    headers = [
+        "consumer",
+        "msg/s (median)",
+        "min",
+        "max",
+        "ratio",
+        "paired ratio",
+        "CPU s",
+        "peak RSS MB",
+        "runs failed",
+    ]
+    rows = []
+    for contender in names:
+        rates = [f["rate"] for f in figures[contender]]
+        if not rates:
+            failed = f"{len(results[contender])} of {len(results[contender])}"
+            rows.append([CONTENDERS[contender][0], *["-"] * (len(headers) - 2), failed])
+            continue
+        rows.append(
+            [
+                CONTENDERS[contender][0],
+                f"{median(rates):,.0f}",
+                f"{min(rates):,.0f}",
+                f"{max(rates):,.0f}",
+                f"{median(rates) / base:.2f}",
+                f"{paired(results[contender], results['raw']):.2f}",
+                f"{median([f['cpu'] for f in figures[contender]]):.2f}",
+                f"{median([f['rss_mb'] for f in figures[contender]]):.0f}",
+                f"{results[contender].count(None)} of {len(results[contender])}",
+            ]
+        )
+    title = (
+        f"{args.messages:,} messages of {args.size} B on {args.partitions} partitions, "
+        f"{args.rounds} alternating rounds, medians, one process per contender"
+    )
+    print(title)
+    print(table(headers, rows))
+    command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
+    RESULTS.mkdir(exist_ok=True)
+    name = "throughput" if names == list(CONTENDERS) else "throughput-" + "-".join(names)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (RESULTS / f"{name}.md").write_text(
+        f"# Throughput\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
+        + markdown_table(headers, rows)
+        + "\n"
+    )
+    bar_chart(
+        RESULTS / f"{name}.png",
+        [CONTENDERS[contender][0] for contender in names],
+        [median([f["rate"] for f in figures[contender]] or [0.0]) for contender in names],
+        "msg/s (median)",
+        title,
+    )
+
+
+def paired(runs: list[dict[str, float] | None], baseline: list[dict[str, float] | None]) -> float:
+    """The median of each round's ratio to that round's baseline: steadier than the ratio of
+    medians when the machine's load drifts during the run."""
+    return median(
+        [
+            run["rate"] / base["rate"]
+            for run, base in zip(runs, baseline, strict=True)
+            if run is not None and base is not None
+        ]
+    )
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)  # aiokafka's heartbeat chatter is not the result
-    async with LocalCluster() as cluster:
-        topic = await create_topic(cluster.bootstrap, args.partitions)
-        await fill(cluster.bootstrap, topic, args.messages, args.size)
-        raw: list[float] = []
-        ours: list[float] = []
-        for _ in range(args.rounds):
-            raw.append(await raw_aiokafka(cluster.bootstrap, topic, args.partitions, args.messages))
-            ours.append(
-                await consumer_group(cluster.bootstrap, cluster.zookeeper, topic, args.messages)
-            )
-    base = median(raw)
-    print(
-        f"{args.messages} messages of {args.size} B on {args.partitions} partitions, "
-        f"{args.rounds} alternating rounds, median msg/s"
-    )
-    print(
-        table(
-            ["consumer", "msg/s (median)", "min", "max", "ratio"],
-            [
-                [
-                    "aiokafka assign() (baseline)",
-                    f"{base:,.0f}",
-                    f"{min(raw):,.0f}",
-                    f"{max(raw):,.0f}",
-                    "1.00",
-                ],
-                [
-                    "aio_cluster ConsumerGroup",
-                    f"{median(ours):,.0f}",
-                    f"{min(ours):,.0f}",
-                    f"{max(ours):,.0f}",
-                    f"{median(ours) / base:.2f}",
-                ],
-            ],
-        )
-    )
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per contender run")
+    parser.add_argument("--worker", choices=list(CONTENDERS), help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    arguments = parse()
+    if arguments.worker:
+        worker(
+            arguments.worker,
+            Run(
+                arguments.bootstrap,
+                arguments.zookeeper,
+                arguments.topic,
+                arguments.partitions,
+                arguments.messages,
+            ),
+        )
+    else:
+        asyncio.run(main(arguments))

@@ -56,7 +56,7 @@ async def test_registration_is_ephemeral_classic_json(
         assert doc["subscription"] == {topic: 1}
         assert doc["pattern"] == "static"
         assert doc["timestamp"].isdigit()
-        assert doc["assignment"] == "range"
+        assert doc["assignment"] == "sticky", "the default strategy"
         assert stat.ephemeral_owner != 0
         assert group.partitions == [0, 1]
         assert group.claimed == [0, 1], "a lone member owns every partition once joined"
@@ -65,22 +65,35 @@ async def test_registration_is_ephemeral_classic_json(
     assert await zk.get_children(GroupLayout(group_name, topic).owners) == []
 
 
+@pytest.mark.parametrize("strategy", [Strategy.STICKY, Strategy.RANGE])
 async def test_members_joining_and_leaving_rebalance(
-    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    strategy: Strategy,
 ) -> None:
     topic = await make_topic(2)
     async with contextlib.AsyncExitStack() as stack:
-        first = await stack.enter_async_context(member(cluster, group_name, topic))
+        first = await stack.enter_async_context(
+            member(cluster, group_name, topic, strategy=strategy)
+        )
         assert first.claimed == [0, 1]
-        second = await stack.enter_async_context(member(cluster, group_name, topic))
-        assert sorted([first.claimed, second.claimed]) == [[0], [1]]
-        assert await settled(zk, [first, second])
-
-        third = await stack.enter_async_context(member(cluster, group_name, topic))
-        ids = [first.id, second.id, third.id]
-        assert third.claimed == assign(Strategy.RANGE, [0, 1], ids)[third.id], (
+        second = await stack.enter_async_context(
+            member(cluster, group_name, topic, strategy=strategy)
+        )
+        assert sorted([first.claimed, second.claimed]) == [[0], [1]], (
             "a joining member's share is claimed when its join returns"
         )
+        assert await settled(zk, [first, second])
+
+        third = await stack.enter_async_context(
+            member(cluster, group_name, topic, strategy=strategy)
+        )
+        ids = [first.id, second.id, third.id]
+        # Sticky: the two holders keep one each, the newcomer gets nothing (2 // 3 = 0).
+        share = [] if strategy is Strategy.STICKY else assign(strategy, [0, 1], ids)[third.id]
+        assert third.claimed == share, "a joining member's share is claimed when its join returns"
         await wait_until(lambda: settled(zk, [first, second, third]), what="three settle")
         assert sorted(len(m.claimed) for m in (first, second, third)) == [0, 1, 1]
 
@@ -207,13 +220,13 @@ async def test_strategy_mismatch_is_refused(
     cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
 ) -> None:
     topic = await make_topic(2)
-    async with member(cluster, group_name, topic) as ranged:
+    async with member(cluster, group_name, topic) as existing:
         other = member(cluster, group_name, topic, strategy="roundrobin")
-        with pytest.raises(StrategyMismatchError, match="range"):
+        with pytest.raises(StrategyMismatchError, match="sticky"):
             await other.register()
         assert other.state is GroupState.CLOSED
-        assert await zk.get_children(GroupLayout(group_name, topic).ids) == [ranged.id]
-        assert ranged.claimed == [0, 1]
+        assert await zk.get_children(GroupLayout(group_name, topic).ids) == [existing.id]
+        assert existing.claimed == [0, 1]
 
 
 async def test_trail_starts_at_the_latest_offset(
@@ -255,7 +268,7 @@ async def test_bad_input_gets_a_clear_error(
     with pytest.raises(ConfigurationError, match="claim_timeout"):
         member(cluster, group_name, "t", claim_timeout=0)
     with pytest.raises(ConfigurationError, match="strategy"):
-        member(cluster, group_name, "t", strategy="sticky")
+        member(cluster, group_name, "t", strategy="stickier")
     with pytest.raises(ConfigurationError, match="topic name"):
         member(cluster, group_name, "no/slash")
     with pytest.raises(ConfigurationError, match="rebalance_timeout"):
@@ -330,8 +343,8 @@ async def test_handover_waits_for_the_batch_being_processed(
     topic = await make_topic(2)
     await produce(topic, 20)
     layout = GroupLayout(group_name, topic)
-    async with member(cluster, group_name, topic) as first:
-        second = member(cluster, group_name, topic)
+    async with member(cluster, group_name, topic, strategy="range") as first:
+        second = member(cluster, group_name, topic, strategy="range")
         (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
         batches = first.batches()
         partition, batch = await anext(batches)

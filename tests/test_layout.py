@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetError, Strategy
 from aio_cluster.kafka import parse_bootstrap
-from aio_cluster.layout import GroupLayout, decode_member, decode_offset, encode_member
+from aio_cluster.layout import (
+    GroupLayout,
+    Target,
+    decode_member,
+    decode_offset,
+    decode_target,
+    encode_member,
+    encode_target,
+)
 from aio_cluster.zk import parse_hosts
 
 
@@ -78,3 +86,47 @@ def test_bad_connect_strings_name_the_server(bad: str) -> None:
         parse_hosts(bad)
     with pytest.raises(ConfigurationError, match="Kafka"):
         parse_bootstrap(bad)
+
+
+def test_target_node_sits_beside_the_classic_nodes() -> None:
+    assert GroupLayout("g", "t").assignment == "/consumers/g/assignment/t"
+
+
+@given(
+    version=st.integers(0, 2**40),
+    owners=st.dictionaries(st.integers(0, 5000), st.sampled_from(["m-1", "m-2", "m-3"])),
+)
+def test_targets_round_trip(version: int, owners: dict[int, str]) -> None:
+    members = ("m-2", "m-1", "m-3")
+    target = Target(version=version, members=members, owners=owners)
+    assert decode_target(encode_target(target)) == target
+
+
+def test_target_lists_each_member_once() -> None:
+    doc = json.loads(encode_target(Target(4, ("a", "b"), {2: "b", 0: "a", 1: "a"})))
+    assert doc == {"version": 4, "members": ["a", "b"], "partitions": {"a": [0, 1], "b": [2]}}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"[]",
+        b'{"version": 1}',
+        b'{"version": -1, "members": [], "partitions": {}}',
+        b'{"version": true, "members": [], "partitions": {}}',
+        b'{"version": 1, "members": [3], "partitions": {}}',
+        b'{"version": 1, "members": ["a"], "partitions": {"a": ["x"]}}',
+        b'{"version": 1, "members": ["a"], "partitions": {"a": [true]}}',
+        b'{"version": 1, "members": ["a"], "partitions": []}',
+    ],
+)
+def test_bad_target_data(data: bytes) -> None:
+    with pytest.raises(CoordinationError, match="assignment target"):
+        decode_target(data)
+
+
+def test_target_giving_a_partition_twice_is_refused() -> None:
+    data = b'{"version": 7, "members": ["a", "b"], "partitions": {"a": [1], "b": [1]}}'
+    with pytest.raises(CoordinationError, match="version 7 gives a partition twice"):
+        decode_target(data)

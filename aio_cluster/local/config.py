@@ -36,7 +36,7 @@ def zookeeper_config(
         "clientPort": str(port),
         "clientPortAddress": HOST,
         "admin.enableServer": "false",
-        "4lw.commands.whitelist": "srvr,ruok,stat,cons",
+        "4lw.commands.whitelist": "srvr,ruok,stat,cons,mntr",
         "maxClientCnxns": "0",  # the default of 60 per address is low for a test suite on one host
         "forceSync": "no",  # written data survives the process, not the machine: enough here
     }
