@@ -33,6 +33,7 @@ from . import survey, tables
 from .errors import AioClusterError, ConfigurationError
 from .group import ConsumerGroup
 from .kafka import OffsetReader
+from .kafka_options import KafkaOptions
 from .layout import GroupLayout
 from .plans import (
     LagRow,
@@ -98,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     servers.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for a server (default 10)"
     )
+    servers.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Kafka connection option by aiokafka's name (security_protocol, sasl_mechanism, "
+        "sasl_plain_username, ...); repeatable",
+    )
+    servers.add_argument("--ssl-cafile", help="a PEM file of the CAs to trust for Kafka over TLS")
     parser = _Parser(prog=_PROG, description="Look at and repair aio_cluster consumer groups.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -180,12 +189,19 @@ async def _zookeeper(args: argparse.Namespace) -> AsyncIterator[ZooKeeper]:
         await zk.close()
 
 
+def _kafka_options(args: argparse.Namespace) -> KafkaOptions:
+    """The validated ``--kafka-option`` and ``--ssl-cafile`` settings; errors never quote a
+    secret."""
+    return KafkaOptions.from_pairs(args.kafka_option or [], ssl_cafile=args.ssl_cafile)
+
+
 @contextlib.asynccontextmanager
 async def _kafka(args: argparse.Namespace) -> AsyncIterator[OffsetReader]:
     reader = OffsetReader(
         _address(args.bootstrap, _BOOTSTRAP_VAR, "--bootstrap"),
         client_id=_PROG,
         request_timeout_ms=int(args.timeout * 1000),
+        options=_kafka_options(args),
     )
     await reader.start()
     try:
@@ -301,6 +317,7 @@ async def _consume(args: argparse.Namespace) -> int:
         args.topic,
         trail=not args.from_beginning,
         request_timeout=args.timeout,
+        kafka_options=_kafka_options(args),
     )
     async with group, anyio.create_task_group() as tasks:
 

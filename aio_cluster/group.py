@@ -247,7 +247,7 @@ class ConsumerGroup:
         self._mirror = KafkaMirror(
             None
             if kafka_offsets == "off"
-            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id),
+            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id, options=kafka_options),
             member_id=self._id,
             migrate=kafka_offsets == "migrate",
             # At most half the close bound, so that an absent Kafka leaves time to release.

@@ -395,23 +395,39 @@ class OffsetReader:
     offset at a time. For the command line."""
 
     def __init__(
-        self, bootstrap: str | Sequence[str], *, client_id: str, request_timeout_ms: int = 30_000
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure the clients; nothing connects before :meth:`start`.
 
+        Args:
+            bootstrap: Kafka servers as ``"host:port"``.
+            client_id: shown in the broker's logs.
+            request_timeout_ms: the bound on each request.
+            options: connection options (TLS, SASL), see
+                :class:`~aio_cluster.kafka_options.KafkaOptions`.
+
         Raises:
-            ConfigurationError: malformed bootstrap servers.
+            ConfigurationError: malformed bootstrap servers or options.
         """
-        servers = parse_bootstrap(bootstrap)
+        self._servers = servers = parse_bootstrap(bootstrap)
+        self._client_id = client_id
+        self._options = connection = KafkaOptions(
+            {"request_timeout_ms": request_timeout_ms, **(options or {})}
+        )
         self._admin = AIOKafkaAdminClient(
-            bootstrap_servers=servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+            bootstrap_servers=servers, client_id=client_id, **connection
         )
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=servers,
             client_id=client_id,
             group_id=None,
             enable_auto_commit=False,
-            request_timeout_ms=request_timeout_ms,
+            **connection,
         )
 
     async def start(self) -> None:
@@ -425,7 +441,7 @@ class OffsetReader:
             await self._admin.start()
         except KafkaError as exc:
             await self.stop()
-            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+            raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
 
     async def stop(self) -> None:
         """Close every connection."""
@@ -504,20 +520,33 @@ class KafkaGroupOffsets:
         *,
         client_id: str,
         request_timeout_ms: int = 30_000,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before :meth:`start`.
 
+        Args:
+            bootstrap: Kafka servers as ``"host:port"``.
+            group: the group's name in Kafka.
+            topic: the topic whose offsets are committed.
+            client_id: shown in the broker's logs.
+            request_timeout_ms: the bound on each request.
+            options: connection options (TLS, SASL), see
+                :class:`~aio_cluster.kafka_options.KafkaOptions`.
+
         Raises:
-            ConfigurationError: malformed bootstrap servers.
+            ConfigurationError: malformed bootstrap servers or options.
         """
         self.group = group
         self.topic = topic
+        self._servers = parse_bootstrap(bootstrap)
+        self._client_id = f"{client_id}-kafka-offsets"
+        self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=parse_bootstrap(bootstrap),
-            client_id=f"{client_id}-kafka-offsets",
+            bootstrap_servers=self._servers,
+            client_id=self._client_id,
             group_id=group,
             enable_auto_commit=False,
-            request_timeout_ms=request_timeout_ms,
+            **self._options,
         )
         self._assigned: set[int] = set()
 
@@ -531,7 +560,7 @@ class KafkaGroupOffsets:
             await self._consumer.start()
         except KafkaError as exc:
             await self.stop()
-            raise BrokerError(f"could not reach Kafka: {exc}") from exc
+            raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
 
     async def stop(self) -> None:
         """Close every connection."""

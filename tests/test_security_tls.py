@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import ssl
 import uuid
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zk import ZooKeeper
 
 from support import consume_exactly_once
+from test_cli import one_line, run
 
 CONNECT_BOUND = 30.0
 """Seconds a refused connection may take to be reported: far below a retry loop's forever."""
@@ -147,3 +149,31 @@ async def test_zookeeper_tls_refusals_are_typed_errors_naming_the_server(
         assert "zookeeper" in await trusting.get_children("/")
     finally:
         await trusting.close()
+
+
+@pytest.mark.asyncio
+async def test_the_command_reads_a_group_over_tls_with_its_ca(
+    tls_cluster: LocalCluster, tls_producer: AIOKafkaProducer
+) -> None:
+    """``aio-cluster describe`` reaches the TLS listener with ``--ssl-cafile``; without it, one
+    line names the refused handshake; a malformed ``--kafka-option`` is one line too."""
+    topic = await _topic(tls_cluster, 2)
+    for value in range(6):
+        await tls_producer.send_and_wait(topic, str(value).encode(), partition=value % 2)
+    group = f"tls-cli-{uuid.uuid4().hex[:8]}"
+    async with _member(tls_cluster, group, topic):
+        pass
+    status, out, err = await run(
+        tls_cluster, "describe", group, "--json", "--ssl-cafile", str(tls_cluster.ca_file)
+    )
+    assert status == 0, err
+    rows = json.loads(out)
+    assert sorted((row["partition"], row["end"]) for row in rows) == [(0, 3), (1, 3)]
+    status, _out, err = await run(tls_cluster, "describe", group, "--timeout", "5")
+    assert status != 0
+    assert "TLS" in one_line(err)
+    status, _out, err = await run(
+        tls_cluster, "describe", group, "--kafka-option", "sasl_plain_password"
+    )
+    assert status != 0
+    assert "KEY=VALUE" in one_line(err)

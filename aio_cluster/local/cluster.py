@@ -166,6 +166,19 @@ class LocalCluster:
         return KafkaOptions() if self._security is None else self._security.kafka_options
 
     @property
+    def ca_file(self) -> Path:
+        """The PEM certificate of the CA behind the cluster's TLS (``--ssl-cafile`` for the
+        command line).
+
+        Raises:
+            LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
+        """
+        self._require_running()
+        if self._security is None:
+            raise LocalClusterError("a CA exists only in a LocalCluster(tls=True)")
+        return self._security.ca_file
+
+    @property
     def zookeeper_secure(self) -> str:
         """ZooKeeper's TLS connect string, ``"127.0.0.1:PORT"`` (a cluster with ``tls``).
 
