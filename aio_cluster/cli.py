@@ -318,6 +318,8 @@ async def _consume(args: argparse.Namespace) -> int:
         trail=not args.from_beginning,
         request_timeout=args.timeout,
         kafka_options=_kafka_options(args),
+        # An operator who names a topic that does not exist wants to hear so, not to wait.
+        wait_for_topic=False,
     )
     async with group, anyio.create_task_group() as tasks:
 
