@@ -1,42 +1,34 @@
 """aio_cluster: self-balancing Kafka consumer groups for asyncio, coordinated through ZooKeeper.
 
 The public surface is what ``__all__`` lists; every other module is an implementation detail,
-except :mod:`aio_cluster.local`, the local single-node cluster for development and tests, and
-:mod:`aio_cluster.testing`, the opt-in pytest plugin for users' suites.
+except `aio_cluster.local`, the local single-node cluster for development and tests, and
+`aio_cluster.testing`, the opt-in pytest plugin for users' suites.
 
-Module map (one line per module; ``tests/test_exports.py`` checks it against the files)::
+Layers, each importing only those below it (``tests/test_exports.py`` checks the map and the
+layers)::
+
+    the public face      __init__, group, errors       ConsumerGroup and the error tree
+    the command          cli/                          the aio-cluster command
+    one member           member/                       the machinery behind the facade
+    the servers          zookeeper/, kafka/            the only code that speaks each server
+    pure logic, helpers  assign/, net/                 strategies and targets; addresses, TLS
+
+Module map (one line per module or folder; each folder's docstring maps its own modules)::
 
     __main__.py     ``python -m aio_cluster``: the aio-cluster command
-    addresses.py    parsing "host:port" server lists
-    assignment.py   the pure assignment strategies (sticky, range, round-robin)
-    claiming.py     taking and releasing a partition's owner node in ZooKeeper
-    claims.py       the Claim record the parts of a member share
-    cli.py          the aio-cluster command: its arguments and I/O
-    delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
+    assign/         who should own what: the pure strategies and the published sticky target
+    cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
     errors.py       the error tree
-    group.py        ConsumerGroup: the public facade composing the parts
-    handover.py     a rebalance's handover: draining, the listener, new claims
-    kafka.py        the only module that speaks Kafka (aiokafka in assign() mode)
-    kafka_options.py  KafkaOptions: the validated connection options (TLS, SASL), secrets masked
-    layout.py       the ZooKeeper paths and the data kept in them (pure)
-    listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
-    local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL)
-    membership.py   registration, members, the rebalance under the lock, making claims
-    mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
-    offsets.py      stored offsets and the fenced transaction
-    plans.py        lag rows and offset-reset plans for the command (pure)
-    statistics.py   GroupStatistics: an immutable snapshot of a member
-    sticky.py       the sticky target's node: reading it, publishing the next one
-    survey.py       the command's ZooKeeper reads and its one-transaction offset write
-    tables.py       the command's rich tables
-    target.py       the published sticky target: the design, who leads (pure)
+    group.py        ConsumerGroup: the public facade composing a member's parts
+    kafka/          the only package that speaks Kafka: fetcher, offset reader, group offsets
+    local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL, multi-node)
+    member/         one member's machinery: membership, claims, delivery, offsets, statistics
+    net/            server addresses and TLS handshakes, shared by both server packages
     testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
-    tls.py          TLS handshakes that tell a refused certificate from a server away
-    zk.py           the only module that speaks ZooKeeper (kazoo behind asyncio)
-    zk_security.py  ZooKeeper credentials, ACLs and TLS settings; credentials masked in logs
+    zookeeper/      the only package that speaks ZooKeeper, and the layout of its nodes
 """
 
-from .assignment import Strategy as Strategy
+from .assign.strategies import Strategy as Strategy
 from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
 from .errors import AuthenticationError as AuthenticationError
@@ -53,12 +45,12 @@ from .errors import StrategyMismatchError as StrategyMismatchError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
-from .kafka import Record as Record
-from .kafka_options import KafkaOptions as KafkaOptions
-from .listener import RebalanceListener as RebalanceListener
-from .statistics import GroupStatistics as GroupStatistics
-from .statistics import PartitionStatistics as PartitionStatistics
-from .zk_security import ZooKeeperTLS as ZooKeeperTLS
+from .kafka.options import KafkaOptions as KafkaOptions
+from .kafka.records import Record as Record
+from .member.listener import RebalanceListener as RebalanceListener
+from .member.statistics import GroupStatistics as GroupStatistics
+from .member.statistics import PartitionStatistics as PartitionStatistics
+from .zookeeper.security import ZooKeeperTLS as ZooKeeperTLS
 
 __all__ = [
     "AccessDeniedError",

@@ -1,7 +1,7 @@
-"""``python -m aio_cluster``: the ``aio-cluster`` command (see :mod:`aio_cluster.cli`)."""
+"""``python -m aio_cluster``: the ``aio-cluster`` command (see `aio_cluster.cli`)."""
 
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

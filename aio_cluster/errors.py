@@ -1,18 +1,18 @@
 """The errors aio_cluster raises.
 
-Every error derives from :class:`AioClusterError`, so one ``except AioClusterError`` catches all
-of them. Errors of the third-party clients (kazoo, aiokafka) are translated where they enter the
-library, with the original kept as ``__cause__``::
+Every error derives from [AioClusterError][aio_cluster.AioClusterError], so one
+``except AioClusterError`` catches all of them. Errors of the third-party clients (kazoo, aiokafka)
+are translated where they enter the library, with the original kept as ``__cause__``::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
     ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
-    │   ├── CoordinationTimeout     a ZooKeeper call or a claim took longer than its bound
+    │   ├── CoordinationTimeout     a ZooKeeper call took longer than its bound
     │   ├── SessionLostError        the ZooKeeper session expired: every claim is gone
     │   └── CorruptOffsetError      an offset node holds no offset (not retriable: reset it)
     ├── StrategyMismatchError       the group's members use another assignment strategy
-    ├── NotOwnedError               commit for a partition this member does not own
+    ├── NotOwnedError               commit, pause or seek of a partition this member does not own
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
@@ -63,7 +63,10 @@ class CoordinationError(AioClusterError):
 
 
 class CoordinationTimeout(CoordinationError):
-    """A ZooKeeper request or a partition claim did not finish within its bound."""
+    """A ZooKeeper request did not finish within its bound.
+
+    A partition claim that waits too long raises nothing: it is retried (see ``claim_timeout``).
+    """
 
 
 class SessionLostError(CoordinationError):
@@ -73,7 +76,7 @@ class SessionLostError(CoordinationError):
 class CorruptOffsetError(CoordinationError):
     """A stored offset node holds something other than a decimal offset.
 
-    Trying again cannot help: the offset must be reset (``aio-cluster`` offset reset).
+    Trying again cannot help: the offset must be reset (``aio-cluster reset-offsets``).
 
     Attributes:
         path: the offset node.
@@ -95,7 +98,8 @@ class StrategyMismatchError(AioClusterError):
 
 
 class NotOwnedError(AioClusterError):
-    """An offset was committed for a partition this member does not own."""
+    """A commit, pause, resume or seek named a partition this member does not own (never
+    claimed, or handed over meanwhile)."""
 
 
 class AuthenticationError(AioClusterError):
@@ -115,6 +119,8 @@ class GroupClosedError(AioClusterError):
 
 
 class BrokerError(AioClusterError):
-    """Kafka did not answer as expected (unknown topic, unreachable broker, protocol error)."""
+    """Kafka did not answer as expected (an unreachable broker, a failed request, a protocol
+    error). A topic that does not exist is a
+    [ConfigurationError][aio_cluster.ConfigurationError]."""
 
     retriable = True

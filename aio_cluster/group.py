@@ -1,28 +1,28 @@
 """ConsumerGroup: one member of a self-balancing consumer group of one Kafka topic.
 
-The members of a group share its name; every message of the topic goes to exactly one of them. They
-agree on who owns which partition through ZooKeeper (the classic layout, see :mod:`.layout`): each
-member registers an ephemeral node, and on every change of the registrations each member learns the
-assignment, releases what is no longer its own and claims what is. With the sticky strategy (the
-default) the oldest member computes the assignment and publishes it, and the others follow it
-(:mod:`.target`); with range and round-robin each member computes the same one
-(:mod:`.assignment`). Only the partitions that change owner pause; the others keep delivering.
+The members of a group share its name; every message of the topic goes to exactly one of them.
+They agree on who owns which partition through ZooKeeper (the classic layout, see
+`aio_cluster.zookeeper.layout`): each member registers an ephemeral node, and on every change of
+the registrations each member learns the assignment, releases what is no longer its own and claims
+what is. With the sticky strategy (the default) the oldest member computes the assignment and
+publishes it, and the others follow it (`aio_cluster.assign.target`); with range and round-robin
+each member computes the same one (`aio_cluster.assign.strategies`). Only the partitions that
+change owner pause; the others keep delivering.
 
 Handover happens at batch boundaries: a partition whose batch is being processed is released only
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
 lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandoned, uncommitted).
 
-:class:`ConsumerGroup` is the facade; the work is done by its parts, each owning its state:
-:mod:`.membership` (registration, the rebalance, claims, with :mod:`.claiming`), :mod:`.delivery`
-(buffers, batches in flight, pause and seek), :mod:`.offsets` (the fenced offset writes), and
-:mod:`.handover` (what a rebalance asks of them, and the listener).
+`ConsumerGroup` is the facade; the work is done by its parts in `aio_cluster.member`, each owning
+its state: `membership` (registration, the rebalance, claims, with `claiming`), `delivery`
+(buffers, batches in flight, pause and seek), `offsets` (the fenced offset writes), and `handover`
+(what a rebalance asks of them, and the listener).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import logging
 import os
@@ -34,9 +34,7 @@ from typing import Any, Literal
 
 import anyio
 
-from .assignment import Strategy
-from .claims import Batch
-from .delivery import Delivery
+from .assign.strategies import Strategy
 from .errors import (
     AccessDeniedError,
     AioClusterError,
@@ -47,17 +45,21 @@ from .errors import (
     GroupClosedError,
     NotOwnedError,
 )
-from .handover import Handover
-from .kafka import Fetcher, KafkaGroupOffsets
-from .kafka_options import KafkaOptions
-from .layout import GroupLayout
-from .listener import RebalanceListener
-from .membership import Membership
-from .mirror import KafkaMirror
-from .offsets import Offsets
-from .statistics import GroupStatistics, partition_statistics
-from .zk import SessionState, ZooKeeper
-from .zk_security import Acl, ZooKeeperTLS
+from .kafka.fetcher import Fetcher
+from .kafka.group_offsets import KafkaGroupOffsets
+from .kafka.options import KafkaOptions
+from .member.claims import Batch
+from .member.delivery import Delivery
+from .member.handover import Handover
+from .member.lifecycle import GroupState
+from .member.listener import RebalanceListener
+from .member.membership import Membership
+from .member.mirror import KafkaMirror
+from .member.offsets import Offsets
+from .member.statistics import GroupStatistics, partition_statistics
+from .zookeeper.client import SessionState, ZooKeeper
+from .zookeeper.layout import GroupLayout
+from .zookeeper.security import Acl, ZooKeeperTLS
 
 __all__ = ["Batch", "ConsumerGroup", "GroupState"]
 
@@ -77,21 +79,6 @@ def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | No
         if found is not None:
             return found
     return None
-
-
-class GroupState(enum.Enum):
-    """The life of a :class:`ConsumerGroup`.
-
-    NEW --register()--> JOINING --first rebalance done--> JOINED --close()--> CLOSING --> CLOSED.
-    A failed join goes to CLOSED. close() from NEW goes straight to CLOSED. CLOSED is final:
-    registering again raises :class:`~aio_cluster.errors.GroupClosedError`.
-    """
-
-    NEW = "new"
-    JOINING = "joining"
-    JOINED = "joined"
-    CLOSING = "closing"
-    CLOSED = "closed"
 
 
 def _member_id(group: str) -> str:
@@ -117,7 +104,7 @@ class ConsumerGroup:
     and always before a partition is handed over or the member leaves; a member that crashes may
     so deliver up to ``commit_interval`` seconds of batches again (at least once, never lost).
 
-    See :class:`GroupState` for the lifecycle.
+    See [GroupState][aio_cluster.GroupState] for the lifecycle.
     """
 
     def __init__(
@@ -149,7 +136,7 @@ class ConsumerGroup:
         zookeeper_tls: ZooKeeperTLS | bool = False,
         kafka_offsets: Literal["off", "mirror", "migrate"] = "off",
     ) -> None:
-        """Configure a member; it joins in ``async with`` (or :meth:`register`).
+        """Configure a member; it joins in ``async with`` (or `register()`).
 
         Args:
             name: the group's name, shared by all its members.
@@ -163,22 +150,22 @@ class ConsumerGroup:
             loop_delay: seconds to pause after a fetch that returned nothing.
             trail: where no offset is stored, start at the latest offset instead of the earliest.
             session_timeout: the ZooKeeper session's timeout in seconds.
-            register: join on ``async with``; False leaves it to :meth:`register`.
+            register: join on ``async with``; False leaves it to `register()`.
             strategy: the assignment strategy; all members of a group must use the same.
             commit_interval: the most seconds a completed batch's offset waits to be stored.
             metadata_interval: seconds between checks of the topic's partitions (and, while
                 the topic does not exist, of whether it does now).
             request_timeout: the bound on each ZooKeeper request, in seconds.
-            close_timeout: the bound on the final commit and release in :meth:`close`.
+            close_timeout: the bound on the final commit and release in `close()`.
             rebalance_timeout: at a handover, the most seconds to wait for a running batch body
                 (then the partition is released without committing that batch) and for each
                 listener call.
             wait_for_topic: a topic that does not exist yet is waited for (logged once);
-                False makes :meth:`register` fail instead.
+                False makes `register()` fail instead.
             listener: told of the partitions that are assigned, revoked or lost (see
-                :class:`~aio_cluster.RebalanceListener`).
+                [RebalanceListener][aio_cluster.RebalanceListener]).
             kafka_options: connection options for every Kafka client of the member, with
-                aiokafka's names (TLS, SASL; see :class:`~aio_cluster.KafkaOptions`).
+                aiokafka's names (TLS, SASL; see [KafkaOptions][aio_cluster.KafkaOptions]).
             zookeeper_auth: credentials of the ZooKeeper session, ``[("digest", "user:pw")]``.
             zookeeper_acl: ``"open"`` (the default): the group's nodes are open to all;
                 ``"creator"``: the nodes this member creates (``ids``, ``owners``, ``offsets``
@@ -190,7 +177,7 @@ class ConsumerGroup:
                 ZooKeeper stays the truth, and a commit Kafka refuses is logged and sent again
                 with the next, never holding up consumption. ``"migrate"`` mirrors too, and
                 starts a partition without a stored offset at the offset a Kafka consumer group
-                of the same name committed (see :mod:`aio_cluster.mirror`).
+                of the same name committed (see `aio_cluster.member.mirror`).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -375,7 +362,7 @@ class ConsumerGroup:
         return sorted(set(partitions))
 
     def pause(self, *partitions: int) -> None:
-        """Hand out no batch of these partitions until :meth:`resume`; they stay claimed.
+        """Hand out no batch of these partitions until `resume()`; they stay claimed.
 
         A pause lasts across rebalances that leave the partition to this member.
 
@@ -400,7 +387,7 @@ class ConsumerGroup:
 
         Buffered records are dropped, and a batch whose body runs now is not committed. The
         stored offset moves only when a batch from the new position completes (or on
-        :meth:`commit`).
+        `commit()`).
 
         Raises:
             NotOwnedError: this member does not own the partition.
@@ -440,7 +427,7 @@ class ConsumerGroup:
         """
         _check_offset(timestamp_ms, "timestamp_ms")
         owned = self._owned(partitions)
-        found = await self._fetcher.offsets_for_time(timestamp_ms, owned)
+        found = await self._fetcher.offsets_for_time(owned, timestamp_ms)
         missing = [p for p, offset in found.items() if offset is None]
         ends = await self._fetcher.ends(missing)
         self._seek_all({p: ends[p] if offset is None else offset for p, offset in found.items()})
@@ -575,7 +562,7 @@ class ConsumerGroup:
 
         Args:
             commit: store each batch's offset once the loop body finished (see the class). With
-                False the caller stores offsets with :meth:`commit`.
+                False the caller stores offsets with `commit()`.
 
         Raises:
             AioClusterError: the member failed in the background (the cause is kept).

@@ -6,7 +6,7 @@ Opt in with ``pytest -p aio_cluster.testing`` on the command line, or in a ``con
 
 Fixtures (pytest-asyncio, strict or auto mode):
 
-- ``local_cluster`` (session scope): a running :class:`~aio_cluster.local.LocalCluster`: the
+- ``local_cluster`` (session scope): a running [LocalCluster][aio_cluster.local.LocalCluster]: the
   cluster that ``AIO_CLUSTER_BOOTSTRAP`` and ``AIO_CLUSTER_ZOOKEEPER`` name, else one started
   with Java, else with Docker. It is started in the session's event loop, so tests that use it
   run in that loop: mark them ``@pytest.mark.asyncio(loop_scope="session")``.

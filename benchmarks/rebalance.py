@@ -25,9 +25,9 @@ from aiokafka import AIOKafkaConsumer
 from common import create_topic, fresh, median, table
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 
 async def poll(condition: Callable[[], object], timeout: float = 60.0) -> None:

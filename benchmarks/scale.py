@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from common import RESULTS, bar_chart, create_topic, fresh, markdown_table, median, table
 
 from aio_cluster import ConsumerGroup, Strategy
-from aio_cluster.assignment import assign
+from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
 
 SETTLE_TIMEOUT = 120.0

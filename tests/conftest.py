@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 
 from support import wait_until
 

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 
 async def wait_until(

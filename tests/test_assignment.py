@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aio_cluster.assignment import Strategy, assign, balanced_range
+from aio_cluster.assign.strategies import Strategy, assign, balanced_range
 
 partitions_st = st.sets(st.integers(min_value=0, max_value=500), max_size=64)
 members_st = st.sets(

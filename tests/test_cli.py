@@ -19,9 +19,9 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 

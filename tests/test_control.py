@@ -25,10 +25,10 @@ from aio_cluster import (
     RebalanceListener,
     Strategy,
 )
-from aio_cluster.assignment import assign
-from aio_cluster.layout import GroupLayout
+from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from support import owners, settled, wait_until
@@ -109,7 +109,7 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
         # The moving partition's body runs: the handover starts but revoked must wait for it.
         joining = asyncio.create_task(second.register())
         try:
-            await wait_until(lambda: moving in first._delivery.revoking, what="handover began")
+            await wait_until(lambda: moving in first._delivery.withheld, what="handover began")
             assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
             ending = asyncio.create_task(anext(batches))
             await joining

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from support import wait_until

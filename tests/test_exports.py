@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
+
+import pytest
 
 import aio_cluster
 from aio_cluster import AioClusterError
@@ -27,12 +30,78 @@ def test_every_error_derives_from_the_root() -> None:
     assert all(issubclass(error, AioClusterError) for error in errors)
 
 
-def test_the_module_map_matches_the_package() -> None:
-    """The package docstring's module map names every module and subpackage, and nothing else."""
-    package = Path(aio_cluster.__file__).parent
-    doc = aio_cluster.__doc__ or ""
+PACKAGE = Path(aio_cluster.__file__).parent
+
+# Which of the package's parts each part may import: nothing low imports anything high, and the
+# two server packages never import each other.
+LAYERS: dict[str, set[str]] = {
+    "net": {"errors", "net"},
+    "assign": {"errors", "assign"},
+    "zookeeper": {"errors", "net", "assign", "zookeeper"},
+    "kafka": {"errors", "net", "kafka"},
+    "member": {"errors", "net", "assign", "zookeeper", "kafka", "member"},
+    "group": {"errors", "net", "assign", "zookeeper", "kafka", "member"},
+    "local": {"errors", "net", "zookeeper", "kafka", "local"},
+    "testing": {"errors", "local"},
+    "errors": set(),
+}
+# Pure modules: computing, never waiting on a server.
+PURE = ["assign/strategies.py", "assign/target.py", "zookeeper/layout.py", "cli/plans.py"]
+IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
+
+
+def _packages() -> list[Path]:
+    return [PACKAGE, *(path.parent for path in PACKAGE.glob("*/__init__.py"))]
+
+
+@pytest.mark.parametrize("package", _packages(), ids=lambda path: path.name)
+def test_each_module_map_matches_its_package(package: Path) -> None:
+    """Each package docstring maps every module and subpackage of it, and nothing else."""
+    init = package / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
     mapped = re.findall(r"^ {4}(\S+\.py|\S+/) {2,}\S", doc, flags=re.MULTILINE)
     present = [path.name for path in package.glob("*.py") if path.name != "__init__.py"]
     present += [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()]
     assert sorted(mapped) == sorted(present)
     assert mapped == sorted(mapped), "the map is in alphabetical order"
+
+
+def _imports(path: Path) -> set[str]:
+    """The absolute names a module imports (relative imports resolved within the package)."""
+    module = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = module[: len(module) - node.level] if node.level else ()
+            name = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(name)
+            found |= {f"{name}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _part(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "aio_cluster" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_no_module_imports_above_its_layer(path: Path) -> None:
+    part = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    allowed = LAYERS.get(part)
+    if allowed is None:  # the top: __init__, __main__, cli
+        return
+    reached = {p for name in _imports(path) if (p := _part(name)) is not None and p in LAYERS}
+    reached |= {p for name in _imports(path) if (p := _part(name)) in ("cli", "__main__")}
+    assert reached <= allowed, f"{path.name} imports {sorted(reached - allowed)}"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_do_no_io(module: str) -> None:
+    roots = {name.split(".")[0] for name in _imports(PACKAGE / module)}
+    assert not roots & IO

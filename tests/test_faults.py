@@ -10,7 +10,7 @@ import pytest
 
 from aio_cluster import Batch, ConsumerGroup
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import SessionState, ZooKeeper
 
 from conftest import MakeTopic, Produce
 from support import settled, wait_until

@@ -22,10 +22,10 @@ from aio_cluster import (
     Strategy,
     StrategyMismatchError,
 )
-from aio_cluster.assignment import assign
-from aio_cluster.layout import GroupLayout
+from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from support import owners, settled, wait_until
@@ -356,7 +356,7 @@ async def test_handover_waits_for_the_batch_being_processed(
         tasks = [joining]
         try:
             await wait_until(
-                lambda: moving in first._delivery.revoking, what="first starts to hand over"
+                lambda: moving in first._delivery.withheld, what="first starts to hand over"
             )
             # A second in which a wrong handover would happen: the join must not finish.
             with pytest.raises(asyncio.TimeoutError):

@@ -14,8 +14,8 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import READ_ACL_UNSAFE
 
 from aio_cluster import AccessDeniedError, ConsumerGroup, GroupState
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from support import wait_until

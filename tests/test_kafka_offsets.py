@@ -17,11 +17,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from aio_cluster import Batch, ConfigurationError, ConsumerGroup
-from aio_cluster.kafka import KafkaGroupOffsets
-from aio_cluster.layout import GroupLayout
+from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
 from aio_cluster.local.jars import default_cache_dir, resolve_jars
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from support import wait_until

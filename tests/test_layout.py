@@ -9,17 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetError, Strategy
-from aio_cluster.kafka import parse_bootstrap
-from aio_cluster.layout import (
+from aio_cluster.assign.target import StickyTarget
+from aio_cluster.kafka.options import parse_bootstrap
+from aio_cluster.zookeeper.client import parse_hosts
+from aio_cluster.zookeeper.layout import (
     GroupLayout,
-    Target,
     decode_member,
     decode_offset,
     decode_target,
     encode_member,
     encode_target,
 )
-from aio_cluster.zk import parse_hosts
 
 
 def test_classic_paths() -> None:
@@ -98,12 +98,12 @@ def test_target_node_sits_beside_the_classic_nodes() -> None:
 )
 def test_targets_round_trip(version: int, owners: dict[int, str]) -> None:
     members = ("m-2", "m-1", "m-3")
-    target = Target(version=version, members=members, owners=owners)
+    target = StickyTarget(version=version, members=members, owners=owners)
     assert decode_target(encode_target(target)) == target
 
 
 def test_target_lists_each_member_once() -> None:
-    doc = json.loads(encode_target(Target(4, ("a", "b"), {2: "b", 0: "a", 1: "a"})))
+    doc = json.loads(encode_target(StickyTarget(4, ("a", "b"), {2: "b", 0: "a", 1: "a"})))
     assert doc == {"version": 4, "members": ["a", "b"], "partitions": {"a": [0, 1], "b": [2]}}
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from aio_cluster import BrokerError
-from aio_cluster.claims import UNPOSITIONED, Claim
-from aio_cluster.mirror import KafkaMirror
+from aio_cluster.member.claims import UNPOSITIONED, Claim
+from aio_cluster.member.mirror import KafkaMirror
 
 pytestmark = pytest.mark.asyncio
 

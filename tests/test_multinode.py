@@ -29,9 +29,9 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import ConsumerGroup, LocalClusterError
-from aio_cluster.layout import GroupLayout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import NoNodeError, SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, SessionState, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from support import settled, wait_until
 

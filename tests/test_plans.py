@@ -7,11 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aio_cluster import ConfigurationError
-from aio_cluster.plans import (
+from aio_cluster.cli.plans import (
     LagRow,
     PlanRow,
+    ResetTarget,
     ShiftBy,
-    Target,
     ToEarliest,
     ToLatest,
     ToOffset,
@@ -55,7 +55,7 @@ def test_member_host_reads_this_librarys_ids_only() -> None:
         (ShiftBy(20), [60, 30, 0]),
     ],
 )
-def test_plans_stay_within_the_retained_range(target: Target, news: list[int]) -> None:
+def test_plans_stay_within_the_retained_range(target: ResetTarget, news: list[int]) -> None:
     stored = {0: 40, 2: 0}
     plan = plan_reset(target, stored, BOUNDS)
     assert plan == [PlanRow(p, stored.get(p), new) for p, new in zip([0, 1, 2], news, strict=True)]

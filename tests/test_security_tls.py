@@ -19,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import AuthenticationError, ConsumerGroup, GroupState, KafkaOptions, ZooKeeperTLS
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 
 from support import consume_exactly_once
 from test_cli import one_line, run

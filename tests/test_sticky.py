@@ -7,9 +7,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aio_cluster.assignment import sticky
-from aio_cluster.layout import Target
-from aio_cluster.target import leader, next_target
+from aio_cluster.assign.strategies import sticky
+from aio_cluster.assign.target import StickyTarget, leader, next_target
 
 partitions_st = st.sets(st.integers(min_value=0, max_value=400), max_size=120)
 members_st = st.lists(
@@ -130,7 +129,7 @@ def test_the_leader_is_the_oldest() -> None:
 
 def test_next_target_counts_versions_and_keeps_a_fitting_target() -> None:
     first = next_target(None, range(4), ["a"])
-    assert first == Target(version=0, members=("a",), owners=dict.fromkeys(range(4), "a"))
+    assert first == StickyTarget(version=0, members=("a",), owners=dict.fromkeys(range(4), "a"))
     assert next_target(first, range(4), ["a"]) is None
     second = next_target(first, range(4), ["a", "b"])
     assert second is not None

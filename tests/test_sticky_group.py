@@ -12,10 +12,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.layout import GroupLayout, decode_target
+from aio_cluster.assign.target import next_target
 from aio_cluster.local import LocalCluster
-from aio_cluster.target import next_target
-from aio_cluster.zk import ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout, decode_target
 
 from conftest import MakeTopic, Produce
 from support import Worker, settled, wait_until

@@ -9,7 +9,7 @@ import pytest
 
 from aio_cluster import ConfigurationError, CoordinationTimeout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import (
+from aio_cluster.zookeeper.client import (
     BadVersionError,
     Check,
     Create,

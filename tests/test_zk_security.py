@@ -15,7 +15,7 @@ from kazoo.exceptions import NoAuthError
 
 from aio_cluster import AccessDeniedError, ConfigurationError
 from aio_cluster.local import LocalCluster
-from aio_cluster.zk import Create, SetData, ZooKeeper
+from aio_cluster.zookeeper.client import Create, SetData, ZooKeeper
 
 ALICE = ("digest", "alice:alice-Pa55word")
 BOB = ("digest", "bob:bob-Pa55word")

@@ -24,10 +24,19 @@ process itself die (``PR_SET_PDEATHSIG``). For the tests of faults a Java-starte
 and restart each server (or each node: ``stop_broker(i)``, ``stop_zookeeper_node(i)``) on the
 same port with the same data, tell which broker leads a partition, and expire a ZooKeeper session.
 
-The modules: ``cluster`` (LocalCluster's lifecycle and fault hooks), ``servers`` (the JVMs of
-every node), ``process`` (child processes, the JVM command line), ``config`` (zoo.cfg and
-server.properties), ``jars`` (the Maven fetch and its cache), ``probes`` (ports, readiness),
-``env`` (the cluster the environment names), ``docker`` (the Docker fallback), ``cli`` (up/down).
+Modules::
+
+    __main__.py     ``python -m aio_cluster.local``: the up/down command
+    cli.py          the up/down command: its arguments and I/O
+    cluster.py      LocalCluster: the lifecycle and the fault hooks
+    config.py       zoo.cfg and server.properties
+    docker.py       the Docker fallback (testcontainers)
+    env.py          the cluster the environment names
+    jars.py         the Maven fetch of the jars, and its cache
+    probes.py       free ports, readiness
+    process.py      child processes, the JVM command line
+    security.py     the TLS certificates and SCRAM user of a secured cluster
+    servers.py      the JVMs of every node
 
 For people there is a command line (also installed as ``aio-cluster-local``)::
 

@@ -1,4 +1,4 @@
-"""``python -m aio_cluster.local up|down``: see :func:`aio_cluster.local.cli.main`."""
+"""``python -m aio_cluster.local up|down``: see `main()`."""
 
 import sys
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from .. import zk
 from ..errors import ConfigurationError, LocalClusterError
-from ..kafka_options import KafkaOptions
-from ..zk_security import ZooKeeperTLS
+from ..kafka.options import KafkaOptions
+from ..zookeeper import client as zk
+from ..zookeeper.security import ZooKeeperTLS
 from . import config, docker, env, jars, probes, process, servers
 from .security import Security
 
@@ -43,9 +43,9 @@ class LocalCluster:
     """A ZooKeeper server and a Kafka node for development and tests, or with ``brokers=3,
     zookeepers=3`` an ensemble and a replicated cluster (Java only).
 
-    Use it as ``async with LocalCluster() as cluster:`` or call :meth:`start` and :meth:`stop`.
-    Once started, :attr:`bootstrap` and :attr:`zookeeper` say where the servers are. The fault
-    hooks (:meth:`stop_zookeeper`, :meth:`start_kafka`, :meth:`stop_broker`, ...) need a cluster
+    Use it as ``async with LocalCluster() as cluster:`` or call `start()` and `stop()`.
+    Once started, `bootstrap` and `zookeeper` say where the servers are. The fault
+    hooks (`stop_zookeeper()`, `start_kafka()`, `stop_broker()`, ...) need a cluster
     this object started with Java.
 
     With several Kafka nodes, topics are created with three replicas by default (as many as there
@@ -70,7 +70,7 @@ class LocalCluster:
         tls: bool = False,
         sasl: bool = False,
     ) -> None:
-        """Configure the cluster; nothing starts before :meth:`start`.
+        """Configure the cluster; nothing starts before `start()`.
 
         Args:
             brokers: how many Kafka nodes (each a broker and a KRaft controller).
@@ -90,10 +90,10 @@ class LocalCluster:
                 asked for are then ignored). A cluster with ``tls`` or ``sasl`` never comes from
                 the environment.
             tls: Kafka serves TLS only, with a certificate for 127.0.0.1 signed by a CA made at
-                start, and ZooKeeper serves TLS too, on :attr:`zookeeper_secure` (its plain port
-                stays); :attr:`kafka_options` trusts the CA. Needs Java and trustme.
+                start, and ZooKeeper serves TLS too, on `zookeeper_secure` (its plain port
+                stays); `kafka_options` trusts the CA. Needs Java and trustme.
             sasl: Kafka serves SASL SCRAM-SHA-512 over TLS (implies ``tls``), with a user made
-                at start whose name and random password are in :attr:`kafka_options`.
+                at start whose name and random password are in `kafka_options`.
 
         Raises:
             ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
@@ -192,7 +192,7 @@ class LocalCluster:
 
     @property
     def zookeeper_tls(self) -> ZooKeeperTLS:
-        """How to speak TLS to :attr:`zookeeper_secure`: trusting the cluster's CA.
+        """How to speak TLS to `zookeeper_secure`: trusting the cluster's CA.
 
         Raises:
             LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
@@ -263,7 +263,7 @@ class LocalCluster:
 
     async def stop_zookeeper(self) -> None:
         """Stop ZooKeeper, every server of it (a fault for tests); the data stays for
-        :meth:`start_zookeeper`.
+        `start_zookeeper()`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
@@ -282,7 +282,7 @@ class LocalCluster:
 
     async def stop_kafka(self) -> None:
         """Stop Kafka, every node of it (a fault for tests); the data stays for
-        :meth:`start_kafka`.
+        `start_kafka()`.
 
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
@@ -301,7 +301,7 @@ class LocalCluster:
 
     async def stop_broker(self, index: int) -> None:
         """Stop one Kafka node (a fault for tests): the partitions it led get new leaders among
-        the replicas in sync. Its data stays for :meth:`start_broker`.
+        the replicas in sync. Its data stays for `start_broker()`.
 
         Args:
             index: the node, from 0 (its Kafka node id is ``index + 1``).
@@ -323,7 +323,7 @@ class LocalCluster:
     async def stop_zookeeper_node(self, index: int) -> None:
         """Stop one ZooKeeper server (a fault for tests): its clients move to another server;
         with a majority stopped the ensemble serves nobody. Its data stays for
-        :meth:`start_zookeeper_node`.
+        `start_zookeeper_node()`.
 
         Args:
             index: the server, from 0 (its ZooKeeper server id is ``index + 1``).
@@ -345,7 +345,7 @@ class LocalCluster:
         await self._node("zookeeper", index).start(self._deadline())
 
     async def leader(self, topic: str, partition: int) -> int:
-        """The Kafka node that leads a partition now, as the index :meth:`stop_broker` takes;
+        """The Kafka node that leads a partition now, as the index `stop_broker()` takes;
         while the partition has no leader (an election), wait for one.
 
         Raises:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from .. import zk
 from ..errors import ConfigurationError
-from ..kafka import parse_bootstrap
+from ..kafka.options import parse_bootstrap
+from ..zookeeper import client as zk
 
 BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
 ZOOKEEPER_VAR = "AIO_CLUSTER_ZOOKEEPER"

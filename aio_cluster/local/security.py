@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LocalClusterError
-from ..kafka_options import KafkaOptions
-from ..zk_security import ZooKeeperTLS
+from ..kafka.options import KafkaOptions
+from ..zookeeper.security import ZooKeeperTLS
 from .config import HOST
 
 __all__ = ["Security"]

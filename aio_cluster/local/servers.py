@@ -78,7 +78,7 @@ class JavaServers:
     """The JVMs of a cluster, their configuration and logs under ``data``.
 
     One node of each keeps the single-node layout and heap sizes; several nodes get smaller
-    heaps (see :mod:`.process`), so that six JVMs start together on two cores.
+    heaps (see `aio_cluster.local.process`), so that six JVMs start together on two cores.
     """
 
     def __init__(

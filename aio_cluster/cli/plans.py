@@ -1,5 +1,5 @@
 """What the ``aio-cluster`` command computes, apart from its I/O: lag rows, reset plans, and the
-parsing of its arguments. Pure functions of what :mod:`aio_cluster.cli` read from ZooKeeper and
+parsing of its arguments. Pure functions of what `aio_cluster.cli` read from ZooKeeper and
 Kafka, so that every rule here is tested without servers.
 """
 
@@ -9,13 +9,13 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = [
     "LagRow",
     "PlanRow",
+    "ResetTarget",
     "ShiftBy",
-    "Target",
     "ToEarliest",
     "ToLatest",
     "ToOffset",
@@ -128,7 +128,7 @@ class ShiftBy:
     delta: int
 
 
-Target = ToEarliest | ToLatest | ToOffset | ToTime | ShiftBy
+ResetTarget = ToEarliest | ToLatest | ToOffset | ToTime | ShiftBy
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class PlanRow:
 
 
 def plan_reset(
-    target: Target,
+    target: ResetTarget,
     stored: Mapping[int, Stored],
     bounds: Mapping[int, tuple[int, int]],
     at_time: Mapping[int, int | None] | None = None,
@@ -154,11 +154,11 @@ def plan_reset(
         target: where to go.
         stored: what the offset nodes hold now.
         bounds: the partitions to reset, with their earliest and log-end offsets.
-        at_time: for :class:`ToTime`, the offset found for its time in each partition.
+        at_time: for `ToTime`, the offset found for its time in each partition.
 
     Raises:
         ConfigurationError: a shift of a partition whose stored offset is unreadable, or a
-            :class:`ToTime` without the offsets found for it.
+            `ToTime` without the offsets found for it.
     """
     rows = []
     for partition, (earliest, end) in sorted(bounds.items()):

@@ -9,9 +9,9 @@ everyone follows:
   ZooKeeper gave the ``ids`` nodes). Joins never change the leader (a newcomer is the youngest),
   nor do leaves of other members; the oldest has also shown the longest that its session holds.
 * **The leader publishes one versioned node**, ``/consumers/<group>/assignment/<topic>``
-  (:attr:`.layout.GroupLayout.assignment`): the target's version, the members it was computed
+  (`GroupLayout.assignment`): the target's version, the members it was computed
   for (oldest first) and partition -> member. It computes the next target from the published one
-  (:func:`next_target`) whenever the registrations or the topic's partitions change, and writes it
+  (`next_target()`) whenever the registrations or the topic's partitions change, and writes it
   with a conditional set on the node's version: if two members both believe they lead for a
   moment (the old leader's session expired but it has not heard yet), only one write of each
   version wins and the loser rereads, so the published targets form one history.
@@ -20,7 +20,7 @@ everyone follows:
   each partition the target gives to it. Partitions whose owner does not change are not touched,
   so they keep delivering through the rebalance.
 * **Takeover**: every member watches the registrations (as the classic consumer did), so when
-  the leader dies the next oldest finds itself oldest (:func:`leader`) and goes on from the
+  the leader dies the next oldest finds itself oldest (`leader()`) and goes on from the
   published target: the dead leader's partitions are spread as any leaver's, the rest stay put.
   No election round is needed: the registrations' creation order already is the succession.
 
@@ -45,11 +45,30 @@ tools still read the group; the target node is one more node beside them that th
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
-from .assignment import sticky
-from .layout import Target
+from .strategies import sticky
 
-__all__ = ["leader", "next_target"]
+__all__ = ["StickyTarget", "leader", "next_target"]
+
+
+@dataclass(frozen=True)
+class StickyTarget:
+    """A published sticky assignment: who should own which partition.
+
+    Attributes:
+        version: counts the targets published for this group and topic; each one is the last + 1.
+        members: the live members it was computed for, oldest (by registration) first.
+        owners: partition -> the member that should own it.
+    """
+
+    version: int
+    members: tuple[str, ...]
+    owners: dict[int, str]
+
+    def partitions_of(self, member: str) -> list[int]:
+        """The sorted partitions the target gives ``member``."""
+        return sorted(p for p, owner in self.owners.items() if owner == member)
 
 
 def leader(members: Sequence[str]) -> str | None:
@@ -58,12 +77,12 @@ def leader(members: Sequence[str]) -> str | None:
 
 
 def next_target(
-    published: Target | None, partitions: Collection[int], members: Sequence[str]
-) -> Target | None:
+    published: StickyTarget | None, partitions: Collection[int], members: Sequence[str]
+) -> StickyTarget | None:
     """The target to publish next, or None when the published one already fits.
 
     The published target fits when it was computed for the same members and covers exactly the
-    same partitions; otherwise the next version is the :func:`~.assignment.sticky` assignment
+    same partitions; otherwise the next version is the `sticky()` assignment
     from the published owners.
 
     Args:
@@ -84,4 +103,4 @@ def next_target(
     assigned = sticky(wanted, ordered, previous)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
-    return Target(version=version, members=ordered, owners=owners)
+    return StickyTarget(version=version, members=ordered, owners=owners)

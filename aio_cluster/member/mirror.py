@@ -16,9 +16,9 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 
+from ..errors import BrokerError
+from ..kafka.group_offsets import KafkaGroupOffsets
 from .claims import UNPOSITIONED, Claim
-from .errors import BrokerError
-from .kafka import KafkaGroupOffsets
 
 __all__ = ["KafkaMirror"]
 

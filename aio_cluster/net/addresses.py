@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["parse_servers"]
 

@@ -1,8 +1,8 @@
 """The rebalance listener: how an application hears which partitions come and go.
 
-Subclass :class:`RebalanceListener` and override what you need; every method is awaited by the
-member's rebalance, bounded by its ``rebalance_timeout``. A method that raises is logged, and the
-group goes on.
+Subclass [RebalanceListener][aio_cluster.RebalanceListener] and override what you need; every
+method is awaited by the member's rebalance, bounded by its ``rebalance_timeout``. A method that
+raises is logged, and the group goes on.
 """
 
 from __future__ import annotations

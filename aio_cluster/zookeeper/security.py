@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from kazoo.security import ACL, Id, Permissions
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = [
     "Acl",

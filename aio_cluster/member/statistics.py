@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .claims import UNPOSITIONED, Claim
-
-if TYPE_CHECKING:
-    from .group import GroupState
+from .lifecycle import GroupState
 
 __all__ = ["GroupStatistics", "PartitionStatistics", "partition_statistics"]
 
@@ -42,7 +39,7 @@ class PartitionStatistics:
 
 @dataclass(frozen=True)
 class GroupStatistics:
-    """A snapshot of one member (see :meth:`aio_cluster.ConsumerGroup.statistics`).
+    """A snapshot of one member (see [statistics()][aio_cluster.ConsumerGroup.statistics]).
 
     Attributes:
         member_id: the member's id.

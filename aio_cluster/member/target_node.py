@@ -1,7 +1,7 @@
 """The sticky strategy's I/O: reading the published target, and publishing the next one.
 
 The design (why one member publishes and everyone follows, and why no partition can be owned
-twice) is in :mod:`.target`; this module only moves targets in and out of their node.
+twice) is in `aio_cluster.assign.target`; this module only moves targets in and out of their node.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 
-from .errors import CoordinationError
-from .layout import GroupLayout, Target, decode_target, encode_target
-from .target import leader, next_target
-from .zk import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
+from ..assign.target import StickyTarget, leader, next_target
+from ..errors import CoordinationError
+from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
+from ..zookeeper.layout import GroupLayout, decode_target, encode_target
 
 __all__ = ["TargetNode"]
 
@@ -32,7 +32,7 @@ class TargetNode:
         members: Sequence[str],
         partitions: Collection[int],
         on_change: Callable[[], None],
-    ) -> Target | None:
+    ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
         The leader (the oldest of ``members``) first publishes the next target when the
@@ -78,7 +78,9 @@ class TargetNode:
                 return published
             # Someone else wrote since: read again (the watch is set either way).
 
-    async def _read(self, watch: Callable[[], None] | None) -> tuple[Target | None, int | None]:
+    async def _read(
+        self, watch: Callable[[], None] | None
+    ) -> tuple[StickyTarget | None, int | None]:
         try:
             data, stat = await self._zk.get(self._path, watch=watch)
         except NoNodeError:
@@ -95,7 +97,7 @@ class TargetNode:
             log.warning("member %s: %s", self._member, exc)
             return None, stat.version
 
-    async def _write(self, target: Target, node_version: int | None) -> int:
+    async def _write(self, target: StickyTarget, node_version: int | None) -> int:
         """Publish ``target`` over the node at ``node_version`` (None: create it); returns the
         node's new version."""
         data = encode_target(target)

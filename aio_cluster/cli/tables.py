@@ -1,6 +1,6 @@
 """The tables the ``aio-cluster`` command prints, drawn with rich (the ``cli`` extra).
 
-Only drawing here: the rows come computed from :mod:`aio_cluster.plans`.
+Only drawing here: the rows come computed from `aio_cluster.cli.plans`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
-from .layout import MemberInfo
+from ..errors import ConfigurationError
+from ..zookeeper.layout import MemberInfo
 from .plans import LagRow, PlanRow, Unreadable, member_host
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 the claims it makes and releases in ZooKeeper.
 
 What happens to a partition's batches and offsets around a handover is not this part's business:
-it asks the :class:`~.handover.Handover` to drain what it releases and to start what it claimed.
+it asks the `Handover` to drain what it releases and to start what it claimed.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from .assignment import Strategy, assign
-from .claiming import ClaimNodes
-from .claims import UNPOSITIONED, Claim
-from .errors import (
+from ..assign.strategies import Strategy, assign
+from ..errors import (
     AioClusterError,
     BrokerError,
     ConfigurationError,
@@ -25,12 +23,14 @@ from .errors import (
     SessionLostError,
     StrategyMismatchError,
 )
+from ..kafka.fetcher import Fetcher
+from ..zookeeper.client import NodeExistsError, NoNodeError, SessionState, ZooKeeper
+from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, encode_member
+from .claiming import ClaimNodes
+from .claims import UNPOSITIONED, Claim
 from .handover import Handover
-from .kafka import Fetcher
-from .layout import GroupLayout, MemberInfo, decode_member, encode_member
 from .offsets import Offsets
-from .sticky import TargetNode
-from .zk import NodeExistsError, NoNodeError, SessionState, ZooKeeper
+from .target_node import TargetNode
 
 __all__ = ["Membership"]
 
@@ -92,7 +92,7 @@ class Membership:
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
         self._lock = asyncio.Lock()
-        """Held by a rebalance: one at a time (the Ruby mutex)."""
+        """Held by a rebalance: one runs at a time, so claims and releases never interleave."""
         self._rebalance_requested = asyncio.Event()
 
     @property

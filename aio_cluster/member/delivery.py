@@ -2,7 +2,7 @@
 the commit rule (a batch whose body completed becomes its claim's pending offset).
 
 This part only fetches and hands out; it never writes to ZooKeeper. Which partitions are claimed
-is read from the claims mapping :mod:`.membership` keeps.
+is read from the claims mapping `aio_cluster.member.membership` keeps.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
+from ..errors import BrokerError
+from ..kafka.fetcher import Fetcher, OffsetsOutOfRange
 from .claims import UNPOSITIONED, Batch, Claim
-from .errors import BrokerError
-from .kafka import Fetcher, OffsetsOutOfRange
 
 __all__ = ["Delivery"]
 
@@ -50,7 +50,9 @@ class Delivery:
         self._trail = trail
         self._fetch_lock = asyncio.Lock()
         """Serialises fetches with changes of the fetcher's assignment and positions."""
-        self._revoking: set[int] = set()
+        self._withheld: set[int] = set()
+        """Partitions no batch is handed out of: being handed over, or claimed and not yet
+        announced to the listener."""
         self._paused: set[int] = set()
         self._inflight: dict[int, tuple[Claim, int]] = {}
         """Partition -> the claim and first offset of the batch whose body runs."""
@@ -69,9 +71,9 @@ class Delivery:
         self._batch_done = asyncio.Event()
 
     @property
-    def revoking(self) -> frozenset[int]:
-        """The partitions being handed over: withheld until released."""
-        return frozenset(self._revoking)
+    def withheld(self) -> frozenset[int]:
+        """The partitions no batch is handed out of (see `withhold()`)."""
+        return frozenset(self._withheld)
 
     def wake(self) -> None:
         """Wake every waiting iterator and handover."""
@@ -128,7 +130,7 @@ class Delivery:
     def _available(self, partition: int) -> bool:
         return (
             partition not in self._inflight
-            and partition not in self._revoking
+            and partition not in self._withheld
             and partition not in self._paused
         )
 
@@ -149,7 +151,7 @@ class Delivery:
             claim = self._claims.get(partition)
             if claim is None:
                 continue
-            if partition in self._revoking or partition in self._seeks:
+            if partition in self._withheld or partition in self._seeks:
                 self._drop(claim)
                 continue
             claim.buffered.append(records)
@@ -211,10 +213,10 @@ class Delivery:
     async def drain(self, partitions: list[int]) -> None:
         """Stop handing out batches of ``partitions`` and wait until their bodies ended.
 
-        The partitions stay withheld until :meth:`undrain`.
+        The partitions stay withheld until `hand_out()`.
         """
         for partition in partitions:
-            self._revoking.add(partition)
+            self._withheld.add(partition)
             self._drop(self._claims[partition])
         while self._inflight.keys() & set(partitions):
             self._batch_done.clear()
@@ -236,14 +238,17 @@ class Delivery:
         return abandoned
 
     def withhold(self, partitions: list[int]) -> None:
-        """Hand out no batch of ``partitions`` until :meth:`undrain`."""
-        self._revoking.update(partitions)
+        """Hand out no batch of ``partitions`` until `hand_out()`."""
+        self._withheld.update(partitions)
 
-    def undrain(self, partitions: list[int], gone: list[int]) -> None:
-        """The partitions are no longer withheld; those ``gone`` are no longer paused either."""
-        self._revoking.difference_update(partitions)
-        self._paused.difference_update(gone)
+    def hand_out(self, partitions: list[int]) -> None:
+        """Hand out batches of ``partitions`` again (undoes `withhold()` and `drain()`)."""
+        self._withheld.difference_update(partitions)
         self._changed.set()
+
+    def forget_paused(self, gone: list[int]) -> None:
+        """``gone`` are no longer claimed: their pause ended with their claim."""
+        self._paused.difference_update(gone)
 
     @property
     def paused(self) -> list[int]:
@@ -251,7 +256,7 @@ class Delivery:
         return sorted(self._paused)
 
     def pause(self, partitions: list[int]) -> None:
-        """Hand out no batch of ``partitions`` (claimed) until :meth:`resume`."""
+        """Hand out no batch of ``partitions`` (claimed) until `resume()`."""
         self._paused.update(partitions)
 
     def resume(self, partitions: list[int]) -> None:
@@ -316,7 +321,7 @@ class Delivery:
     def lose(self) -> None:
         """Every claim is gone (the session expired): forget what was withheld or sought."""
         self.suspended = True
-        self._revoking.clear()
+        self._withheld.clear()
         self._paused.clear()
         self._seeks.clear()
         self._batch_done.set()

@@ -12,14 +12,15 @@ an error message.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
+from ..net.addresses import parse_servers
 
-__all__ = ["SECRET_KEYS", "KafkaOptions"]
+__all__ = ["SECRET_KEYS", "KafkaOptions", "parse_bootstrap"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
@@ -146,8 +147,8 @@ def _validate(options: Mapping[str, object]) -> dict[str, object]:
 
 class KafkaOptions(dict[str, Any]):
     """Validated Kafka connection options, with aiokafka's names: a dict to pass as
-    ``kafka_options=`` to :class:`~aio_cluster.ConsumerGroup`, or as ``**options`` to an aiokafka
-    client.
+    ``kafka_options=`` to [ConsumerGroup][aio_cluster.ConsumerGroup], or as ``**options`` to an
+    aiokafka client.
 
     Accepted: ``security_protocol``, ``ssl_context``, ``sasl_mechanism``,
     ``sasl_plain_username``, ``sasl_plain_password``, ``sasl_kerberos_service_name``,
@@ -181,7 +182,7 @@ class KafkaOptions(dict[str, Any]):
 
         Raises:
             ConfigurationError: a text without ``=``, a key given twice, an unreadable CA file,
-                or what :class:`KafkaOptions` refuses.
+                or what [KafkaOptions][aio_cluster.KafkaOptions] refuses.
         """
         options: dict[str, Any] = {}
         for pair in pairs:
@@ -217,3 +218,12 @@ class KafkaOptions(dict[str, Any]):
         return [
             value for key, value in self.items() if key in SECRET_KEYS and isinstance(value, str)
         ]
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
+    """Validate Kafka bootstrap servers.
+
+    Raises:
+        ConfigurationError: empty, or a server without a numeric port in 1..65535.
+    """
+    return parse_servers(bootstrap, "Kafka")

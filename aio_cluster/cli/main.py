@@ -10,8 +10,9 @@
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
 ``AIO_CLUSTER_ZOOKEEPER``. A failure is one line on stderr and exit status 1 (2 for bad
-arguments), never a traceback. ZooKeeper is read and written in :mod:`.survey`, Kafka in
-:mod:`.kafka`; what is shown or planned is computed in :mod:`.plans` and drawn in :mod:`.tables`.
+arguments), never a traceback. ZooKeeper is read and written in `aio_cluster.cli.survey`, Kafka
+in `aio_cluster.kafka`; what is shown or planned is computed in `aio_cluster.cli.plans` and drawn
+in `aio_cluster.cli.tables`.
 """
 
 from __future__ import annotations
@@ -29,16 +30,17 @@ from typing import Any, NoReturn
 
 import anyio
 
+from ..errors import AioClusterError, ConfigurationError
+from ..group import ConsumerGroup
+from ..kafka.offset_reader import OffsetReader
+from ..kafka.options import KafkaOptions
+from ..zookeeper.client import ZooKeeper
+from ..zookeeper.layout import GroupLayout
 from . import survey, tables
-from .errors import AioClusterError, ConfigurationError
-from .group import ConsumerGroup
-from .kafka import OffsetReader
-from .kafka_options import KafkaOptions
-from .layout import GroupLayout
 from .plans import (
     LagRow,
+    ResetTarget,
     ShiftBy,
-    Target,
     ToEarliest,
     ToLatest,
     ToOffset,
@@ -50,7 +52,6 @@ from .plans import (
     plan_reset,
     select_partitions,
 )
-from .zk import ZooKeeper
 
 __all__ = ["main"]
 
@@ -270,7 +271,7 @@ async def _reset(args: argparse.Namespace) -> int:
         bounds = await kafka.bounds(args.topic, partitions)
         at_time = None
         if isinstance(target, ToTime):
-            at_time = await kafka.offsets_at(args.topic, partitions, target.timestamp_ms)
+            at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
         stored = await survey.read_stored(zk, layout)
         plan = plan_reset(target, stored, bounds, at_time)
         tables.show(tables.plan_table(plan))
@@ -291,7 +292,7 @@ async def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(args: argparse.Namespace) -> Target:
+def _target(args: argparse.Namespace) -> ResetTarget:
     if args.to_earliest:
         return ToEarliest()
     if args.to_latest:
@@ -340,7 +341,7 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from .local import main as local_main  # noqa: PLC0415 - only this command needs it
+    from ..local import main as local_main  # noqa: PLC0415 - only this command needs it
 
     argv = [args.action]
     if args.kafka_port is not None:

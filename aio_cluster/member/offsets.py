@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 
 import anyio
 
+from ..zookeeper.client import Check, Create, NodeExistsError, NoNodeError, SetData, ZooKeeper
+from ..zookeeper.layout import GroupLayout, decode_offset
 from .claims import Claim
-from .layout import GroupLayout, decode_offset
 from .mirror import KafkaMirror
-from .zk import Check, Create, NodeExistsError, NoNodeError, SetData, ZooKeeper
 
 __all__ = ["Offsets"]
 

@@ -7,12 +7,12 @@ session-state callback) so that an asyncio-native client can replace kazoo later
 the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a new session after
 the old one expired, and it can hang the event loop at shutdown (the project's research notes).
 
-Errors of kazoo are translated into :mod:`aio_cluster.errors` here, at the boundary.
+Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary.
 
 Security: the session can authenticate (``auth=[("digest", "user:password")]``), create its nodes
 with an ACL that lets only that identity change them while anyone may read them
 (``acl="creator"``), and speak TLS (``tls=``). A change the ACL does not grant raises
-:class:`~aio_cluster.errors.AccessDeniedError` at once, not a retry. kazoo logs its requests at
+[AccessDeniedError][aio_cluster.AccessDeniedError] at once, not a retry. kazoo logs its requests at
 DEBUG, the credentials included; the logger handed to it masks them.
 """
 
@@ -51,8 +51,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
-from .addresses import parse_servers
-from .errors import (
+from ..errors import (
     AccessDeniedError,
     AuthenticationError,
     ConfigurationError,
@@ -60,8 +59,9 @@ from .errors import (
     CoordinationTimeout,
     SessionLostError,
 )
-from .tls import handshake_error, speaks_tls
-from .zk_security import (
+from ..net.addresses import parse_servers
+from ..net.tls import handshake_error, speaks_tls
+from .security import (
     Acl,
     ZooKeeperTLS,
     checked_auth,
@@ -222,8 +222,8 @@ class ZooKeeper:
     """An asyncio client of one ZooKeeper session (and its successors after expiry).
 
     Every call takes at most ``request_timeout`` seconds and raises a
-    :class:`~aio_cluster.errors.CoordinationError` on failure. Watches and state changes are
-    delivered as plain callbacks on the event loop that called :meth:`start`; they must not block.
+    [CoordinationError][aio_cluster.CoordinationError] on failure. Watches and state changes are
+    delivered as plain callbacks on the event loop that called `start()`; they must not block.
     A request never outlives its session: after an expiry kazoo fails it instead of replaying it.
     """
 
@@ -237,7 +237,7 @@ class ZooKeeper:
         acl: Acl = "open",
         tls: ZooKeeperTLS | bool = False,
     ) -> None:
-        """Configure the client; nothing connects before :meth:`start`.
+        """Configure the client; nothing connects before `start()`.
 
         Args:
             hosts: the connect string, e.g. ``"127.0.0.1:2181"`` or ``["h1:2181", "h2:2181"]``.
@@ -247,7 +247,8 @@ class ZooKeeper:
             acl: ``"open"``: nodes anyone may change (the server's default); ``"creator"``: nodes
                 only the identities of ``auth`` may change or delete, and anyone may read.
             tls: speak TLS: True trusts the system's certificate authorities, a
-                :class:`ZooKeeperTLS` says what to trust and which client certificate to show.
+                [ZooKeeperTLS][aio_cluster.ZooKeeperTLS] says what to trust and which client
+                certificate to show.
 
         Raises:
             ConfigurationError: a malformed connect string, a non-positive timeout, a credential

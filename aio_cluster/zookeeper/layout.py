@@ -18,13 +18,13 @@ import json
 import re
 from dataclasses import dataclass
 
-from .assignment import Strategy
-from .errors import ConfigurationError, CoordinationError, CorruptOffsetError
+from ..assign.strategies import Strategy
+from ..assign.target import StickyTarget
+from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
 __all__ = [
     "GroupLayout",
     "MemberInfo",
-    "Target",
     "decode_member",
     "decode_offset",
     "decode_target",
@@ -76,7 +76,7 @@ class GroupLayout:
 
     @property
     def assignment(self) -> str:
-        """This topic's published sticky target (see :mod:`.target`)."""
+        """This topic's published sticky target (see `aio_cluster.assign.target`)."""
         return f"/consumers/{self.group}/assignment/{self.topic}"
 
     def member(self, member_id: str) -> str:
@@ -141,26 +141,7 @@ def decode_member(data: bytes) -> MemberInfo:
     return MemberInfo(topics=topics, strategy=strategy, since_ms=since_ms)
 
 
-@dataclass(frozen=True)
-class Target:
-    """A published sticky assignment: who should own which partition.
-
-    Attributes:
-        version: counts the targets published for this group and topic; each one is the last + 1.
-        members: the live members it was computed for, oldest (by registration) first.
-        owners: partition -> the member that should own it.
-    """
-
-    version: int
-    members: tuple[str, ...]
-    owners: dict[int, str]
-
-    def partitions_of(self, member: str) -> list[int]:
-        """The sorted partitions the target gives ``member``."""
-        return sorted(p for p, owner in self.owners.items() if owner == member)
-
-
-def encode_target(target: Target) -> bytes:
+def encode_target(target: StickyTarget) -> bytes:
     """The target node's data: JSON with each member's partitions listed once under its id,
     which keeps 1,000 partitions in a few kilobytes (well under ZooKeeper's 1 MB node limit)."""
     by_member: dict[str, list[int]] = {member: [] for member in target.members}
@@ -172,7 +153,7 @@ def encode_target(target: Target) -> bytes:
     ).encode()
 
 
-def decode_target(data: bytes) -> Target:
+def decode_target(data: bytes) -> StickyTarget:
     """Read a target node.
 
     Raises:
@@ -195,7 +176,7 @@ def decode_target(data: bytes) -> Target:
     owners = dict(pairs)
     if len(owners) != len(pairs):
         raise CoordinationError(f"assignment target version {version} gives a partition twice")
-    return Target(version=version, members=members, owners=owners)
+    return StickyTarget(version=version, members=members, owners=owners)
 
 
 def decode_offset(path: str, data: bytes) -> int:

@@ -5,9 +5,9 @@ and partition ids it read from ZooKeeper and Kafka), so the group agrees without
 takes the partitions and the member ids in any order and returns, for every member, the sorted
 partitions it owns; the result is a partition of the input: disjoint and complete.
 
-:func:`sticky` is different: it also takes the previous assignment and moves as few partitions as
+`sticky()` is different: it also takes the previous assignment and moves as few partitions as
 a balanced result allows. Its result depends on history, so members cannot each compute it and
-agree; one member computes it and publishes it (see :mod:`.target`).
+agree; one member computes it and publishes it (see `aio_cluster.assign.target`).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class Strategy(str, enum.Enum):
     """
 
     STICKY = "sticky"
-    """The default: balanced, and a change moves the fewest partitions (:func:`sticky`)."""
+    """The default: balanced, and a change moves the fewest partitions (`sticky()`)."""
     RANGE = "range"
     ROUND_ROBIN = "roundrobin"
 
@@ -134,5 +134,8 @@ _FUNCTIONS = {
 def assign(
     strategy: Strategy, partitions: Collection[int], members: Collection[str]
 ) -> dict[str, list[int]]:
-    """Assign ``partitions`` to ``members`` with ``strategy``; see :class:`Strategy`."""
+    """Assign ``partitions`` to ``members`` with ``strategy``.
+
+    See [Strategy][aio_cluster.Strategy] for what each one does.
+    """
     return strategy.function(partitions, members)

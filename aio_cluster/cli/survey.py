@@ -1,16 +1,16 @@
 """The reads and writes of the ``aio-cluster`` command in ZooKeeper: a group's members, claims
 and stored offsets, and a reset's offsets. Small calls, each one thing; what the command makes of
-them is computed in :mod:`aio_cluster.plans`.
+them is computed in `aio_cluster.cli.plans`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .errors import ConfigurationError, CoordinationError
-from .layout import GroupLayout, MemberInfo, decode_member, decode_offset
+from ..errors import ConfigurationError, CoordinationError
+from ..zookeeper.client import Create, NoNodeError, SetData, ZooKeeper
+from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, decode_offset
 from .plans import Stored, Unreadable
-from .zk import Create, NoNodeError, SetData, ZooKeeper
 
 __all__ = [
     "group_topics",

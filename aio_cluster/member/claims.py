@@ -1,8 +1,7 @@
 """A claim: one partition this member owns, and what the member knows about it.
 
-Plain data shared by the parts of a :class:`~aio_cluster.ConsumerGroup`: :mod:`.membership` makes
-and removes claims, :mod:`.delivery` buffers and hands out their batches, :mod:`.offsets` stores
-their offsets.
+Plain data shared by the parts of a member: `membership` makes and removes claims, `delivery`
+buffers and hands out their batches, `offsets` stores their offsets.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .kafka import Record
+from ..kafka.records import Record
 
 __all__ = ["UNPOSITIONED", "Batch", "Claim"]
 

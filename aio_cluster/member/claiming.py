@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import logging
 
-from .layout import GroupLayout
-from .zk import NodeExistsError, NoNodeError, ZooKeeper
+from ..zookeeper.client import NodeExistsError, NoNodeError, ZooKeeper
+from ..zookeeper.layout import GroupLayout
 
 __all__ = ["ClaimNodes"]
 

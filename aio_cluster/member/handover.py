@@ -1,5 +1,5 @@
 """The handover of partitions at a rebalance: what happens to their batches and offsets while
-:mod:`.membership` releases and makes claims, and what the rebalance listener hears of it.
+`membership` releases and makes claims, and what the rebalance listener hears of it.
 
 A partition leaves at a batch boundary: no new batch of it is handed out, its running body is
 awaited (at most ``rebalance_timeout``), the listener hears of it, its completed offset is stored,
@@ -85,7 +85,8 @@ class Handover:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
         gone = [p for p in partitions if p not in self._claims]
         self._announced.difference_update(gone)
-        self._delivery.undrain(partitions, gone)
+        self._delivery.hand_out(partitions)
+        self._delivery.forget_paused(gone)
         self._mirror.forget(gone)
 
     async def assigned(self, claimed: list[int]) -> bool:
@@ -105,7 +106,7 @@ class Handover:
                 await self._tell("on_partitions_assigned", new)
                 self._announced.update(new)
         finally:
-            self._delivery.undrain(new, [])
+            self._delivery.hand_out(new)
         return changed
 
     def lose(self) -> None:

@@ -1,0 +1,9 @@
+"""Who should own what: the pure assignment strategies and the published sticky target.
+
+Pure: no I/O, nothing here imports a server package; property-tested without servers.
+
+Modules::
+
+    strategies.py   Strategy and the assignments it names (sticky, range, round-robin)
+    target.py       StickyTarget, the leader rule and the next target to publish
+"""

@@ -1,0 +1,16 @@
+"""The only package that speaks Kafka: aiokafka clients in manual ``assign()`` mode.
+
+No Kafka consumer group is used: ZooKeeper decides who owns which partition, and this package only
+fetches from the partitions it is told to, from the offsets it is told to. Topic metadata comes
+from Kafka's metadata API (KRaft brokers write nothing into ZooKeeper). aiokafka's errors are
+translated into `aio_cluster.errors` here, and nothing here imports ZooKeeper or a member.
+
+Modules::
+
+    diagnosis.py      why a client could not connect: a refused handshake or credentials, or away
+    fetcher.py        Fetcher: one topic's records from the partitions it is told to read
+    group_offsets.py  KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
+    offset_reader.py  OffsetReader: partitions, log bounds and offsets at a time, never records
+    options.py        KafkaOptions: the validated connection options (TLS, SASL), secrets masked
+    records.py        Record: one record as the library hands it out
+"""

@@ -1,0 +1,130 @@
+"""KafkaGroupOffsets: a group's offsets in Kafka's own ``__consumer_offsets``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ..errors import BrokerError
+from .diagnosis import connect_failure, named
+from .options import KafkaOptions, parse_bootstrap
+
+__all__ = ["KafkaGroupOffsets"]
+
+
+class KafkaGroupOffsets:
+    """A group's offsets in Kafka's ``__consumer_offsets``, under the group's name: what Kafka's
+    own tools (``kafka-consumer-groups.sh``, Burrow, kafka-ui) read, and what a Kafka consumer
+    group of that name committed.
+
+    The commits carry no generation and no member id, as Kafka accepts from a group without
+    broker-side members: the consumer behind them never joins a Kafka group, and the partitions
+    it is assigned stay paused, so it never fetches a record.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        topic: str,
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Configure the consumer; nothing connects before `start()`.
+
+        Args:
+            bootstrap: Kafka servers as ``"host:port"``.
+            group: the group's name in Kafka.
+            topic: the topic whose offsets are committed.
+            client_id: shown in the broker's logs.
+            request_timeout_ms: the bound on each request.
+            options: connection options (TLS, SASL), see
+                [KafkaOptions][aio_cluster.KafkaOptions].
+
+        Raises:
+            ConfigurationError: malformed bootstrap servers or options.
+        """
+        self.group = group
+        self.topic = topic
+        self._servers = parse_bootstrap(bootstrap)
+        self._client_id = f"{client_id}-kafka-offsets"
+        self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._servers,
+            client_id=self._client_id,
+            group_id=group,
+            enable_auto_commit=False,
+            **self._options,
+        )
+        self._assigned: set[int] = set()
+
+    async def start(self) -> None:
+        """Connect to the cluster.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
+        try:
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self.stop()
+            raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+
+    async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
+        """Commit ``offsets`` (partition -> next offset) for the group.
+
+        Raises:
+            BrokerError: Kafka refused them or did not answer within ``timeout`` seconds (aiokafka
+                would retry a retriable error for ever).
+        """
+        if not offsets:
+            return
+        if not set(offsets) <= self._assigned:
+            self._assigned |= set(offsets)
+            tps = [TopicPartition(self.topic, partition) for partition in sorted(self._assigned)]
+            self._consumer.assign(tps)
+            self._consumer.pause(*tps)
+        wanted = {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
+        try:
+            await asyncio.wait_for(self._consumer.commit(wanted), timeout)
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka took no commit of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(
+                f"Kafka refused the commit of group {self.group!r}: {named(exc)}"
+            ) from exc
+
+    async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
+        """The offsets the group committed in Kafka; partitions without a commit are left out.
+
+        Raises:
+            BrokerError: the request failed or took over ``timeout`` seconds.
+        """
+        tps = [TopicPartition(self.topic, partition) for partition in sorted(partitions)]
+        try:
+            found = await asyncio.wait_for(
+                asyncio.gather(*(self._consumer.committed(tp) for tp in tps)), timeout
+            )
+        except asyncio.TimeoutError:
+            raise BrokerError(
+                f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise BrokerError(f"offsets of group {self.group!r} unreadable: {named(exc)}") from exc
+        return {
+            tp.partition: offset
+            for tp, offset in zip(tps, found, strict=True)
+            if offset is not None
+        }

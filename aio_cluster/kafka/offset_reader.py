@@ -1,0 +1,172 @@
+"""OffsetReader: a topic's partitions, log bounds and offsets at a time, without reading records.
+
+The one place that asks Kafka's metadata and ListOffsets APIs: the member's fetcher reads through
+one (so its look-ups never queue behind its long-polling fetches on the same connection), and the
+command reads through another. Both therefore refresh stale metadata alike after a broker died.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from ..errors import BrokerError, ConfigurationError
+from .diagnosis import connect_failure
+from .options import KafkaOptions, parse_bootstrap
+
+__all__ = ["OffsetReader"]
+
+_UNKNOWN_TOPIC = 3
+"""Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
+
+
+class OffsetReader:
+    """Reads offsets without fetching records: a topic's partitions and log bounds, and the first
+    offset at a time."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Configure the clients; nothing connects before `start()`.
+
+        Args:
+            bootstrap: Kafka servers as ``"host:port"``.
+            client_id: shown in the broker's logs.
+            request_timeout_ms: the bound on each request (an option ``request_timeout_ms``
+                overrides it).
+            options: connection options (TLS, SASL), see [KafkaOptions][aio_cluster.KafkaOptions].
+
+        Raises:
+            ConfigurationError: malformed bootstrap servers or options.
+        """
+        self.servers = servers = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.options = connection = KafkaOptions(
+            {"request_timeout_ms": request_timeout_ms, **(options or {})}
+        )
+        self._admin = AIOKafkaAdminClient(
+            bootstrap_servers=servers, client_id=client_id, **connection
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            client_id=client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            **connection,
+        )
+
+    async def start(self, track: str | None = None) -> None:
+        """Connect to the cluster.
+
+        Args:
+            track: a topic whose metadata to follow from the start: an offset request for a
+                topic the client does not track yet waits a retry back-off (100 ms) for a refresh.
+
+        Raises:
+            AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
+            BrokerError: no broker answered.
+        """
+        try:
+            await self._consumer.start()
+            await self._admin.start()
+            if track is not None:
+                # aiokafka has no public call for this in assign() mode.
+                await self._consumer._client.add_topic(track)
+        except KafkaError as exc:
+            await self.stop()
+            raise await connect_failure(self.servers, self.options, self.client_id, exc) from exc
+
+    async def stop(self) -> None:
+        """Close every connection."""
+        await self._consumer.stop()
+        await self._admin.close()
+
+    async def partitions(self, topic: str) -> list[int]:
+        """Every partition id of ``topic``, sorted, fresh from the metadata API.
+
+        Raises:
+            ConfigurationError: the topic does not exist.
+            BrokerError: the metadata request failed.
+        """
+        try:
+            described = await self._describe(topic)
+        except KafkaError as exc:
+            raise BrokerError(f"metadata request failed: {exc}") from exc
+        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+            raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
+        if described["error_code"]:
+            raise BrokerError(
+                f"metadata of topic {topic!r} has error code {described['error_code']}"
+            )
+        return sorted(int(partition["partition"]) for partition in described["partitions"])
+
+    async def _describe(self, topic: str) -> dict[str, Any]:
+        try:
+            (described,) = await self._admin.describe_topics([topic])
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            # The admin client asks a random broker of its metadata, which keeps a broker that
+            # died for minutes (metadata_max_age_ms): refreshed (the brokers asked in turn), it
+            # names the live ones only. aiokafka has no public call for this.
+            await self._admin._client.force_metadata_update()
+            (described,) = await self._admin.describe_topics([topic])
+        return dict(described)
+
+    async def bounds(self, topic: str, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+        """For each partition, its earliest and its next-to-be-written (log-end) offset.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [TopicPartition(topic, partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            first = await self._consumer.beginning_offsets(tps)
+            last = await self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: (first[tp], last[tp]) for tp in tps}
+
+    async def ends(self, topic: str, partitions: Collection[int]) -> dict[int, int]:
+        """For each partition, its next-to-be-written offset: one ListOffsets round trip.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = [TopicPartition(topic, partition) for partition in partitions]
+        if not tps:
+            return {}
+        try:
+            last = await self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: last[tp] for tp in tps}
+
+    async def offsets_for_time(
+        self, topic: str, partitions: Collection[int], timestamp_ms: int
+    ) -> dict[int, int | None]:
+        """For each partition, the offset of its first record stamped at or after
+        ``timestamp_ms``; None where every record is older.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        wanted = {TopicPartition(topic, partition): timestamp_ms for partition in partitions}
+        if not wanted:
+            return {}
+        try:
+            found = await self._consumer.offsets_for_times(wanted)
+        except KafkaError as exc:
+            raise BrokerError(f"offset request failed: {exc}") from exc
+        return {tp.partition: None if at is None else int(at.offset) for tp, at in found.items()}

@@ -1,0 +1,19 @@
+"""One member's machinery behind the [ConsumerGroup][aio_cluster.ConsumerGroup] facade.
+
+It drives the two server packages (`aio_cluster.zookeeper`, `aio_cluster.kafka`) and the
+pure strategies (`aio_cluster.assign`); nothing below it imports it.
+
+Modules::
+
+    claiming.py     taking and releasing a partition's owner node in ZooKeeper
+    claims.py       the Claim record the parts of a member share
+    delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
+    handover.py     a rebalance's handover: draining, the listener, new claims
+    lifecycle.py    GroupState: the stages of a member's life
+    listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
+    membership.py   registration, members, the rebalance under the lock, making claims
+    mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
+    offsets.py      stored offsets and the fenced transaction
+    statistics.py   GroupStatistics: an immutable snapshot of a member
+    target_node.py  the sticky target's node: reading it, publishing the next one
+"""

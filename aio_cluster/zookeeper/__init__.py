@@ -1,0 +1,11 @@
+"""The only package that speaks ZooKeeper, and the layout of a group's nodes in it.
+
+Nothing here imports Kafka or a member; below it are only the error tree, `aio_cluster.net`
+and the pure `aio_cluster.assign` whose values the layout encodes.
+
+Modules::
+
+    client.py       ZooKeeper: kazoo behind an asyncio facade, its errors translated
+    layout.py       the paths of a group's nodes and the data kept in them (pure)
+    security.py     credentials, ACLs and TLS settings; credentials masked in logs
+"""
