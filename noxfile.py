@@ -1,12 +1,67 @@
-"""Every routine of the project, as a nox session: ``nox -s tests``, ``lint``, ``typecheck``,
-``demo``, ``bench``, ``docs``."""
+"""Every routine of the project, as a nox session: ``nox -s tests``, ``tests_compat``, ``lint``,
+``typecheck``, ``chaos``, ``demo``, ``bench``, ``docs``."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+if hasattr(nox.options, "download_python"):
+    nox.options.download_python = "never"  # the claimed versions come from the machine
+
+COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
+"""The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
+
+SERVER_FREE_TESTS = [
+    "tests/test_assignment.py",
+    "tests/test_chroot.py",
+    "tests/test_docs.py",
+    "tests/test_exports.py",
+    "tests/test_kafka_options.py",
+    "tests/test_layout.py",
+    "tests/test_mirror.py",
+    "tests/test_plans.py",
+    "tests/test_sticky.py",
+]
+"""The tests that need no server (``test_docs.py`` also runs one snippet against the smoke test's
+cluster)."""
+
+SMOKE_TEST = "tests/test_group.py::test_commit_after_body_not_before"
+"""One real-server test: a member joins, consumes and commits against ZooKeeper and Kafka."""
+
+
+def _interpreters_on_path(versions: list[str]) -> None:
+    """Make ``pythonX.Y`` of each version findable where pyenv installed it but its shim does not
+    run it (pyenv's shims run only the selected versions): a link to it in ``.nox/bin``, put
+    first on PATH. ``python3`` and ``python`` stay what they were."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    links = Path(__file__).parent / ".nox" / "bin"
+    for version in versions:
+        name = f"python{version}"
+        try:
+            subprocess.run([name, "-c", ""], check=True, capture_output=True)
+            continue  # found and runs
+        except (OSError, subprocess.CalledProcessError):
+            pass
+        installed = sorted(
+            root.glob(f"{version}.*/bin/{name}"),
+            key=lambda path: [int(part) for part in path.parts[-3].split(".") if part.isdigit()],
+        )
+        if installed:
+            links.mkdir(parents=True, exist_ok=True)
+            link = links / name
+            link.unlink(missing_ok=True)
+            link.symlink_to(installed[-1])
+    if links.is_dir():
+        os.environ["PATH"] = f"{links}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+_interpreters_on_path(COMPAT_PYTHONS)
 
 
 @nox.session
@@ -20,6 +75,15 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
     if not session.posargs:
         session.run("pytest", "-p", "aio_cluster.testing", "tests_user")
+
+
+@nox.session(python=COMPAT_PYTHONS)
+def tests_compat(session: nox.Session) -> None:
+    """The server-free tests and one real-server smoke test on each other claimed Python
+    (``nox -s tests_compat-3.13`` for one); the whole suite runs on the default one (``tests``).
+    """
+    session.install("-e", ".[test,examples]")
+    session.run("pytest", *SERVER_FREE_TESTS, SMOKE_TEST, *session.posargs)
 
 
 @nox.session

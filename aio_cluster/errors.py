@@ -98,8 +98,8 @@ class StrategyMismatchError(AioClusterError):
 
 
 class NotOwnedError(AioClusterError):
-    """A commit, pause, resume or seek named a partition this member does not own (never
-    claimed, or handed over meanwhile)."""
+    """A commit, pause or seek named a partition this member does not own (never claimed, or
+    handed over meanwhile). `resume()` ignores partitions it does not own."""
 
 
 class AuthenticationError(AioClusterError):

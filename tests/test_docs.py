@@ -1,17 +1,28 @@
-"""The documentation's bad-input table is what the library does: every row of
-``docs/bad-input.md``'s "When a member is made" table, tried."""
+"""The documentation is what the library does: every row of ``docs/bad-input.md``'s "When a
+member is made" table, tried; every Python snippet of the README and of ``docs/`` compiled,
+checked for undefined names and run up to its event loop (the local cluster's against the
+session's cluster); the configuration page's defaults compared with the signature."""
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import builtins
+import enum
+import inspect
+import os
 import re
+import symtable
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import aio_cluster
 from aio_cluster import ConsumerGroup
+from aio_cluster.local import LocalCluster
 
 PAGE = Path(__file__).parents[1] / "docs" / "bad-input.md"
 BASE: dict[str, Any] = {
@@ -37,3 +48,165 @@ def test_each_row_of_the_bad_input_table(changed: str, error: str, message: str)
     with pytest.raises(getattr(aio_cluster, error)) as raised:
         ConsumerGroup(**arguments)
     assert str(raised.value) == message
+
+
+# --- Every Python snippet of the README and the documentation runs as written. -----------------
+
+ROOT = Path(__file__).parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def python_snippets() -> list[Any]:
+    """Every fenced ``python`` block, with its page and line as the test id."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 2
+            where = f"{page.relative_to(ROOT)}:{line}"
+            found.append(pytest.param(match.group(1), where, id=where))
+    assert len(found) >= 10, "the snippets were not found"
+    return found
+
+
+SNIPPETS = python_snippets()
+
+
+def undefined_names(source: str, where: str) -> set[str]:
+    """The names a snippet reads that it neither imports nor defines, nor are built in."""
+    top = symtable.symtable(source, where, "exec")
+    defined = {
+        symbol.get_name()
+        for symbol in top.get_symbols()
+        if symbol.is_assigned() or symbol.is_imported() or symbol.is_namespace()
+    }
+    known = defined | set(dir(builtins))
+    missing: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        tables.extend(table.get_children())
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            global_read = symbol.is_global() or table is top
+            if symbol.is_referenced() and global_read and name not in known:
+                missing.add(name)
+    return missing
+
+
+@pytest.mark.parametrize(("source", "where"), SNIPPETS)
+def test_each_python_snippet_is_a_module(source: str, where: str) -> None:
+    """A snippet compiles as a file would: no ``await``, ``async with`` or ``async for``
+    outside a coroutine."""
+    compile(source, where, "exec", dont_inherit=True)
+
+
+@pytest.mark.parametrize(("source", "where"), SNIPPETS)
+def test_each_python_snippet_defines_or_imports_every_name_it_uses(source: str, where: str) -> None:
+    assert undefined_names(source, where) == set()
+
+
+def _starts_a_loop(statement: ast.stmt) -> bool:
+    """``asyncio.run(...)`` or ``anyio.run(...)`` at the top: what needs the servers."""
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(call := statement.value, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "run"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id in {"asyncio", "anyio"}
+    )
+
+
+@pytest.mark.parametrize(("source", "where"), SNIPPETS)
+def test_each_python_snippet_runs_up_to_its_event_loop(source: str, where: str) -> None:
+    """Every statement but the final ``asyncio.run(main())`` runs without servers: the imports
+    resolve, the classes and functions are made, a member is configured (which connects to
+    nothing)."""
+    module = ast.parse(source, where)
+    module.body = [statement for statement in module.body if not _starts_a_loop(statement)]
+    exec(compile(module, where, "exec"), {"__name__": "snippet"})
+
+
+def _snippet_with(text: str) -> str:
+    matching = [source for source, *_ in (param.values for param in SNIPPETS) if text in source]
+    assert matching, f"no snippet contains {text!r}"
+    return str(matching[0])
+
+
+def test_the_security_snippet_configures_a_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snippet's options are built for real (the SSL context from a CA file, the SASL
+    options, the ZooKeeper TLS); the member it makes is recorded rather than made, since a member
+    made but never joined keeps an unclosed Kafka client (joining a secured cluster is
+    ``test_security_sasl.py``'s)."""
+    trustme = pytest.importorskip("trustme")
+    ca_file = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "kafka-secret")
+    monkeypatch.setenv("ORDERS_ZOOKEEPER_PASSWORD", "zookeeper-secret")
+    made: list[inspect.BoundArguments] = []
+
+    def record(*args: Any, **kwargs: Any) -> None:
+        made.append(inspect.signature(ConsumerGroup).bind(*args, **kwargs))
+
+    namespace: dict[str, Any] = {}
+    exec(_snippet_with("def orders_member("), namespace)
+    namespace["ConsumerGroup"] = record
+    namespace["orders_member"]("127.0.0.1:9093", "127.0.0.1:2182", str(ca_file))
+
+    (arguments,) = made
+    options = arguments.arguments["kafka_options"]
+    assert isinstance(options, aio_cluster.KafkaOptions)
+    assert options["sasl_plain_password"] == "kafka-secret"
+    assert "kafka-secret" not in repr(options)
+    assert arguments.arguments["zookeeper_auth"] == [("digest", "orders:zookeeper-secret")]
+    assert arguments.arguments["zookeeper_tls"] == aio_cluster.ZooKeeperTLS(ca=str(ca_file))
+
+
+def test_the_configuration_snippet_spells_out_the_real_defaults() -> None:
+    source = (ROOT / "docs" / "configuration.md").read_text()
+    snippet = next(match.group(1) for match in FENCE.finditer(source))
+    call = next(
+        node
+        for node in ast.walk(ast.parse(snippet))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ConsumerGroup"
+    )
+    shown = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+    parameters = inspect.signature(ConsumerGroup).parameters
+    defaults = {
+        name: parameter.default
+        for name, parameter in parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(shown) == set(defaults), "every option, and only those, is shown"
+    for name, default in defaults.items():
+        expected = default.value if isinstance(default, enum.Enum) else default
+        assert shown[name] == expected, name
+
+
+@pytest.mark.asyncio
+async def test_the_local_cluster_snippet_prints_the_sessions_cluster(
+    cluster: LocalCluster,
+) -> None:
+    """Run as written (in a process of its own, as a user would), it finds the session's cluster
+    through the two variables instead of starting one, and prints its addresses."""
+    environment = {
+        **os.environ,
+        "AIO_CLUSTER_BOOTSTRAP": cluster.bootstrap,
+        "AIO_CLUSTER_ZOOKEEPER": cluster.zookeeper,
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _snippet_with("async with LocalCluster() as cluster"),
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    with anyio.fail_after(60):
+        out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode() == f"{cluster.bootstrap} {cluster.zookeeper}\n"

@@ -1,45 +1,7 @@
 """The published sticky target: who computes it, who follows it, and why that cannot race. Pure.
 
-A sticky assignment depends on who owned what before, so the members of a group cannot each
-compute it from what they read: while claims move, two members reading the owner nodes a moment
-apart see different histories and compute different targets. Instead one member computes and
-everyone follows:
-
-* **The leader is the oldest live member**, by its registration's creation zxid (the order
-  ZooKeeper gave the ``ids`` nodes). Joins never change the leader (a newcomer is the youngest),
-  nor do leaves of other members; the oldest has also shown the longest that its session holds.
-* **The leader publishes one versioned node**, ``/consumers/<group>/assignment/<topic>``
-  (`GroupLayout.assignment`): the target's version, the members it was computed
-  for (oldest first) and partition -> member. It computes the next target from the published one
-  (`next_target()`) whenever the registrations or the topic's partitions change, and writes it
-  with a conditional set on the node's version: if two members both believe they lead for a
-  moment (the old leader's session expired but it has not heard yet), only one write of each
-  version wins and the loser rereads, so the published targets form one history.
-* **Every member watches that node** and moves toward it: it releases, at a batch
-  boundary and after storing the offset, each partition the target gives to another, and claims
-  each partition the target gives to it. Partitions whose owner does not change are not touched,
-  so they keep delivering through the rebalance.
-* **Takeover**: every member watches the registrations (as the classic consumer did), so when
-  the leader dies the next oldest finds itself oldest (`leader()`) and goes on from the
-  published target: the dead leader's partitions are spread as any leaver's, the rest stay put.
-  No election round is needed: the registrations' creation order already is the succession.
-
-**No partition is ever owned twice, by construction.** Ownership is the classic ephemeral claim
-node ``owners/<topic>/<partition>``, created exclusively; a member whose target says "claim p"
-while the old owner has not released it yet waits for the node to go (a watch), it never takes
-it over. Members that transiently follow different targets (one has seen version 7, another still
-acts on 6) therefore only delay each other's claims; the target decides who *should* own a
-partition, the claim node who *does*. A member that dies loses its claims with its session.
-
-**ZooKeeper load per rebalance** stays with what moves: on a change each member lists the
-registration names (one request) and reads the data of new registrations only (it keeps the
-others'), and reads the target node; the leader writes it once. No member reads the owner nodes:
-each moved partition costs its release (its offset, in one transaction per rebalance, and a
-delete) and its claim (a create and an offset read). Followers rebalance twice per change (once
-for the registrations, once for the new target), a few requests each.
-
-The classic ``ids``, ``owners`` and ``offsets`` nodes are kept exactly as before, so existing
-tools still read the group; the target node is one more node beside them that they ignore.
+The oldest member computes the next target and publishes it; every member follows it. The design
+and why no partition can be owned twice: docs/concepts.md, "The published sticky target".
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ results into an awaitable, delivers watches and session changes on the event loo
 every call with a timeout. The interface is kept narrow (awaitable calls, one-shot watches, a
 session-state callback) so that an asyncio-native client can replace kazoo later without touching
 the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a new session after
-the old one expired, and it can hang the event loop at shutdown (the project's research notes).
+the old one expired, and it can hang the event loop at shutdown (docs/concepts.md, "Why kazoo,
+not aiozk").
 
 Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary.
 
@@ -171,14 +172,29 @@ Op = Check | Create | SetData | Delete
 def parse_hosts(hosts: str | Sequence[str]) -> str:
     """Validate a ZooKeeper connect string and return it in kazoo's form.
 
+    A chroot follows the last server only, as in ZooKeeper's own connect string:
+    ``"h1:2181,h2:2181/app"``, or as a list ``["h1:2181", "h2:2181/app"]``. kazoo takes
+    everything after the first ``/`` as the chroot, so a chroot on another server would silently
+    turn the servers after it into part of the path; that form is refused instead.
+
     Args:
-        hosts: ``"h1:2181,h2:2181/chroot"`` or a list of ``"host:port"``.
+        hosts: ``"h1:2181,h2:2181/chroot"`` or a list of ``"host:port"`` (the last may carry the
+            chroot).
 
     Raises:
-        ConfigurationError: empty, or a host without a numeric port in 1..65535.
+        ConfigurationError: empty, a host without a numeric port in 1..65535, or a chroot after
+            a server that is not the last (the message names that server).
     """
     text = hosts if isinstance(hosts, str) else ",".join(hosts)
+    named = [server.strip() for server in text.split(",") if server.strip()]
+    for server in named[:-1]:
+        if "/" in server:
+            raise ConfigurationError(
+                f"ZooKeeper server {server!r} in {text!r} carries a chroot, but only the last "
+                'server may: write it as "h1:2181,h2:2181/chroot"'
+            )
     servers, _, chroot = text.partition("/")
+    chroot = chroot.split(",", 1)[0].strip()  # only empty list items may follow it
     servers = ",".join(parse_servers(servers, "ZooKeeper"))
     return servers + ("/" + chroot if chroot else "")
 
