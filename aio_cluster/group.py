@@ -459,6 +459,7 @@ class ConsumerGroup:
             batches=self._delivery.batches,
             records=self._delivery.records,
             last_rebalance=self._membership.last_rebalance,
+            recent_rebalances=tuple(self._membership.recent_rebalances),
         )
 
     # -- joining and leaving -----------------------------------------------------------------
