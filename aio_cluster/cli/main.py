@@ -624,23 +624,42 @@ async def _consume(args: argparse.Namespace) -> int:
         zookeeper_auth=security["auth"],
         zookeeper_acl=security["acl"],
         zookeeper_tls=security["tls"],
+        register=False,
     )
-    async with group, anyio.create_task_group() as tasks:
+    async with group:
+        await _join(group)
+        async with anyio.create_task_group() as tasks:
 
-        async def stop_on_signal() -> None:
-            await stop.wait()
-            tasks.cancel_scope.cancel()
+            async def stop_on_signal() -> None:
+                await stop.wait()
+                tasks.cancel_scope.cancel()
 
-        tasks.start_soon(stop_on_signal)
-        async for partition, batch in group:
-            for record in batch:
-                key = "" if record.key is None else record.key.decode(errors="replace")
-                value = "" if record.value is None else record.value.decode(errors="replace")
-                sys.stdout.write(f"{partition}\t{record.offset}\t{key}\t{value}\n")
-            sys.stdout.flush()
-        tasks.cancel_scope.cancel()  # the group closed under us: nothing more to wait for
+            tasks.start_soon(stop_on_signal)
+            async for partition, batch in group:
+                for record in batch:
+                    key = "" if record.key is None else record.key.decode(errors="replace")
+                    value = "" if record.value is None else record.value.decode(errors="replace")
+                    sys.stdout.write(f"{partition}\t{record.offset}\t{key}\t{value}\n")
+                sys.stdout.flush()
+            tasks.cancel_scope.cancel()  # the group closed under us: nothing more to wait for
     # Leaving the group (async with) stored the offsets of every printed batch.
     return 0
+
+
+async def _join(group: ConsumerGroup) -> None:
+    """Register the member; a failure is the command's one line, not also the member's log."""
+    group_log = logging.getLogger("aio_cluster.group")
+    level = group_log.level
+    group_log.setLevel(logging.CRITICAL)
+    try:
+        await group.register()
+    except AccessDeniedError as exc:
+        raise AccessDeniedError(
+            f"refused by ZooKeeper: {exc}; pass the group's credentials (${_AUTH_VAR} or "
+            "--zookeeper-auth-file)"
+        ) from None
+    finally:
+        group_log.setLevel(level)
 
 
 async def _group_strategy(args: argparse.Namespace) -> Strategy:
