@@ -141,3 +141,28 @@ async def test_bad_security_settings_are_one_line_without_the_secret(
     assert code == 1, (out, err)
     assert message in one_line(err)
     no_secret(out, err)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def tls_cluster() -> AsyncIterator[LocalCluster]:
+    """A cluster of the module's own whose ZooKeeper also serves TLS (``zookeeper_secure``)."""
+    async with LocalCluster(tls=True) as started:
+        yield started
+
+
+# kazoo 2.11 leaves the socket of a failed TLS handshake open (see test_security_tls.py).
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_the_command_speaks_tls_to_zookeeper_with_its_ca(tls_cluster: LocalCluster) -> None:
+    ca = str(tls_cluster.ca_file)
+    secure = {"AIO_CLUSTER_ZOOKEEPER": tls_cluster.zookeeper_secure}
+    code, out, err = await run(tls_cluster, "list", "--json", "--zookeeper-cafile", ca, env=secure)
+    assert code == 0, err
+    assert isinstance(json.loads(out), list)
+    code, out, err = await run(
+        tls_cluster, "list", "--json", env={**secure, "AIO_CLUSTER_ZOOKEEPER_CAFILE": ca}
+    )
+    assert code == 0, err
+    code, out, err = await run(tls_cluster, "list", "--timeout", "2", env=secure)
+    assert code == 1, (out, err)
+    assert f"ZooKeeper {tls_cluster.zookeeper_secure} expects TLS" in one_line(err)
