@@ -1,8 +1,9 @@
 """aio_cluster: self-balancing Kafka consumer groups for asyncio, coordinated through ZooKeeper.
 
 The public surface is what ``__all__`` lists; every other module is an implementation detail,
-except `aio_cluster.local`, the local single-node cluster for development and tests, and
-`aio_cluster.testing`, the opt-in pytest plugin for users' suites.
+except `aio_cluster.local`, the local single-node cluster for development and tests,
+`aio_cluster.metrics`, a member's figures for Prometheus, and `aio_cluster.testing`, the opt-in
+pytest plugin for users' suites.
 
 Layers, each importing only those below it (``tests/test_exports.py`` checks the map and the
 layers)::
@@ -23,6 +24,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     kafka/          the only package that speaks Kafka: fetcher, offset reader, group offsets
     local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL, multi-node)
     member/         one member's machinery: membership, claims, delivery, offsets, statistics
+    metrics.py      a member's figures for Prometheus (the ``metrics`` extra)
     net/            server addresses and TLS handshakes, shared by both server packages
     testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
     zookeeper/      the only package that speaks ZooKeeper, and the layout of its nodes

@@ -141,7 +141,7 @@ class ConsumerGroup:
         Args:
             name: the group's name, shared by all its members.
             brokers: Kafka bootstrap servers, ``"host:port"``.
-            zookeepers: ZooKeeper servers, ``"host:port"`` (the first may carry a ``/chroot``).
+            zookeepers: ZooKeeper servers, ``"host:port"`` (the last may carry a ``/chroot``).
             topic: the topic to consume.
             max_bytes: the most bytes fetched from one partition at a time.
             max_wait_ms: how long the broker may wait for ``min_bytes``.
@@ -459,6 +459,7 @@ class ConsumerGroup:
             batches=self._delivery.batches,
             records=self._delivery.records,
             last_rebalance=self._membership.last_rebalance,
+            recent_rebalances=tuple(self._membership.recent_rebalances),
         )
 
     # -- joining and leaving -----------------------------------------------------------------

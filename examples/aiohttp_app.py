@@ -1,7 +1,8 @@
 """A consumer-group member inside an aiohttp app: it lives in a ``cleanup_ctx``.
 
 Start-up joins the group and starts consuming in a task; ``GET /health`` reports the member,
-its claimed partitions, their lag and what it consumed; shutdown (SIGTERM or Ctrl-C) closes the
+its claimed partitions, their lag and what it consumed; ``GET /metrics`` serves its figures to
+Prometheus (`aio_cluster.metrics`); shutdown (SIGTERM or Ctrl-C) closes the
 member, which stores the offsets of every finished batch and releases its partitions to the rest
 of the group, and ends the consuming task within ``HANDLER_GRACE`` seconds after that.
 
@@ -22,8 +23,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from aio_cluster import Batch, BrokerError, ConsumerGroup, GroupClosedError, GroupState
+from aio_cluster.metrics import GroupMetrics
 
 HANDLER_GRACE = 5.0
 """Seconds shutdown lets a batch's handler finish after the member left, before cancelling it.
@@ -32,6 +35,8 @@ HANDLER_GRACE = 5.0
 log = logging.getLogger("aiohttp_app")
 GROUP = web.AppKey("group", ConsumerGroup)
 CONSUMED = web.AppKey("consumed", Counter[int])
+METRICS = web.AppKey("metrics", GroupMetrics)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
 async def handle(partition: int, batch: Batch) -> None:
@@ -56,6 +61,9 @@ async def member(app: web.Application) -> AsyncIterator[None]:
     )
     app[GROUP] = group
     app[CONSUMED] = Counter()
+    # A registry of the app's own; prometheus_client's global REGISTRY works as well.
+    app[REGISTRY] = CollectorRegistry()
+    app[METRICS] = GroupMetrics(group, registry=app[REGISTRY])
     async with group:
         task = asyncio.create_task(consume(group, app[CONSUMED]), name="consume")
         try:
@@ -106,10 +114,20 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(report)
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """The member's lag, offsets, counters, rebalance durations and session state in
+    Prometheus's text format, as of this request."""
+    await request.app[METRICS].refresh()
+    return web.Response(
+        body=generate_latest(request.app[REGISTRY]), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
 def create_app() -> web.Application:
     app = web.Application()
     app.cleanup_ctx.append(member)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     return app
 
 

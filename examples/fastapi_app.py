@@ -2,7 +2,7 @@
 
 Start-up joins the group and starts consuming in a task of the lifespan's task group;
 ``GET /health`` reports the member, its claimed partitions, their lag and what it
-consumed; shutdown
+consumed; ``GET /metrics`` serves its figures to Prometheus (`aio_cluster.metrics`); shutdown
 (SIGTERM or Ctrl-C to uvicorn) closes the member, which stores the offsets of every finished
 batch and releases its partitions to the rest of the group, and ends the consuming task within
 ``HANDLER_GRACE`` seconds after that.
@@ -23,9 +23,11 @@ from typing import Any, TypedDict
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from aio_cluster import Batch, BrokerError, ConsumerGroup, GroupClosedError, GroupState
+from aio_cluster.metrics import GroupMetrics
 
 HANDLER_GRACE = 5.0
 """Seconds shutdown lets a batch's handler finish after the member left, before cancelling it.
@@ -39,6 +41,8 @@ class State(TypedDict):
 
     group: ConsumerGroup
     consumed: Counter[int]
+    metrics: GroupMetrics
+    registry: CollectorRegistry
 
 
 async def handle(partition: int, batch: Batch) -> None:
@@ -62,9 +66,12 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[State]:
         os.environ["AIO_CLUSTER_TOPIC"],
     )
     consumed: Counter[int] = Counter()
+    # A registry of the app's own; prometheus_client's global REGISTRY works as well.
+    registry = CollectorRegistry()
+    metrics = GroupMetrics(group, registry=registry)
     async with group, anyio.create_task_group() as tasks:
         tasks.start_soon(consume, group, consumed)
-        yield {"group": group, "consumed": consumed}
+        yield {"group": group, "consumed": consumed, "metrics": metrics, "registry": registry}
         # Shutdown: closing ends the loop at the next batch boundary, stores the finished
         # batches' offsets and releases the claims; a handler still busy after the grace is
         # cancelled (its batch is not committed, so the partition's next owner gets it again).
@@ -108,3 +115,12 @@ async def health(request: Request) -> JSONResponse:
         },
     )
     return JSONResponse(report)
+
+
+@app.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """The member's lag, offsets, counters, rebalance durations and session state in
+    Prometheus's text format, as of this request."""
+    collector: GroupMetrics = request.state.metrics
+    await collector.refresh()
+    return Response(generate_latest(request.state.registry), media_type=CONTENT_TYPE_LATEST)

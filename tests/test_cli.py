@@ -265,7 +265,7 @@ async def test_no_servers_named_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["list"], ["describe"], ["reset-offsets"], ["consume"], ["local"]]
+    "command", [[], ["list"], ["describe"], ["check"], ["reset-offsets"], ["consume"], ["local"]]
 )
 async def test_help_everywhere(command: list[str]) -> None:
     code, out, err = await run(None, *command, "--help")
@@ -295,6 +295,95 @@ async def test_consume_prints_every_record_and_ctrl_c_commits_and_leaves(
     layout = GroupLayout(group_name, topic)
     assert await stored_offsets(zk, layout, 2) == dict(counts)
     assert await zk.get_children(layout.ids) == []
+
+
+async def test_list_table_and_reset_offsets_json(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    partly_consumed: tuple[ConsumerGroup, Counter[int], Counter[int]],
+) -> None:
+    group, committed, _unread = partly_consumed
+    code, out, err = await run(cluster, "list")
+    assert code == 0, err
+    assert any(line.split() == [group.name, group.topic, "1"] for line in out.splitlines()), out
+
+    await group.close()
+    layout = GroupLayout(group.name, group.topic)
+    args = ("reset-offsets", group.name, "--topic", group.topic, "--to-earliest", "--json")
+    code, out, err = await run(cluster, *args)
+    assert code == 0, err
+    expected = [
+        {
+            "topic": group.topic,
+            "partition": p,
+            "old": committed[p],
+            "unreadable": None,
+            "new": 0,
+            "stored": False,
+        }
+        for p in (0, 1)
+    ]
+    assert json.loads(out) == expected
+    assert await stored_offsets(zk, layout, 2) == dict(committed)
+    code, out, err = await run(cluster, *args, "--execute")
+    assert code == 0, err
+    assert json.loads(out) == [{**row, "stored": True} for row in expected]
+    assert await stored_offsets(zk, layout, 2) == {0: 0, 1: 0}
+
+
+async def test_describe_watch_redraws_in_place_until_ctrl_c(
+    cluster: LocalCluster, partly_consumed: tuple[ConsumerGroup, Counter[int], Counter[int]]
+) -> None:
+    group, _committed, _unread = partly_consumed
+    # rich draws its live display where it believes it writes to a terminal.
+    process = await start(
+        cluster,
+        *("describe", group.name, "--watch", "--interval", "200ms"),
+        env={"TTY_COMPATIBLE": "1", "COLUMNS": "200"},
+    )
+    assert process.stdout is not None
+    shown = b""
+    try:
+        # Drawn, then redrawn in place: the cursor moves up over the previous drawing.
+        while not (group.id.encode() in shown and b"\x1b[" in shown and b"\x1b[2K" in shown):
+            chunk = await asyncio.wait_for(process.stdout.read(4096), 60)
+            assert chunk, shown.decode(errors="replace")
+            shown += chunk
+        process.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()
+    assert err == b""
+    assert group.topic.encode() in shown + rest
+
+
+async def test_consume_takes_the_group_strategy_or_the_one_given(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(topic, 10)
+    async with ConsumerGroup(
+        group_name, cluster.bootstrap, cluster.zookeeper, topic, strategy="range"
+    ):
+        code, _out, err = await run(cluster, "consume", group_name, topic, "--strategy", "sticky")
+        assert code == 1
+        assert "strateg" in one_line(err)
+        # Without --strategy the command joins with the group's own: range.
+        process = await start(cluster, "consume", group_name, topic, "--from-beginning")
+        assert process.stdout is not None
+        try:
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert len(line.split(b"\t")) == 4, line
+            process.send_signal(signal.SIGINT)
+            _rest, err_bytes = await asyncio.wait_for(process.communicate(), 60)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert process.returncode == 0, err_bytes.decode()
 
 
 @pytest.fixture

@@ -43,10 +43,17 @@ LAYERS: dict[str, set[str]] = {
     "group": {"errors", "net", "assign", "zookeeper", "kafka", "member"},
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
+    "metrics": {"errors", "group", "member"},
     "errors": set(),
 }
 # Pure modules: computing, never waiting on a server.
-PURE = ["assign/strategies.py", "assign/target.py", "zookeeper/layout.py", "cli/plans.py"]
+PURE = [
+    "assign/strategies.py",
+    "assign/target.py",
+    "zookeeper/layout.py",
+    "cli/plans.py",
+    "cli/health.py",
+]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 
 

@@ -2,17 +2,21 @@
 
 ::
 
-    aio-cluster list
-    aio-cluster describe GROUP [--topic T] [--json]
-    aio-cluster reset-offsets GROUP --topic T --to-earliest [--partitions 0,3] [--execute]
-    aio-cluster consume GROUP TOPIC [--from-beginning]
+    aio-cluster list [--json]
+    aio-cluster describe GROUP [--topic T] [--json | --watch]
+    aio-cluster check GROUP [--window 30s] [--json]
+    aio-cluster reset-offsets GROUP --topic T --to-earliest [--partitions 0,3] [--execute] [--json]
+    aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
     aio-cluster local up|down
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
-``AIO_CLUSTER_ZOOKEEPER``. A failure is one line on stderr and exit status 1 (2 for bad
-arguments), never a traceback. ZooKeeper is read and written in `aio_cluster.cli.survey`, Kafka
-in `aio_cluster.kafka`; what is shown or planned is computed in `aio_cluster.cli.plans` and drawn
-in `aio_cluster.cli.tables`.
+``AIO_CLUSTER_ZOOKEEPER``; a secured ZooKeeper's credentials from ``AIO_CLUSTER_ZOOKEEPER_AUTH``
+or ``--zookeeper-auth-file`` (never from the command line, never printed), its TLS settings from
+``--zookeeper-cafile`` and friends. A failure is one line on stderr and exit status 1 (2 for bad
+arguments; ``check`` exits 2 when it cannot look), never a traceback. ZooKeeper is read and
+written in `aio_cluster.cli.survey`, Kafka in `aio_cluster.kafka`; what is shown, planned or
+judged is computed in `aio_cluster.cli.plans` and `aio_cluster.cli.health` and drawn in
+`aio_cluster.cli.tables`.
 """
 
 from __future__ import annotations
@@ -29,14 +33,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NoReturn
 
 import anyio
+from rich.console import Group as Stack
+from rich.live import Live
 
-from ..errors import AioClusterError, ConfigurationError
+from ..assign.strategies import Strategy
+from ..errors import AccessDeniedError, AioClusterError, ConfigurationError
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout
+from ..zookeeper.layout import GroupLayout, MemberInfo
+from ..zookeeper.security import ZooKeeperTLS
 from . import survey, tables
+from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
 from .plans import (
     LagRow,
     ResetTarget,
@@ -58,6 +67,13 @@ __all__ = ["main"]
 _PROG = "aio-cluster"
 _BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
 _ZOOKEEPER_VAR = "AIO_CLUSTER_ZOOKEEPER"
+_AUTH_VAR = "AIO_CLUSTER_ZOOKEEPER_AUTH"
+_ACL_VAR = "AIO_CLUSTER_ZOOKEEPER_ACL"
+_TLS_VAR = "AIO_CLUSTER_ZOOKEEPER_TLS"
+_CAFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_CAFILE"
+_CERTFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_CERTFILE"
+_KEYFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_KEYFILE"
+_KEY_PASSWORD_VAR = "AIO_CLUSTER_ZOOKEEPER_KEYFILE_PASSWORD"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("kazoo", "aiokafka"):  # their connection retries are not the user's business
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     run: Callable[[argparse.Namespace], int] = args.run
+    # A health check that cannot look is as bad as a failing group: it must page.
+    failed = 2 if args.command == "check" else 1
     try:
         return run(args)
     except AioClusterError as exc:
@@ -90,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # the promise is one line, never a traceback
         print(f"{_PROG}: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 1
+    return failed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,6 +126,41 @@ def _parser() -> argparse.ArgumentParser:
         "sasl_plain_username, ...); repeatable",
     )
     servers.add_argument("--ssl-cafile", help="a PEM file of the CAs to trust for Kafka over TLS")
+    secured = servers.add_argument_group(
+        "secured ZooKeeper",
+        f"Credentials never go on the command line: ${_AUTH_VAR}=digest:user:password, or a "
+        "file of such lines; they are never printed, in errors neither.",
+    )
+    secured.add_argument(
+        "--zookeeper-auth-file",
+        metavar="FILE",
+        help="a file of ZooKeeper credentials, one scheme:user:password a line "
+        f"(or ${_AUTH_VAR} holding one)",
+    )
+    secured.add_argument(
+        "--zookeeper-acl",
+        choices=["open", "creator"],
+        help="the ACL of the nodes the command creates (default: creator with credentials, "
+        f"else open; or ${_ACL_VAR})",
+    )
+    secured.add_argument(
+        "--zookeeper-tls",
+        action="store_true",
+        help=f"speak TLS to ZooKeeper (or ${_TLS_VAR}=1); implied by --zookeeper-cafile",
+    )
+    secured.add_argument(
+        "--zookeeper-cafile",
+        help=f"a PEM file of the CAs to trust for ZooKeeper (or ${_CAFILE_VAR})",
+    )
+    secured.add_argument(
+        "--zookeeper-certfile",
+        help=f"this client's certificate for ZooKeeper, PEM (or ${_CERTFILE_VAR})",
+    )
+    secured.add_argument(
+        "--zookeeper-keyfile",
+        help=f"the key of --zookeeper-certfile, PEM (or ${_KEYFILE_VAR}; its password in "
+        f"${_KEY_PASSWORD_VAR})",
+    )
     parser = _Parser(prog=_PROG, description="Look at and repair aio_cluster consumer groups.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -120,10 +173,66 @@ def _parser() -> argparse.ArgumentParser:
     )
     describe.add_argument("group")
     describe.add_argument("--topic", help="only this topic (default: all of the group's)")
-    describe.add_argument(
+    shown = describe.add_mutually_exclusive_group()
+    shown.add_argument(
         "--json", action="store_true", help="print the partitions as a JSON list instead"
     )
+    shown.add_argument(
+        "--watch", action="store_true", help="redraw the tables in place until Ctrl-C"
+    )
+    describe.add_argument(
+        "--interval",
+        default="2s",
+        metavar="DURATION",
+        help="with --watch: the time between two looks (default 2s)",
+    )
     describe.set_defaults(run=lambda args: asyncio.run(_describe(args)))
+
+    check = commands.add_parser(
+        "check",
+        parents=[servers],
+        help="a health verdict by rules: exit 0 ok, 1 warning, 2 error",
+        description="Sample the group over a window and judge each partition: rewound (its "
+        "offset went back: error), unowned (no owner all along: error, a warning without lag), "
+        "stalled (offset never moved while lag stayed above --lag-threshold: error), lagging "
+        "(lag grew all along, or ends above --max-lag: warning), else ok. Exit status 0, 1 or "
+        "2 for ok, warning or error; 2 also when the group cannot be looked at.",
+    )
+    check.add_argument("group")
+    check.add_argument("--topic", help="only this topic (default: all of the group's)")
+    check.add_argument(
+        "--window",
+        default="30s",
+        metavar="DURATION",
+        help="how long to sample, e.g. 30s, 2m (default 30s)",
+    )
+    check.add_argument(
+        "--samples",
+        type=int,
+        default=5,
+        metavar="N",
+        help="looks spread over the window, the first at its start (default 5, at least 2)",
+    )
+    check.add_argument(
+        "--lag-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a lag of at most N counts as caught up (default 0)",
+    )
+    check.add_argument(
+        "--max-lag",
+        type=int,
+        metavar="N",
+        help="a lag above N at the end is lagging however it moved",
+    )
+    check.add_argument(
+        "--json", action="store_true", help="print one JSON object per partition instead"
+    )
+    check.add_argument(
+        "--verbose", action="store_true", help="say on stderr when each sample is taken"
+    )
+    check.set_defaults(run=lambda args: asyncio.run(_check(args)))
 
     reset = commands.add_parser(
         "reset-offsets",
@@ -143,12 +252,22 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--partitions", metavar="0,3", help="only these partitions")
     reset.add_argument("--execute", action="store_true", help="store the plan")
     reset.add_argument("--force", action="store_true", help="even while members are registered")
+    reset.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as a JSON list (topic, partition, old, new, stored) instead",
+    )
     reset.set_defaults(run=lambda args: asyncio.run(_reset(args)))
 
     consume = commands.add_parser(
         "consume",
         parents=[servers],
         help="join a group and print its records; Ctrl-C commits and leaves",
+        description="Join GROUP as a member and print each record (partition, offset, key, "
+        "value, tab-separated). The offsets of the printed records are stored in ZooKeeper for "
+        "the group, as any member's are: at least every second and when it leaves. Without "
+        "--from-beginning, a partition with no stored offset starts at the latest one, and "
+        "that is stored, as Kafka's console consumer does with --group.",
     )
     consume.add_argument("group")
     consume.add_argument("topic")
@@ -156,6 +275,12 @@ def _parser() -> argparse.ArgumentParser:
         "--from-beginning",
         action="store_true",
         help="where nothing is stored, start at the earliest record (default: the latest)",
+    )
+    consume.add_argument(
+        "--strategy",
+        choices=[strategy.value for strategy in Strategy],
+        help="the assignment strategy (default: that of the group's registered members, "
+        "sticky where none is)",
     )
     consume.set_defaults(run=lambda args: asyncio.run(_consume(args)))
 
@@ -176,12 +301,82 @@ def _address(given: str | None, variable: str, option: str) -> str:
     return address
 
 
+def _env(variable: str) -> str | None:
+    return os.environ.get(variable, "").strip() or None
+
+
+def _zookeeper_auth(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The credentials of ``--zookeeper-auth-file`` or ``$AIO_CLUSTER_ZOOKEEPER_AUTH``; an error
+    names where a malformed one came from, never what it holds."""
+    if args.zookeeper_auth_file is not None:
+        source = f"--zookeeper-auth-file {args.zookeeper_auth_file}"
+        try:
+            with open(args.zookeeper_auth_file, encoding="utf-8") as file:
+                lines = [line.strip() for line in file]
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigurationError(f"cannot read {source}: {reason}") from None
+        entries = [line for line in lines if line and not line.startswith("#")]
+        if not entries:
+            raise ConfigurationError(f"{source} holds no credentials")
+    else:
+        value = _env(_AUTH_VAR)
+        if value is None:
+            return []
+        source, entries = f"${_AUTH_VAR}", [value]
+    auth = []
+    for number, entry in enumerate(entries, 1):
+        scheme, _sep, credential = entry.partition(":")
+        user, sep, _password = credential.partition(":")
+        if not (scheme and user and sep):
+            where = source if len(entries) == 1 else f"{source} (credential {number})"
+            raise ConfigurationError(f"{where} is not of the form digest:user:password")
+        auth.append((scheme, credential))
+    return auth
+
+
+def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTLS | None:
+    ca = args.zookeeper_cafile or _env(_CAFILE_VAR)
+    certfile = args.zookeeper_certfile or _env(_CERTFILE_VAR)
+    keyfile = args.zookeeper_keyfile or _env(_KEYFILE_VAR)
+    wanted = args.zookeeper_tls or (_env(_TLS_VAR) or "0").lower() in ("1", "true", "yes")
+    if not (wanted or ca or certfile or keyfile):
+        return None
+    for option, path in (
+        ("--zookeeper-cafile", ca),
+        ("--zookeeper-certfile", certfile),
+        ("--zookeeper-keyfile", keyfile),
+    ):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigurationError(f"{option} {path}: no such file")
+    return ZooKeeperTLS(
+        ca=ca, certfile=certfile, keyfile=keyfile, keyfile_password=_env(_KEY_PASSWORD_VAR)
+    )
+
+
+def _zookeeper_security(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``auth``, ``acl`` and ``tls`` settings of the command's ZooKeeper session."""
+    auth = _zookeeper_auth(args)
+    acl = args.zookeeper_acl or _env(_ACL_VAR) or ("creator" if auth else "open")
+    if acl not in ("open", "creator"):
+        raise ConfigurationError(f"${_ACL_VAR}={acl!r}; use open or creator")
+    if acl == "creator" and not auth:
+        raise ConfigurationError(
+            f"--zookeeper-acl creator needs credentials: set ${_AUTH_VAR} or pass "
+            "--zookeeper-auth-file"
+        )
+    tls = _zookeeper_tls(args)
+    return {"auth": auth, "acl": acl, "tls": False if tls is None else tls}
+
+
 @contextlib.asynccontextmanager
 async def _zookeeper(args: argparse.Namespace) -> AsyncIterator[ZooKeeper]:
     if not args.timeout > 0:
         raise ConfigurationError(f"--timeout must be positive, not {args.timeout}")
     zk = ZooKeeper(
-        _address(args.zookeeper, _ZOOKEEPER_VAR, "--zookeeper"), request_timeout=args.timeout
+        _address(args.zookeeper, _ZOOKEEPER_VAR, "--zookeeper"),
+        request_timeout=args.timeout,
+        **_zookeeper_security(args),
     )
     await zk.start()
     try:
@@ -225,36 +420,128 @@ async def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _describe(args: argparse.Namespace) -> int:
+async def _look(
+    zk: ZooKeeper, kafka: OffsetReader, group: str, topic: str | None
+) -> tuple[dict[str, MemberInfo | None], list[LagRow], list[str]]:
+    """One look at a group: its members, a row per partition, and the unreadable offset nodes."""
+    members = await survey.read_members(zk, group)
+    topics = [topic] if topic else await survey.group_topics(zk, group, members.values())
     rows: list[LagRow] = []
+    unreadable: list[str] = []
+    for name in topics:
+        layout = GroupLayout(group, name)
+        bounds = await kafka.bounds(name, await kafka.partitions(name))
+        stored = await survey.read_stored(zk, layout)
+        owners = await survey.read_owners(zk, layout)
+        rows += lag_rows(name, owners, stored, bounds)
+        unreadable += [
+            f"{name}/{p} holds {value.data[:40]!r}"
+            for p, value in sorted(stored.items())
+            if isinstance(value, Unreadable)
+        ]
+    return members, rows, unreadable
+
+
+def _stop_on_signals() -> anyio.Event:
+    """An event set by SIGINT or SIGTERM (instead of KeyboardInterrupt)."""
+    stop = anyio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    interval = parse_duration(args.interval, "--interval")
     async with _zookeeper(args) as zk, _kafka(args) as kafka:
         await survey.require_group(zk, args.group)
-        members = await survey.read_members(zk, args.group)
-        topics = (
-            [args.topic]
-            if args.topic
-            else await survey.group_topics(zk, args.group, members.values())
-        )
-        unreadable: list[str] = []
-        for topic in topics:
-            layout = GroupLayout(args.group, topic)
-            bounds = await kafka.bounds(topic, await kafka.partitions(topic))
-            stored = await survey.read_stored(zk, layout)
-            owners = await survey.read_owners(zk, layout)
-            rows += lag_rows(topic, owners, stored, bounds)
-            unreadable += [
-                f"{topic}/{p} holds {value.data[:40]!r}"
-                for p, value in sorted(stored.items())
-                if isinstance(value, Unreadable)
-            ]
+        members, rows, unreadable = await _look(zk, kafka, args.group, args.topic)
+        if args.watch:
+            await _watch(zk, kafka, args, interval, (members, rows, unreadable))
+            return 0
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
         return 0
-    tables.show(tables.members_table(args.group, members))
-    tables.show(tables.lag_table(rows))
-    for note in unreadable:
-        tables.show(f"offset node {note}, not an offset: repair it with reset-offsets")
+    tables.show(_describe_view(args.group, members, rows, unreadable))
     return 0
+
+
+def _describe_view(
+    group: str, members: dict[str, MemberInfo | None], rows: list[LagRow], unreadable: list[str]
+) -> Stack:
+    notes = [
+        f"offset node {note}, not an offset: repair it with reset-offsets" for note in unreadable
+    ]
+    return Stack(tables.members_table(group, members), tables.lag_table(rows), *notes)
+
+
+async def _watch(
+    zk: ZooKeeper,
+    kafka: OffsetReader,
+    args: argparse.Namespace,
+    interval: float,
+    first: tuple[dict[str, MemberInfo | None], list[LagRow], list[str]],
+) -> None:
+    """Redraw ``describe`` in place every ``interval`` seconds until SIGINT or SIGTERM."""
+    stop = _stop_on_signals()
+    with Live(
+        _describe_view(args.group, *first), console=tables.console(), auto_refresh=False
+    ) as live:
+        live.refresh()
+        while True:
+            with anyio.move_on_after(interval):
+                await stop.wait()
+            if stop.is_set():
+                return
+            live.update(_describe_view(args.group, *await _look(zk, kafka, args.group, args.topic)))
+            live.refresh()
+
+
+async def _check(args: argparse.Namespace) -> int:
+    window = parse_duration(args.window, "--window")
+    if args.samples < 2:
+        raise ConfigurationError(f"--samples must be at least 2, not {args.samples}")
+    if args.lag_threshold < 0:
+        raise ConfigurationError(f"--lag-threshold must not be negative, not {args.lag_threshold}")
+    thresholds = Thresholds(args.lag_threshold, args.max_lag)
+    samples: dict[tuple[str, int], list[Sample]] = {}
+    async with _zookeeper(args) as zk, _kafka(args) as kafka:
+        await survey.require_group(zk, args.group)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for number in range(args.samples):
+            # Evenly over the window: the first look at its start, the last at its end.
+            await asyncio.sleep(max(start + window * number / (args.samples - 1) - loop.time(), 0))
+            _members, rows, _unreadable = await _look(zk, kafka, args.group, args.topic)
+            for row in rows:
+                samples.setdefault((row.topic, row.partition), []).append(
+                    Sample(row.owner, row.committed, row.lag)
+                )
+            if args.verbose:
+                print(f"{_PROG}: sample {number + 1} of {args.samples} taken", file=sys.stderr)
+    findings = [
+        judge(topic, partition, seen, thresholds)
+        for (topic, partition), seen in sorted(samples.items())
+        if len(seen) >= 2  # a partition created during the window is judged next time
+    ]
+    worst = verdict(findings)
+    if args.json:
+        print(json.dumps([finding.as_json() for finding in findings], indent=2))
+    else:
+        tables.show(tables.health_table(findings))
+        tables.show(_verdict_line(args.group, findings, window))
+    return int(worst)
+
+
+def _verdict_line(group: str, findings: list[PartitionHealth], window: float) -> str:
+    worst = verdict(findings)
+    bad = [f for f in findings if f.severity > 0]
+    if not bad:
+        return (
+            f"{worst.name.lower()}: group {group}, {len(findings)} partition(s) over {window:g} s"
+        )
+    named = ", ".join(f"{f.topic}/{f.partition} {f.status.value}" for f in bad)
+    return f"{worst.name.lower()}: group {group}: {named}"
 
 
 async def _reset(args: argparse.Namespace) -> int:
@@ -274,8 +561,12 @@ async def _reset(args: argparse.Namespace) -> int:
             at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
         stored = await survey.read_stored(zk, layout)
         plan = plan_reset(target, stored, bounds, at_time)
-        tables.show(tables.plan_table(plan))
+        if not args.json:
+            tables.show(tables.plan_table(plan))
         if not args.execute:
+            if args.json:
+                print(json.dumps([row.as_json(args.topic, stored=False) for row in plan], indent=2))
+                return 0
             tables.show("dry run: nothing changed; add --execute to store this plan")
             if active:
                 tables.show(f"note: {len(active)} member(s) registered: --execute needs --force")
@@ -287,8 +578,17 @@ async def _reset(args: argparse.Namespace) -> int:
                 "Stop them first, or pass --force"
             )
         offsets = {row.partition: row.new for row in plan}
-        await survey.write_offsets(zk, layout, offsets, existing=stored)
-    tables.show(f"stored the new offsets of {len(plan)} partition(s)")
+        try:
+            await survey.write_offsets(zk, layout, offsets, existing=stored)
+        except AccessDeniedError:
+            raise AccessDeniedError(
+                f"refused by ZooKeeper: the ACL of {layout.offsets} does not let this session "
+                f"change it; pass the group's credentials (${_AUTH_VAR} or --zookeeper-auth-file)"
+            ) from None
+    if args.json:
+        print(json.dumps([row.as_json(args.topic, stored=True) for row in plan], indent=2))
+    else:
+        tables.show(f"stored the new offsets of {len(plan)} partition(s)")
     return 0
 
 
@@ -307,10 +607,9 @@ def _target(args: argparse.Namespace) -> ResetTarget:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    stop = anyio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
+    strategy = args.strategy or await _group_strategy(args)
+    security = _zookeeper_security(args)
     group = ConsumerGroup(
         args.group,
         _address(args.bootstrap, _BOOTSTRAP_VAR, "--bootstrap"),
@@ -321,23 +620,57 @@ async def _consume(args: argparse.Namespace) -> int:
         kafka_options=_kafka_options(args),
         # An operator who names a topic that does not exist wants to hear so, not to wait.
         wait_for_topic=False,
+        strategy=strategy,
+        zookeeper_auth=security["auth"],
+        zookeeper_acl=security["acl"],
+        zookeeper_tls=security["tls"],
+        register=False,
     )
-    async with group, anyio.create_task_group() as tasks:
+    async with group:
+        await _join(group)
+        async with anyio.create_task_group() as tasks:
 
-        async def stop_on_signal() -> None:
-            await stop.wait()
-            tasks.cancel_scope.cancel()
+            async def stop_on_signal() -> None:
+                await stop.wait()
+                tasks.cancel_scope.cancel()
 
-        tasks.start_soon(stop_on_signal)
-        async for partition, batch in group:
-            for record in batch:
-                key = "" if record.key is None else record.key.decode(errors="replace")
-                value = "" if record.value is None else record.value.decode(errors="replace")
-                sys.stdout.write(f"{partition}\t{record.offset}\t{key}\t{value}\n")
-            sys.stdout.flush()
-        tasks.cancel_scope.cancel()  # the group closed under us: nothing more to wait for
+            tasks.start_soon(stop_on_signal)
+            async for partition, batch in group:
+                for record in batch:
+                    key = "" if record.key is None else record.key.decode(errors="replace")
+                    value = "" if record.value is None else record.value.decode(errors="replace")
+                    sys.stdout.write(f"{partition}\t{record.offset}\t{key}\t{value}\n")
+                sys.stdout.flush()
+            tasks.cancel_scope.cancel()  # the group closed under us: nothing more to wait for
     # Leaving the group (async with) stored the offsets of every printed batch.
     return 0
+
+
+async def _join(group: ConsumerGroup) -> None:
+    """Register the member; a failure is the command's one line, not also the member's log."""
+    group_log = logging.getLogger("aio_cluster.group")
+    level = group_log.level
+    group_log.setLevel(logging.CRITICAL)
+    try:
+        await group.register()
+    except AccessDeniedError as exc:
+        raise AccessDeniedError(
+            f"refused by ZooKeeper: {exc}; pass the group's credentials (${_AUTH_VAR} or "
+            "--zookeeper-auth-file)"
+        ) from None
+    finally:
+        group_log.setLevel(level)
+
+
+async def _group_strategy(args: argparse.Namespace) -> Strategy:
+    """The strategy of the group's registered members, so that joining is never refused for
+    a mismatch; sticky, the library's default, where none is registered."""
+    async with _zookeeper(args) as zk:
+        members = await survey.read_members(zk, args.group)
+    for info in members.values():
+        if info is not None and args.topic in info.topics and isinstance(info.strategy, Strategy):
+            return info.strategy
+    return Strategy.STICKY
 
 
 def _local(args: argparse.Namespace) -> int:

@@ -139,6 +139,22 @@ class PlanRow:
     old: Stored
     new: int
 
+    def as_json(self, topic: str, *, stored: bool) -> dict[str, object]:
+        """The object ``reset-offsets --json`` prints: ``old`` is None where no offset (or an
+        unreadable one, then ``unreadable`` holds its data) is stored; ``stored`` says whether
+        ``new`` was written (--execute) or is a plan."""
+        old = self.old
+        return {
+            "topic": topic,
+            "partition": self.partition,
+            "old": old if isinstance(old, int) else None,
+            "unreadable": old.data.decode(errors="replace")
+            if isinstance(old, Unreadable)
+            else None,
+            "new": self.new,
+            "stored": stored,
+        }
+
 
 def plan_reset(
     target: ResetTarget,

@@ -1,23 +1,32 @@
-"""The tables the ``aio-cluster`` command prints, drawn with rich (the ``cli`` extra).
+"""The tables the ``aio-cluster`` command prints, drawn with rich (a dependency of the package,
+so that the installed command always does its main job).
 
-Only drawing here: the rows come computed from `aio_cluster.cli.plans`.
+Only drawing here: the rows come computed from `aio_cluster.cli.plans` and
+`aio_cluster.cli.health`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import ConfigurationError
+from rich.console import Console
+from rich.table import Table
+
 from ..zookeeper.layout import MemberInfo
+from .health import PartitionHealth
 from .plans import LagRow, PlanRow, Unreadable, member_host
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-__all__ = ["groups_table", "lag_table", "members_table", "plan_table", "show"]
+__all__ = [
+    "console",
+    "groups_table",
+    "health_table",
+    "lag_table",
+    "members_table",
+    "plan_table",
+    "show",
+]
 
 
 def groups_table(rows: Sequence[Mapping[str, Any]]) -> Table:
@@ -72,27 +81,38 @@ def plan_table(plan: Sequence[PlanRow]) -> Table:
     return table
 
 
-def show(renderable: object) -> None:
-    """Print to stdout: fitted to a terminal; into a pipe or a file, whole lines for grep."""
-    console = _rich("console").Console(soft_wrap=False)
-    if not console.is_terminal:
-        console.width = 10_000
-    console.print(renderable)
-
-
-def _table(*columns: str, title: str | None = None) -> Table:
-    table: Table = _rich("table").Table(
-        *columns, title=title, title_justify="left", box=None, pad_edge=False
-    )
-    for column in table.columns:
-        column.overflow = "fold"
+def health_table(findings: Sequence[PartitionHealth]) -> Table:
+    """``check``: per partition its status, the rules that held, and the last sample."""
+    table = _table("topic", "partition", "status", "owner", "committed", "lag", "also")
+    for finding in findings:
+        last = finding.last
+        table.add_row(
+            finding.topic,
+            str(finding.partition),
+            finding.status.value,
+            last.owner or "-",
+            "-" if last.committed is None else str(last.committed),
+            str(last.lag),
+            ", ".join(reason.value for reason in finding.reasons[1:]) or "-",
+        )
     return table
 
 
-def _rich(module: str) -> Any:
-    try:
-        return importlib.import_module(f"rich.{module}")
-    except ImportError:
-        raise ConfigurationError(
-            "the tables need rich: pip install 'aio-cluster[cli]' (or pass --json)"
-        ) from None
+def console() -> Console:
+    """The console of stdout: fitted to a terminal; into a pipe or a file, whole lines for grep."""
+    out = Console(soft_wrap=False)
+    if not out.is_terminal:
+        out.width = 10_000
+    return out
+
+
+def show(renderable: object) -> None:
+    """Print to stdout (see `console`)."""
+    console().print(renderable)
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    table = Table(*columns, title=title, title_justify="left", box=None, pad_edge=False)
+    for column in table.columns:
+        column.overflow = "fold"
+    return table

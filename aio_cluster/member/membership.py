@@ -8,6 +8,7 @@ it asks the `Handover` to drain what it releases and to start what it claimed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -81,6 +82,8 @@ class Membership:
         """Rebalances that finished (a claim may have timed out in them)."""
         self.last_rebalance: float | None = None
         """How long the last finished rebalance took, in seconds."""
+        self.recent_rebalances: collections.deque[float] = collections.deque(maxlen=100)
+        """How long the last (at most 100) finished rebalances took, oldest first (metrics)."""
         self._partitions: list[int] = []
         self._claims: dict[int, Claim] = {}
         self._epoch = 0
@@ -194,6 +197,7 @@ class Membership:
                     complete = await self._rebalance(handover)
                 self.rebalances += 1
                 self.last_rebalance = loop.time() - started
+                self.recent_rebalances.append(self.last_rebalance)
             except CorruptOffsetError as exc:
                 log.error("member %s: %s", self._id, exc)
                 if not joined.done():

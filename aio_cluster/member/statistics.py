@@ -53,6 +53,8 @@ class GroupStatistics:
         batches: batches handed out.
         records: records handed out.
         last_rebalance: seconds the last finished rebalance took, None before the first.
+        recent_rebalances: seconds each of the last (at most 100) finished rebalances took,
+            oldest first: with ``rebalances``, what a histogram of them needs.
     """
 
     member_id: str
@@ -66,6 +68,7 @@ class GroupStatistics:
     batches: int
     records: int
     last_rebalance: float | None
+    recent_rebalances: tuple[float, ...] = ()
 
     @property
     def lag(self) -> int:

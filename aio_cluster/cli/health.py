@@ -1,0 +1,178 @@
+"""The verdict of ``aio-cluster check``: rules an operator can read, applied to samples of a
+group taken over a window. Pure: the samples come from `aio_cluster.cli.main`.
+
+Burrow's evaluation is the model: a single look at a group says little (a lag of 500 is fine if it
+falls, bad if nothing moves), so each partition is judged by how its committed offset and its lag
+moved between the first and the last sample of the window. The rules, tried in this order
+(the first that holds is the partition's status; every one that holds counts for the verdict)::
+
+    rewound   the committed offset went backwards between two samples        error
+    unowned   no member owned the partition in any sample                    error
+              (a warning where its lag is within the threshold)
+    stalled   the committed offset never moved, the lag above the threshold  error
+    lagging   the lag grew from sample to sample and ends above the          warning
+              threshold, or it ends above ``max_lag``
+    ok        none of the above
+
+The group's verdict is the worst severity of any rule that holds for any partition; the exit
+status of the command is 0, 1 or 2 for ok, warning or error.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+
+__all__ = [
+    "PartitionHealth",
+    "Sample",
+    "Severity",
+    "Status",
+    "Thresholds",
+    "judge",
+    "parse_duration",
+    "verdict",
+]
+
+
+class Severity(enum.IntEnum):
+    """How bad a finding is; the value is the command's exit status."""
+
+    OK = 0
+    WARNING = 1
+    ERROR = 2
+
+
+class Status(enum.Enum):
+    """What a partition's samples show, in the order the rules are tried."""
+
+    REWOUND = "rewound"
+    UNOWNED = "unowned"
+    STALLED = "stalled"
+    LAGGING = "lagging"
+    OK = "ok"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One look at one partition.
+
+    Attributes:
+        owner: the member id its claim node held, None when unclaimed.
+        committed: the offset stored for the group, None when none (readable) is.
+        lag: the log end minus the committed offset (or minus the earliest retained one).
+    """
+
+    owner: str | None
+    committed: int | None
+    lag: int
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The flags of ``check``.
+
+    Attributes:
+        lag: a lag at or below this counts as caught up: such a partition is never stalled or
+            lagging, and unowned only as a warning.
+        max_lag: a lag above this at the end of the window is lagging however it moved;
+            None: no such bound.
+    """
+
+    lag: int = 0
+    max_lag: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionHealth:
+    """The finding of one partition: its status, and every rule that held, worst first."""
+
+    topic: str
+    partition: int
+    status: Status
+    severity: Severity
+    reasons: tuple[Status, ...]
+    last: Sample
+
+    def as_json(self) -> dict[str, object]:
+        """The object ``check --json`` prints for the partition."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "status": self.status.value,
+            "severity": self.severity.name.lower(),
+            "reasons": [reason.value for reason in self.reasons],
+            "owner": self.last.owner,
+            "committed": self.last.committed,
+            "lag": self.last.lag,
+        }
+
+
+def judge(
+    topic: str, partition: int, samples: Sequence[Sample], thresholds: Thresholds
+) -> PartitionHealth:
+    """Apply the rules (see the module's table) to one partition's samples, oldest first.
+
+    Raises:
+        ConfigurationError: fewer than two samples: a single look is no verdict.
+    """
+    if len(samples) < 2:
+        raise ConfigurationError("a verdict needs at least two samples of the window")
+    committed = [s.committed for s in samples]
+    lags = [s.lag for s in samples]
+    last = samples[-1]
+    found: list[tuple[Status, Severity]] = []
+    if any(
+        before is not None and after is not None and after < before
+        for before, after in itertools.pairwise(committed)
+    ):
+        found.append((Status.REWOUND, Severity.ERROR))
+    if all(s.owner is None for s in samples):
+        waiting = last.lag > thresholds.lag
+        found.append((Status.UNOWNED, Severity.ERROR if waiting else Severity.WARNING))
+    if len(set(committed)) == 1 and all(lag > thresholds.lag for lag in lags):
+        found.append((Status.STALLED, Severity.ERROR))
+    growing = all(b >= a for a, b in itertools.pairwise(lags)) and lags[-1] > lags[0]
+    over = thresholds.max_lag is not None and last.lag > thresholds.max_lag
+    if (growing and last.lag > thresholds.lag) or over:
+        found.append((Status.LAGGING, Severity.WARNING))
+    if not found:
+        return PartitionHealth(topic, partition, Status.OK, Severity.OK, (), last)
+    status, _ = found[0]
+    return PartitionHealth(
+        topic,
+        partition,
+        status,
+        max(severity for _, severity in found),
+        tuple(reason for reason, _ in found),
+        last,
+    )
+
+
+def verdict(findings: Sequence[PartitionHealth]) -> Severity:
+    """The group's verdict: the worst finding (ok for a group without partitions)."""
+    return max((finding.severity for finding in findings), default=Severity.OK)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or plain seconds as seconds.
+
+    Raises:
+        ConfigurationError: not such a duration, or not positive (``option`` names the flag).
+    """
+    match = _DURATION.fullmatch(text.strip())
+    seconds = float(match[1]) * _UNITS[match[2] or "s"] if match else 0.0
+    if not seconds > 0:
+        raise ConfigurationError(
+            f"{option} {text!r} is not a positive duration such as 30s, 500ms or 2m"
+        )
+    return seconds
