@@ -1,7 +1,8 @@
 """The sticky strategy's I/O: reading the published target, and publishing the next one.
 
 The design (why one member publishes and everyone follows, and why no partition can be owned
-twice) is in docs/concepts.md ("The published sticky target"); this module only moves targets in and out of their node.
+twice) is in docs/concepts.md ("The published sticky target"); this module only moves targets
+in and out of their node.
 """
 
 from __future__ import annotations
