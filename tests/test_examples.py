@@ -5,11 +5,13 @@ signal, with the offsets it stored and the registration it removed checked in Zo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,11 @@ import httpx
 import pytest
 
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import running, stored_offsets, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -46,11 +48,16 @@ def environment(cluster: LocalCluster, group: str, topic: str) -> dict[str, str]
     }
 
 
-async def start(command: list[str], env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+@contextlib.asynccontextmanager
+async def start(
+    command: list[str], env: dict[str, str], log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``command`` running for the block, its output in ``log``; killed after it unless it ended."""
     with log.open("wb") as output:
-        return await asyncio.create_subprocess_exec(
+        async with running(
             *command, env=env, stdout=output, stderr=asyncio.subprocess.STDOUT
-        )
+        ) as process:
+            yield process
 
 
 def output(log: Path) -> str:
@@ -64,21 +71,8 @@ async def end(process: asyncio.subprocess.Process, log: Path) -> None:
     try:
         code = await asyncio.wait_for(process.wait(), 60)
     except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
         raise AssertionError(f"did not end on SIGTERM:\n{output(log)}") from None
     assert code in (0, -signal.SIGTERM), output(log)
-
-
-async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
-    found: dict[int, int] = {}
-    for partition in range(partitions):
-        try:
-            data, _stat = await zk.get(layout.offset(partition))
-        except NoNodeError:
-            continue
-        found[partition] = int(data)
-    return found
 
 
 async def assert_left(zk: ZooKeeper, layout: GroupLayout, counts: Counter[int]) -> None:
@@ -112,25 +106,27 @@ async def test_app_reports_health_over_http_and_leaves_on_sigterm(
     counts = await produce(topic, 200)
     port = free_port()
     log = tmp_path / f"{app}.log"
-    process = await start(app_command(app, port), environment(cluster, group_name, topic), log)
     reports: list[dict[str, Any]] = []
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+    command = app_command(app, port)
+    async with (
+        start(command, environment(cluster, group_name, topic), log) as process,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+    ):
 
-            async def caught_up(total: int) -> bool:
-                """Consumed ``total`` and, by the member's statistics, no lag left."""
-                try:
-                    response = await client.get("/health")
-                except httpx.TransportError:
-                    return False  # not listening yet
-                if response.status_code != 200:
-                    return False
-                reports.append(response.json())
-                return bool(reports[-1]["consumed"] == total and reports[-1]["lag"] == 0)
+        async def caught_up(total: int) -> bool:
+            """Consumed ``total`` and, by the member's statistics, no lag left."""
+            try:
+                response = await client.get("/health")
+            except httpx.TransportError:
+                return False  # not listening yet
+            if response.status_code != 200:
+                return False
+            reports.append(response.json())
+            return bool(reports[-1]["consumed"] == total and reports[-1]["lag"] == 0)
 
-            await wait_until(lambda: caught_up(200), timeout=60, what=f"{app} to consume 200")
-            counts += await produce(topic, 100, start=200)  # more, while it serves
-            await wait_until(lambda: caught_up(300), what=f"{app} to consume 300")
+        await wait_until(lambda: caught_up(200), timeout=60, what=f"{app} to consume 200")
+        counts += await produce(topic, 100, start=200)  # more, while it serves
+        await wait_until(lambda: caught_up(300), what=f"{app} to consume 300")
         report = reports[-1]
         assert report["claimed"] == [0, 1, 2]
         assert report["state"] == "joined"
@@ -138,10 +134,6 @@ async def test_app_reports_health_over_http_and_leaves_on_sigterm(
         assert {int(p): v["end"] for p, v in report["partitions"].items()} == counts
         assert {int(p): v["stored_offset"] for p, v in report["partitions"].items()} == counts
         await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     layout = GroupLayout(group_name, topic)
     assert report["member"] not in await zk.get_children(layout.ids)
     await assert_left(zk, layout, counts)
@@ -159,7 +151,6 @@ async def test_consumer_group_script_shares_the_topic_between_two_members(
     counts = await produce(topic, 300)
     log = tmp_path / "consumer_group.log"
     command = [sys.executable, str(EXAMPLES / "consumer_group.py"), group_name, topic]
-    process = await start(command, environment(cluster, group_name, topic), log)
     fetched: Counter[str] = Counter()
 
     def all_fetched() -> bool:
@@ -170,14 +161,10 @@ async def test_consumer_group_script_shares_the_topic_between_two_members(
                 fetched[words[1]] += int(words[3])
         return sum(fetched.values()) == 300
 
-    try:
+    async with start(command, environment(cluster, group_name, topic), log) as process:
         await wait_until(all_fetched, timeout=60, what="300 records fetched")
         assert set(fetched) == {"#1", "#2"}, output(log)
         await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     await assert_left(zk, GroupLayout(group_name, topic), counts)
 
 
@@ -197,19 +184,15 @@ async def test_manual_commit_script_commits_what_it_wrote(
         *(sys.executable, str(EXAMPLES / "manual_commit.py"), group_name, topic, str(out)),
         *("--every", "100"),
     ]
-    process = await start(command, environment(cluster, group_name, topic), log)
     layout = GroupLayout(group_name, topic)
-    try:
-        # A chunk of 100 or more is committed while it runs; the rest when the signal comes.
-        async def a_chunk() -> bool:
-            return sum((await stored_offsets(zk, layout, 3)).values()) >= 100
 
+    # A chunk of 100 or more is committed while it runs; the rest when the signal comes.
+    async def a_chunk() -> bool:
+        return sum((await stored_offsets(zk, layout, 3)).values()) >= 100
+
+    async with start(command, environment(cluster, group_name, topic), log) as process:
         await wait_until(a_chunk, timeout=60, what="a chunk committed")
         await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     written = [line.split() for line in out.read_text().splitlines()]
     assert sorted(value for _p, _o, value in written) == sorted(str(i) for i in range(250))
     await assert_left(zk, layout, counts)
