@@ -9,6 +9,7 @@ import os
 import re
 import socket
 from collections import Counter
+from typing import Any
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
@@ -187,7 +188,7 @@ async def test_several_members_in_one_loop_consume_everything_once(
         async for _, batch in group:
             if stop_after is not None and taken >= stop_after:
                 break  # before processing: the batch goes to the next owner
-            seen.update(record.key for record in batch)
+            seen.update(record.key or b"" for record in batch)
             taken += 1
         await group.close()
 
@@ -280,12 +281,10 @@ async def test_register_false_defers_joining(
 ) -> None:
     topic = await make_topic(1)
     async with member(cluster, group_name, topic, register=False) as group:
-        assert group.state is GroupState.NEW
-        assert group.claimed == []
+        assert (group.state, group.claimed) == (GroupState.NEW, [])
         await group.register()
         await group.register()
-        assert group.state is GroupState.JOINED
-        assert group.claimed == [0]
+        assert (group.state, group.claimed) == (GroupState.JOINED, [0])
     await group.close()
     assert group.state is GroupState.CLOSED
 
@@ -342,7 +341,7 @@ async def test_handover_waits_for_the_batch_being_processed(
         batch = await batch_of(batches, moving)
         # The body of the moving partition's batch is running now.
         joining = asyncio.create_task(second.register())
-        tasks = [joining]
+        tasks: list[asyncio.Future[Any]] = [joining]
         try:
             await wait_until(
                 lambda: moving in first._delivery.withheld, what="first starts to hand over"

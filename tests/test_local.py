@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -265,9 +266,7 @@ async def test_servers_die_with_the_python_process(own_cache: Path) -> None:
         process.send_signal(signal.SIGKILL)
         await process.wait()
     for address in exports.values():
-        await wait_until(
-            lambda address=address: closed(address), timeout=20, what=f"{address} closed"
-        )
+        await wait_until(functools.partial(closed, address), timeout=20, what=f"{address} closed")
     code, errors = await down(own_cache)  # finds the killed up's state and clears it
     assert code == 1
     assert "nothing running" in errors
