@@ -279,15 +279,21 @@ class Worker:
 
 async def consume_exactly_once(
     members: Sequence[ConsumerGroup],
-    produce: Callable[[int, int], Awaitable[object]],
+    producer: AIOKafkaProducer,
+    topic: str,
     total: int,
     *,
     joined: Callable[[], Awaitable[object]] | None = None,
-) -> Counter[bytes]:
-    """Join ``members``, produce ``total`` messages (half before the joins, half after) and consume
-    them all with every member at once; returns how often each key was delivered. ``joined``
-    runs once every member has joined."""
+) -> None:
+    """Join ``members``, produce ``total`` numbered messages (key ``k<i>``, value ``<i>``; half
+    before the joins, half after) and consume them all with every member at once: each must be
+    delivered exactly once. ``joined`` runs once every member has joined."""
     seen: Counter[bytes] = Counter()
+
+    async def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
+        await producer.flush()
 
     async def consume(group: ConsumerGroup) -> None:
         async for _, batch in group:
@@ -308,4 +314,5 @@ async def consume_exactly_once(
             for group in members:
                 await group.close()
             await asyncio.gather(*consumers)
-    return seen
+    assert sorted(seen) == sorted(f"k{i}".encode() for i in range(total)), "a message was lost"
+    assert set(seen.values()) == {1}, "a message was delivered twice"
