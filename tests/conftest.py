@@ -1,4 +1,5 @@
-"""Shared fixtures: one real local cluster per test session, a fresh topic and group per test."""
+"""Shared fixtures: one real local cluster per test session, a fresh topic and group per test, a
+jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin."""
 
 from __future__ import annotations
 

@@ -217,8 +217,8 @@ async def running(
     stderr: Any = None,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """``command`` as a process for the block, killed and reaped after it unless it ended: a
-    failing test leaves none behind. ``stdout``/``stderr`` as for `asyncio.create_subprocess_exec`
-    (a file opened here is the process's own once it started)."""
+    failing test leaves none behind. ``stdout``/``stderr`` as for
+    ``asyncio.create_subprocess_exec``."""
     process = await asyncio.create_subprocess_exec(
         *command, env=env, cwd=cwd, stdout=stdout, stderr=stderr
     )
