@@ -103,9 +103,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package."""
-    session.install("-e", ".[test,local-tls]", "mypy")
-    session.run("mypy", "--strict", "aio_cluster")
+    """mypy --strict on the package and on the tests (``tests/``, ``tests_user/``): the tests
+    import the examples' HTTP client, hence that extra."""
+    session.install("-e", ".[test,examples,local-tls]", "mypy")
+    session.run("mypy", "--strict", "aio_cluster", "tests", "tests_user")
 
 
 @nox.session

@@ -1,31 +1,26 @@
-"""Shared fixtures: one real local cluster per test session, a fresh topic and group per test."""
+"""Shared fixtures: one real local cluster per test session, a fresh topic and group per test, a
+jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
-from aio_cluster.local import LocalCluster
+from aio_cluster.local import LocalCluster, jars
 from aio_cluster.zookeeper.client import ZooKeeper
 
-from support import wait_until
+from support import add_topic, fresh, producer_of
 
-_names = itertools.count(1)
+pytest_plugins = ["secured"]
 
 MakeTopic = Callable[..., Awaitable[str]]
 Produce = Callable[..., Awaitable[Counter[int]]]
-
-
-def _fresh(prefix: str) -> str:
-    return f"{prefix}-{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -54,10 +49,8 @@ async def admin(cluster: LocalCluster) -> AsyncIterator[AIOKafkaAdminClient]:
 
 @pytest_asyncio.fixture(scope="session")
 async def producer(cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
-    client = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5)
-    await client.start()
-    yield client
-    await client.stop()
+    async with producer_of(cluster) as started:
+        yield started
 
 
 @pytest.fixture
@@ -65,26 +58,15 @@ def make_topic(admin: AIOKafkaAdminClient) -> MakeTopic:
     """Create a fresh topic: ``await make_topic(partitions=2)`` returns its name."""
 
     async def make(partitions: int = 2) -> str:
-        name = _fresh("topic")
-        await admin.create_topics([NewTopic(name, partitions, 1)])
-        await wait_until(lambda: _known(admin, name), what=f"the broker knows {name}")
-        return name
+        return await add_topic(admin, partitions)
 
     return make
-
-
-async def _known(admin: AIOKafkaAdminClient, topic: str) -> bool:
-    """Whether the broker's metadata has the topic: it learns of one a moment after its
-    controller created it (KRaft), and a member asking before is told the topic does not exist
-    (seen under load)."""
-    (described,) = await admin.describe_topics([topic])
-    return not described["error_code"]
 
 
 @pytest.fixture
 def group_name() -> str:
     """A fresh consumer group name."""
-    return _fresh("group")
+    return fresh("group")
 
 
 @pytest.fixture
@@ -112,3 +94,17 @@ async def zk(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
     await client.start()
     yield client
     await client.close()
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path) -> Path:
+    """A cache of the test's own for ``up`` and ``down``, so that their state file is not that of
+    a developer's running ``up``; the jars fetched already are linked, not fetched again."""
+    own = tmp_path / "cache"
+    own.mkdir()
+    shared = jars.default_cache_dir()
+    if shared.is_dir():
+        for entry in shared.iterdir():
+            if entry.name != "run":
+                (own / entry.name).symlink_to(entry)
+    return own

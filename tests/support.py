@@ -1,19 +1,42 @@
-"""Helpers for the integration tests: polling with a deadline, the group-wide ownership check."""
+"""Helpers for the integration tests, one home each: polling with a deadline, fresh names and
+topics, a member with the tests' short delays, pulling records, the group-wide ownership check,
+the stored offsets, and processes that are killed whatever the test's outcome."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import signal
 import sys
+import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
+from typing import Any, TypeVar
 
-from aio_cluster import ConsumerGroup
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from aio_cluster import Batch, ConsumerGroup, Record
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+
+T = TypeVar("T")
+
+Pairs = AsyncIterator[tuple[int, Batch]]
+"""What ``ConsumerGroup.batches()`` yields: ``(partition, batch)``."""
+
+_names = itertools.count(1)
 
 
 async def wait_until(
@@ -31,6 +54,122 @@ async def wait_until(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or condition}")
         await asyncio.sleep(0.05)
+
+
+def fresh(prefix: str) -> str:
+    """A name no other test (nor an earlier run against the same servers) has used."""
+    return f"{prefix}-{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:8]}"
+
+
+# --- Kafka ----------------------------------------------------------------------------------------
+
+
+async def topic_known(admin: AIOKafkaAdminClient, topic: str) -> bool:
+    """Whether the broker's metadata has the topic: it learns of one a moment after its
+    controller created it (KRaft), and a member asking before is told the topic does not exist
+    (seen under load)."""
+    (described,) = await admin.describe_topics([topic])
+    return not described["error_code"]
+
+
+async def add_topic(
+    admin: AIOKafkaAdminClient, partitions: int = 1, *, replicas: int = 1, prefix: str = "topic"
+) -> str:
+    """Create a fresh topic through ``admin`` and return its name once the broker knows it."""
+    name = fresh(prefix)
+    await admin.create_topics([NewTopic(name, partitions, replicas)])
+    await wait_until(lambda: topic_known(admin, name), what=f"the broker knows {name}")
+    return name
+
+
+async def create_topic(
+    bootstrap: str,
+    partitions: int = 1,
+    *,
+    replicas: int = 1,
+    prefix: str = "topic",
+    kafka_options: Mapping[str, Any] | None = None,
+) -> str:
+    """`add_topic` through an admin client of its own, for a cluster other than the session's
+    (a TLS or SASL one: pass its ``kafka_options``)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(kafka_options or {}))
+    await admin.start()
+    try:
+        return await add_topic(admin, partitions, replicas=replicas, prefix=prefix)
+    finally:
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def producer_of(cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
+    """A started producer for ``cluster`` (over its TLS or SASL where it has them)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=cluster.bootstrap, linger_ms=5, **cluster.kafka_options
+    )
+    await producer.start()
+    try:
+        yield producer
+    finally:
+        await producer.stop()
+
+
+# --- members --------------------------------------------------------------------------------------
+
+
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
+    """A member of ``group`` on ``cluster``, with the tests' short loop delay and claim timeout,
+    the cluster's Kafka security options, and ``options`` over those (``zookeepers=`` too)."""
+    options.setdefault("loop_delay", 0.1)
+    options.setdefault("claim_timeout", 10.0)
+    if cluster.kafka_options:
+        options.setdefault("kafka_options", cluster.kafka_options)
+    zookeepers = options.pop("zookeepers", cluster.zookeeper)
+    return ConsumerGroup(group, cluster.bootstrap, zookeepers, topic, **options)
+
+
+def closable(batches: AsyncIterator[T]) -> AsyncGenerator[T, Any]:
+    """``batches`` as what ``ConsumerGroup.batches()`` returns, an async generator, so that a test
+    can ``aclose()`` it (the method is annotated as returning an iterator)."""
+    assert isinstance(batches, AsyncGenerator)
+    return batches
+
+
+async def take(batches: Pairs, count: int, *, timeout: float = 60.0) -> list[tuple[int, Record]]:
+    """``(partition, record)`` from ``batches`` until at least ``count`` records came; fails the
+    test after ``timeout`` seconds. Asking the same iterator for more later commits the last
+    batch; a fresh loop would get it again (the commit rule)."""
+    got: list[tuple[int, Record]] = []
+
+    async def pull() -> None:
+        while len(got) < count:
+            partition, batch = await anext(batches)
+            got.extend((partition, record) for record in batch)
+
+    await asyncio.wait_for(pull(), timeout)
+    return got
+
+
+async def batch_of(batches: Pairs, partition: int) -> Batch:
+    """The next batch of ``partition`` from ``batches``, passing over those of others."""
+    while True:
+        got, batch = await anext(batches)
+        if got == partition:
+            return batch
+
+
+# --- ZooKeeper ------------------------------------------------------------------------------------
+
+
+async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
+    """partition -> the offset stored for it, of the first ``partitions`` (those stored)."""
+    found: dict[int, int] = {}
+    for partition in range(partitions):
+        try:
+            data, _stat = await zk.get(layout.offset(partition))
+        except NoNodeError:
+            continue
+        found[partition] = int(data)
+    return found
 
 
 async def owners(zk: ZooKeeper, layout: GroupLayout, partitions: Sequence[int]) -> dict[int, str]:
@@ -57,6 +196,36 @@ async def settled(zk: ZooKeeper, members: Sequence[ConsumerGroup]) -> bool:
     by_node = await owners(zk, layout, partitions)
     by_member = {p: member.id for member in members for p in member.claimed}
     return by_node == by_member
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+async def kill(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL ``process`` unless it ended, and reap it."""
+    if process.returncode is None:
+        process.kill()
+    await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    *command: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdout: Any = None,
+    stderr: Any = None,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``command`` as a process for the block, killed and reaped after it unless it ended: a
+    failing test leaves none behind. ``stdout``/``stderr`` as for
+    ``asyncio.create_subprocess_exec``."""
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, cwd=cwd, stdout=stdout, stderr=stderr
+    )
+    try:
+        yield process
+    finally:
+        await kill(process)
 
 
 WORKER = Path(__file__).with_name("member_worker.py")
@@ -110,15 +279,21 @@ class Worker:
 
 async def consume_exactly_once(
     members: Sequence[ConsumerGroup],
-    produce: Callable[[int, int], Awaitable[object]],
+    producer: AIOKafkaProducer,
+    topic: str,
     total: int,
     *,
     joined: Callable[[], Awaitable[object]] | None = None,
-) -> Counter[bytes]:
-    """Join ``members``, produce ``total`` messages (half before the joins, half after) and consume
-    them all with every member at once; returns how often each key was delivered. ``joined``
-    runs once every member has joined."""
+) -> None:
+    """Join ``members``, produce ``total`` numbered messages (key ``k<i>``, value ``<i>``; half
+    before the joins, half after) and consume them all with every member at once: each must be
+    delivered exactly once. ``joined`` runs once every member has joined."""
     seen: Counter[bytes] = Counter()
+
+    async def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
+        await producer.flush()
 
     async def consume(group: ConsumerGroup) -> None:
         async for _, batch in group:
@@ -139,4 +314,5 @@ async def consume_exactly_once(
             for group in members:
                 await group.close()
             await asyncio.gather(*consumers)
-    return seen
+    assert sorted(seen) == sorted(f"k{i}".encode() for i in range(total)), "a message was lost"
+    assert set(seen.values()) == {1}, "a message was delivered twice"

@@ -25,6 +25,7 @@ from aio_cluster.cli.health import (
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic, Produce
+from support import closable
 from test_cli import one_line, run, start
 
 WINDOW = ("--window", "2s", "--samples", "3")
@@ -37,7 +38,7 @@ def member(cluster: LocalCluster, group: str, topic: str) -> ConsumerGroup:
 async def consume_all(group: ConsumerGroup, count: int) -> None:
     """Take ``count`` records, committing each batch as it comes."""
     taken = 0
-    async with contextlib.aclosing(group.batches(commit=False)) as batches:
+    async with contextlib.aclosing(closable(group.batches(commit=False))) as batches:
         async for partition, batch in batches:
             await group.commit(partition, batch[-1].offset + 1)
             taken += len(batch)
@@ -144,17 +145,17 @@ async def test_an_offset_moved_back_by_reset_offsets_is_rewound(
     cluster: LocalCluster, left_group: tuple[str, str]
 ) -> None:
     group, topic = left_group
-    check = await start(
+    async with start(
         cluster, "check", group, "--window", "10s", "--samples", "2", "--json", "--verbose"
-    )
-    assert check.stderr is not None
-    first = await asyncio.wait_for(check.stderr.readline(), 60)
-    assert first == b"aio-cluster: sample 1 of 2 taken\n"
-    code, _out, err = await run(
-        cluster, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute"
-    )
-    assert code == 0, err
-    out, err_rest = await asyncio.wait_for(check.communicate(), 60)
+    ) as check:
+        assert check.stderr is not None
+        first = await asyncio.wait_for(check.stderr.readline(), 60)
+        assert first == b"aio-cluster: sample 1 of 2 taken\n"
+        code, _out, err = await run(
+            cluster, "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute"
+        )
+        assert code == 0, err
+        out, err_rest = await asyncio.wait_for(check.communicate(), 60)
     assert check.returncode == 2, (out, err_rest)
     findings = json.loads(out)
     assert [(f["partition"], f["status"], f["committed"]) for f in findings] == [

@@ -12,7 +12,6 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -20,26 +19,33 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
+from support import closable, running, stored_offsets
 
 pytestmark = pytest.mark.asyncio
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-async def run(cluster: LocalCluster | None, *args: str, env: dict[str, str] | None = None) -> Any:
+async def run(
+    cluster: LocalCluster | None, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """Run ``python -m aio_cluster ARGS`` to its end: ``(status, stdout, stderr)``."""
-    process = await start(cluster, *args, env=env)
-    out, err = await asyncio.wait_for(process.communicate(), 120)
+    async with start(cluster, *args, env=env) as process:
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 
 
+@contextlib.asynccontextmanager
 async def start(
     cluster: LocalCluster | None, *args: str, env: dict[str, str] | None = None
-) -> asyncio.subprocess.Process:
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m aio_cluster ARGS`` running for the block, its output piped; killed after it
+    unless it ended. Only ``cluster`` (and ``env``) name servers: no ``AIO_CLUSTER_*`` of ours."""
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith("AIO_CLUSTER_")
     }
@@ -47,13 +53,14 @@ async def start(
         environment["AIO_CLUSTER_BOOTSTRAP"] = cluster.bootstrap
         environment["AIO_CLUSTER_ZOOKEEPER"] = cluster.zookeeper
     environment.update(env or {})
-    return await asyncio.create_subprocess_exec(
+    async with running(
         *(sys.executable, "-m", "aio_cluster", *args),
         cwd=REPO,
         env=environment,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )
+    ) as process:
+        yield process
 
 
 def one_line(err: str) -> str:
@@ -62,17 +69,6 @@ def one_line(err: str) -> str:
     assert err.endswith("\n"), err
     assert "Traceback" not in err
     return err
-
-
-async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
-    found = {}
-    for partition in range(partitions):
-        try:
-            data, _stat = await zk.get(layout.offset(partition))
-        except NoNodeError:
-            continue
-        found[partition] = int(data)
-    return found
 
 
 async def end_offsets(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
@@ -95,7 +91,7 @@ async def partly_consumed(
     first = await produce(topic, 20)
     async with ConsumerGroup(group_name, cluster.bootstrap, cluster.zookeeper, topic) as group:
         seen = 0
-        async with contextlib.aclosing(group.batches(commit=False)) as batches:
+        async with contextlib.aclosing(closable(group.batches(commit=False))) as batches:
             async for partition, batch in batches:
                 await group.commit(partition, batch[-1].offset + 1)
                 seen += len(batch)
@@ -282,11 +278,11 @@ async def test_consume_prints_every_record_and_ctrl_c_commits_and_leaves(
 ) -> None:
     topic = await make_topic(partitions=2)
     counts = await produce(topic, 25)
-    process = await start(cluster, "consume", group_name, topic, "--from-beginning")
-    assert process.stdout is not None
-    lines = [await asyncio.wait_for(process.stdout.readline(), 60) for _ in range(25)]
-    process.send_signal(signal.SIGINT)
-    rest, err = await asyncio.wait_for(process.communicate(), 60)
+    async with start(cluster, "consume", group_name, topic, "--from-beginning") as process:
+        assert process.stdout is not None
+        lines = [await asyncio.wait_for(process.stdout.readline(), 60) for _ in range(25)]
+        process.send_signal(signal.SIGINT)
+        rest, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
     assert rest == b""
     records = [line.decode().rstrip("\n").split("\t") for line in lines]
@@ -336,14 +332,13 @@ async def test_describe_watch_redraws_in_place_until_ctrl_c(
 ) -> None:
     group, _committed, _unread = partly_consumed
     # rich draws its live display where it believes it writes to a terminal.
-    process = await start(
+    async with start(
         cluster,
         *("describe", group.name, "--watch", "--interval", "200ms"),
         env={"TTY_COMPATIBLE": "1", "COLUMNS": "200"},
-    )
-    assert process.stdout is not None
-    shown = b""
-    try:
+    ) as process:
+        assert process.stdout is not None
+        shown = b""
         # Drawn, then redrawn in place: the cursor moves up over the previous drawing.
         while not (group.id.encode() in shown and b"\x1b[" in shown and b"\x1b[2K" in shown):
             chunk = await asyncio.wait_for(process.stdout.read(4096), 60)
@@ -351,10 +346,6 @@ async def test_describe_watch_redraws_in_place_until_ctrl_c(
             shown += chunk
         process.send_signal(signal.SIGINT)
         rest, err = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     assert process.returncode == 0, err.decode()
     assert err == b""
     assert group.topic.encode() in shown + rest
@@ -372,52 +363,27 @@ async def test_consume_takes_the_group_strategy_or_the_one_given(
         assert code == 1
         assert "strateg" in one_line(err)
         # Without --strategy the command joins with the group's own: range.
-        process = await start(cluster, "consume", group_name, topic, "--from-beginning")
-        assert process.stdout is not None
-        try:
+        async with start(cluster, "consume", group_name, topic, "--from-beginning") as process:
+            assert process.stdout is not None
             line = await asyncio.wait_for(process.stdout.readline(), 60)
             assert len(line.split(b"\t")) == 4, line
             process.send_signal(signal.SIGINT)
             _rest, err_bytes = await asyncio.wait_for(process.communicate(), 60)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
         assert process.returncode == 0, err_bytes.decode()
-
-
-@pytest.fixture
-def own_cache(tmp_path: Path) -> Path:
-    """A jar cache of the test's own for ``local up``/``down``, so that their state file is not
-    that of a developer's running ``up``; the jars fetched already are linked, not fetched again."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    shared = Path(os.environ.get("AIO_CLUSTER_CACHE") or Path.home() / ".cache" / "aio-cluster")
-    if shared.is_dir():
-        for entry in shared.iterdir():
-            if entry.name != "run":
-                (cache / entry.name).symlink_to(entry)
-    return cache
 
 
 async def test_local_up_and_down(own_cache: Path) -> None:
     """``aio-cluster local`` is ``python -m aio_cluster.local``."""
     cache = own_cache
     env = {"AIO_CLUSTER_CACHE": str(cache)}
-    up = await start(None, "local", "up", env=env)
-    try:
+    async with start(None, "local", "up", env=env) as up:
         assert up.stdout is not None
         exports = [await asyncio.wait_for(up.stdout.readline(), 300) for _ in range(2)]
         assert exports[0].startswith(b"export AIO_CLUSTER_BOOTSTRAP=127.0.0.1:")
         assert exports[1].startswith(b"export AIO_CLUSTER_ZOOKEEPER=127.0.0.1:")
         code, _out, err = await run(None, "local", "down", env=env)
         assert code == 0, err
-        await asyncio.wait_for(up.wait(), 60)
-        assert up.returncode == 0
-    finally:
-        if up.returncode is None:
-            up.kill()
-            await up.wait()
+        assert await asyncio.wait_for(up.wait(), 60) == 0
     code, _out, err = await run(None, "local", "down", env=env)
     assert code == 1
     assert "nothing running" in err

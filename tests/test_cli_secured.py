@@ -18,7 +18,8 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from test_cli import one_line, run, stored_offsets
+from support import stored_offsets
+from test_cli import one_line, run
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -15,7 +14,6 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import (
-    Batch,
     ConfigurationError,
     ConsumerGroup,
     CoordinationError,
@@ -31,28 +29,9 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import owners, settled, wait_until
+from support import batch_of, closable, member, owners, settled, take, wait_until
 
 pytestmark = pytest.mark.asyncio
-
-Pairs = AsyncIterator[tuple[int, Batch]]
-
-
-def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
-    options.setdefault("loop_delay", 0.1)
-    options.setdefault("claim_timeout", 10.0)
-    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
-
-
-async def pull(batches: Pairs, count: int) -> list[tuple[int, int]]:
-    """``(partition, offset)`` of records from ``batches`` until ``count`` were seen; fails
-    after 30 seconds."""
-    got: list[tuple[int, int]] = []
-    with anyio.fail_after(30):
-        while len(got) < count:
-            partition, batch = await anext(batches)
-            got.extend((partition, record.offset) for record in batch)
-    return got
 
 
 class Recorder(RebalanceListener):
@@ -102,16 +81,14 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
         second = member(cluster, group_name, topic, listener=joiner)
         joiner.group = second
         (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
-        batches = first.batches()
-        partition, _batch = await anext(batches)
-        while partition != moving:
-            partition, _batch = await anext(batches)
+        batches = closable(first.batches())
+        await batch_of(batches, moving)
         # The moving partition's body runs: the handover starts but revoked must wait for it.
         joining = asyncio.create_task(second.register())
         try:
             await wait_until(lambda: moving in first._delivery.withheld, what="handover began")
             assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
-            ending = asyncio.create_task(anext(batches))
+            ending = asyncio.ensure_future(anext(batches))
             await joining
         finally:
             joining.cancel()
@@ -174,8 +151,8 @@ async def test_a_raising_listener_is_logged_and_the_group_goes_on(
         async with member(cluster, group_name, topic, listener=Raising()) as second:
             assert await settled(zk, [first, second])
         await wait_until(lambda: first.claimed == [0, 1], what="first owns both again")
-        batches = first.batches()
-        got = await pull(batches, sum(sent.values()))
+        batches = closable(first.batches())
+        got = [(p, record.offset) for p, record in await take(batches, sum(sent.values()))]
         assert sorted(got) == [(p, o) for p in (0, 1) for o in range(sent[p])]
         await batches.aclose()
 
@@ -190,26 +167,18 @@ async def test_pause_keeps_a_partition_claimed_and_silent_until_resumed(
             group.pause(5)
         group.pause(0)
         assert group.paused() == [0]
-        got: dict[int, list[int]] = {0: [], 1: []}
-        batches = group.batches()
-
-        async def take() -> None:
-            partition, batch = await anext(batches)
-            got[partition].extend(record.offset for record in batch)
-
-        with anyio.fail_after(30):
-            while len(got[1]) < sent[1]:
-                await take()
-        assert got[0] == [], "a paused partition hands out nothing"
+        batches = closable(group.batches())
+        got = await take(batches, sent[1])
+        assert {partition for partition, _ in got} == {1}, "a paused partition hands out nothing"
         assert group.claimed == [0, 1]
         assert await owners(zk, GroupLayout(group_name, topic), [0]) == {0: group.id}
 
         group.resume(0)
         assert group.paused() == []
-        with anyio.fail_after(30):
-            while len(got[0]) < sent[0]:
-                await take()
-        assert got[0] == list(range(sent[0])), "resumed where it stopped"
+        got = await take(batches, sent[0])
+        assert [(p, record.offset) for p, record in got] == [(0, o) for o in range(sent[0])], (
+            "resumed where it stopped"
+        )
         await batches.aclose()
 
         group.pause(0, 1)
@@ -226,7 +195,7 @@ async def test_each_seek_variant_moves_the_next_batch(
     for i in range(10):
         await producer.send_and_wait(topic, str(i).encode(), partition=0, timestamp_ms=base + i)
     async with member(cluster, group_name, topic, max_bytes=200) as group:
-        batches = group.batches()
+        batches = closable(group.batches())
 
         async def first_offset() -> int:
             _, batch = await anext(batches)
@@ -261,7 +230,7 @@ async def test_statistics_lag_is_log_end_minus_stored(
     topic = await make_topic(2)
     sent = await produce(topic, 60)
     async with member(cluster, group_name, topic) as group:
-        batches = group.batches(commit=False)
+        batches = closable(group.batches(commit=False))
         partition, batch = await anext(batches)
         # Partly consumed: the batch was handed out, only part of it is committed.
         await group.commit(partition, batch[len(batch) // 2].offset)
@@ -304,10 +273,8 @@ async def test_a_body_stuck_past_rebalance_timeout_loses_its_partition_and_batch
     async with member(cluster, group_name, topic, rebalance_timeout=1.0) as first:
         second = member(cluster, group_name, topic)
         (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
-        batches = first.batches()
-        partition, stuck = await anext(batches)
-        while partition != moving:
-            partition, stuck = await anext(batches)
+        batches = closable(first.batches())
+        stuck = await batch_of(batches, moving)
         # The body of ``stuck`` never finishes: the join must still complete.
         async with second:
             assert second.claimed == [moving]
@@ -340,12 +307,8 @@ async def test_a_member_started_before_its_topic_consumes_it_once_created(
         await admin.create_topics([NewTopic(topic, 2, 1)])
         await wait_until(lambda: group.claimed == [0, 1], what="claims once created")
         sent = await produce(topic, 10)
-        seen: list[bytes | None] = []
-        batches = group.batches()
-        with anyio.fail_after(30):
-            while len(seen) < sum(sent.values()):
-                _, batch = await anext(batches)
-                seen.extend(record.value for record in batch)
+        batches = closable(group.batches())
+        seen = [record.value for _, record in await take(batches, sum(sent.values()))]
         assert sorted(seen, key=lambda v: int(v or b"0")) == [str(i).encode() for i in range(10)]
         await batches.aclose()
     waits = [r for r in caplog.records if "does not exist yet" in r.getMessage()]
@@ -376,7 +339,7 @@ async def test_a_corrupted_offset_raises_corrupt_offset_error_with_its_path(
         holder, other = (one, first) if 0 in one.claimed else (first, one)
         await zk.set(layout.offset(0), b"garbage")
         await holder.close()
-        batches = other.batches()
+        batches = closable(other.batches())
 
         async def drain() -> None:
             with anyio.fail_after(30):

@@ -5,23 +5,27 @@ signal, with the offsets it stored and the registration it removed checked in Zo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import running, stored_offsets, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -35,22 +39,62 @@ def free_port() -> int:
         return port
 
 
-def environment(cluster: LocalCluster, group: str, topic: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "AIO_CLUSTER_BOOTSTRAP": cluster.bootstrap,
-        "AIO_CLUSTER_ZOOKEEPER": cluster.zookeeper,
-        "AIO_CLUSTER_GROUP": group,
-        "AIO_CLUSTER_TOPIC": topic,
-        "PYTHONUNBUFFERED": "1",
-    }
+@dataclasses.dataclass
+class Example:
+    """One example's run: a fresh group on a fresh 3-partition topic of the session's cluster, and
+    a folder for the example's output."""
+
+    cluster: LocalCluster
+    zk: ZooKeeper
+    group: str
+    topic: str
+    folder: Path
+
+    @property
+    def layout(self) -> GroupLayout:
+        return GroupLayout(self.group, self.topic)
+
+    @contextlib.asynccontextmanager
+    async def start(
+        self, command: list[str], log: Path
+    ) -> AsyncIterator[asyncio.subprocess.Process]:
+        """``command`` running for the block with the group and topic in its environment, its
+        output in ``log``; killed after the block unless it ended."""
+        env = {
+            **os.environ,
+            "AIO_CLUSTER_BOOTSTRAP": self.cluster.bootstrap,
+            "AIO_CLUSTER_ZOOKEEPER": self.cluster.zookeeper,
+            "AIO_CLUSTER_GROUP": self.group,
+            "AIO_CLUSTER_TOPIC": self.topic,
+            "PYTHONUNBUFFERED": "1",
+        }
+        with log.open("wb") as output:
+            async with running(
+                *command, env=env, stdout=output, stderr=asyncio.subprocess.STDOUT
+            ) as process:
+                yield process
+
+    async def run(
+        self, command: list[str], log: Path, until: Callable[[], Awaitable[bool] | bool], what: str
+    ) -> None:
+        """Run ``command`` until ``until()`` holds, then SIGTERM it: it must end on its own."""
+        async with self.start(command, log) as process:
+            await wait_until(until, timeout=60, what=what)
+            await end(process, log)
+
+    async def assert_left(self, counts: Counter[int]) -> None:
+        """Every produced record's offset is stored; no registration and no claim remain."""
+        assert await stored_offsets(self.zk, self.layout, 3) == dict(counts)
+        assert await self.zk.get_children(self.layout.ids) == []
+        for partition in range(3):
+            assert await self.zk.exists(self.layout.owner(partition)) is None
 
 
-async def start(command: list[str], env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
-    with log.open("wb") as output:
-        return await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=output, stderr=asyncio.subprocess.STDOUT
-        )
+@pytest_asyncio.fixture
+async def example(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str, tmp_path: Path
+) -> Example:
+    return Example(cluster, zk, group_name, await make_topic(partitions=3), tmp_path)
 
 
 def output(log: Path) -> str:
@@ -64,29 +108,8 @@ async def end(process: asyncio.subprocess.Process, log: Path) -> None:
     try:
         code = await asyncio.wait_for(process.wait(), 60)
     except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
         raise AssertionError(f"did not end on SIGTERM:\n{output(log)}") from None
     assert code in (0, -signal.SIGTERM), output(log)
-
-
-async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
-    found: dict[int, int] = {}
-    for partition in range(partitions):
-        try:
-            data, _stat = await zk.get(layout.offset(partition))
-        except NoNodeError:
-            continue
-        found[partition] = int(data)
-    return found
-
-
-async def assert_left(zk: ZooKeeper, layout: GroupLayout, counts: Counter[int]) -> None:
-    """Every produced record's offset is stored; no registration and no claim remain."""
-    assert await stored_offsets(zk, layout, 3) == dict(counts)
-    assert await zk.get_children(layout.ids) == []
-    for partition in range(3):
-        assert await zk.exists(layout.owner(partition)) is None
 
 
 def app_command(app: str, port: int) -> list[str]:
@@ -100,37 +123,31 @@ def app_command(app: str, port: int) -> list[str]:
 
 @pytest.mark.parametrize("app", ["fastapi", "aiohttp"])
 async def test_app_reports_health_over_http_and_leaves_on_sigterm(
-    app: str,
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    produce: Produce,
-    group_name: str,
-    zk: ZooKeeper,
-    tmp_path: Path,
+    app: str, example: Example, produce: Produce
 ) -> None:
-    topic = await make_topic(partitions=3)
-    counts = await produce(topic, 200)
+    counts = await produce(example.topic, 200)
     port = free_port()
-    log = tmp_path / f"{app}.log"
-    process = await start(app_command(app, port), environment(cluster, group_name, topic), log)
+    log = example.folder / f"{app}.log"
     reports: list[dict[str, Any]] = []
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+    async with (
+        example.start(app_command(app, port), log) as process,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+    ):
 
-            async def caught_up(total: int) -> bool:
-                """Consumed ``total`` and, by the member's statistics, no lag left."""
-                try:
-                    response = await client.get("/health")
-                except httpx.TransportError:
-                    return False  # not listening yet
-                if response.status_code != 200:
-                    return False
-                reports.append(response.json())
-                return bool(reports[-1]["consumed"] == total and reports[-1]["lag"] == 0)
+        async def caught_up(total: int) -> bool:
+            """Consumed ``total`` and, by the member's statistics, no lag left."""
+            try:
+                response = await client.get("/health")
+            except httpx.TransportError:
+                return False  # not listening yet
+            if response.status_code != 200:
+                return False
+            reports.append(response.json())
+            return bool(reports[-1]["consumed"] == total and reports[-1]["lag"] == 0)
 
-            await wait_until(lambda: caught_up(200), timeout=60, what=f"{app} to consume 200")
-            counts += await produce(topic, 100, start=200)  # more, while it serves
-            await wait_until(lambda: caught_up(300), what=f"{app} to consume 300")
+        await wait_until(lambda: caught_up(200), timeout=60, what=f"{app} to consume 200")
+        counts += await produce(example.topic, 100, start=200)  # more, while it serves
+        await wait_until(lambda: caught_up(300), what=f"{app} to consume 300")
         report = reports[-1]
         assert report["claimed"] == [0, 1, 2]
         assert report["state"] == "joined"
@@ -138,28 +155,16 @@ async def test_app_reports_health_over_http_and_leaves_on_sigterm(
         assert {int(p): v["end"] for p, v in report["partitions"].items()} == counts
         assert {int(p): v["stored_offset"] for p, v in report["partitions"].items()} == counts
         await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    layout = GroupLayout(group_name, topic)
-    assert report["member"] not in await zk.get_children(layout.ids)
-    await assert_left(zk, layout, counts)
+    assert report["member"] not in await example.zk.get_children(example.layout.ids)
+    await example.assert_left(counts)
 
 
 async def test_consumer_group_script_shares_the_topic_between_two_members(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    produce: Produce,
-    group_name: str,
-    zk: ZooKeeper,
-    tmp_path: Path,
+    example: Example, produce: Produce
 ) -> None:
-    topic = await make_topic(partitions=3)
-    counts = await produce(topic, 300)
-    log = tmp_path / "consumer_group.log"
-    command = [sys.executable, str(EXAMPLES / "consumer_group.py"), group_name, topic]
-    process = await start(command, environment(cluster, group_name, topic), log)
+    counts = await produce(example.topic, 300)
+    log = example.folder / "consumer_group.log"
+    command = [sys.executable, str(EXAMPLES / "consumer_group.py"), example.group, example.topic]
     fetched: Counter[str] = Counter()
 
     def all_fetched() -> bool:
@@ -170,46 +175,27 @@ async def test_consumer_group_script_shares_the_topic_between_two_members(
                 fetched[words[1]] += int(words[3])
         return sum(fetched.values()) == 300
 
-    try:
-        await wait_until(all_fetched, timeout=60, what="300 records fetched")
-        assert set(fetched) == {"#1", "#2"}, output(log)
-        await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    await assert_left(zk, GroupLayout(group_name, topic), counts)
+    await example.run(command, log, all_fetched, "300 records fetched")
+    assert set(fetched) == {"#1", "#2"}, output(log)
+    await example.assert_left(counts)
 
 
 async def test_manual_commit_script_commits_what_it_wrote(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    produce: Produce,
-    group_name: str,
-    zk: ZooKeeper,
-    tmp_path: Path,
+    example: Example, produce: Produce
 ) -> None:
-    topic = await make_topic(partitions=3)
-    counts = await produce(topic, 250)
-    out = tmp_path / "out.txt"
-    log = tmp_path / "manual_commit.log"
+    counts = await produce(example.topic, 250)
+    out = example.folder / "out.txt"
+    log = example.folder / "manual_commit.log"
     command = [
-        *(sys.executable, str(EXAMPLES / "manual_commit.py"), group_name, topic, str(out)),
-        *("--every", "100"),
+        *(sys.executable, str(EXAMPLES / "manual_commit.py"), example.group, example.topic),
+        *(str(out), "--every", "100"),
     ]
-    process = await start(command, environment(cluster, group_name, topic), log)
-    layout = GroupLayout(group_name, topic)
-    try:
-        # A chunk of 100 or more is committed while it runs; the rest when the signal comes.
-        async def a_chunk() -> bool:
-            return sum((await stored_offsets(zk, layout, 3)).values()) >= 100
 
-        await wait_until(a_chunk, timeout=60, what="a chunk committed")
-        await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    # A chunk of 100 or more is committed while it runs; the rest when the signal comes.
+    async def a_chunk() -> bool:
+        return sum((await stored_offsets(example.zk, example.layout, 3)).values()) >= 100
+
+    await example.run(command, log, a_chunk, "a chunk committed")
     written = [line.split() for line in out.read_text().splitlines()]
     assert sorted(value for _p, _o, value in written) == sorted(str(i) for i in range(250))
-    await assert_left(zk, layout, counts)
+    await example.assert_left(counts)

@@ -4,28 +4,23 @@ broker restart. These restart the session's shared servers and wait until they a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 
-from aio_cluster import Batch, ConsumerGroup
+from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import SessionState, ZooKeeper
 
 from conftest import MakeTopic, Produce
-from support import settled, wait_until
+from support import Pairs, closable, settled, take, wait_until
 
 pytestmark = pytest.mark.asyncio
 
 
-async def consume(
-    batches: AsyncIterator[tuple[int, Batch]], seen: Counter[bytes], total: int
-) -> None:
-    """Pull batches from one iterator until ``total`` records were seen. Asking the same iterator
-    for more later commits the last batch; a fresh loop would get it again (the commit rule)."""
-    while sum(seen.values()) < total:
-        _, batch = await anext(batches)
-        seen.update(record.key or b"" for record in batch)
+async def consume(batches: Pairs, seen: Counter[bytes], total: int) -> None:
+    """Pull records from one iterator until ``total`` were seen (see `take`)."""
+    got = await take(batches, total - sum(seen.values()))
+    seen.update(record.key or b"" for _, record in got)
 
 
 async def test_zookeeper_restart_within_the_session_keeps_claims(
@@ -37,7 +32,7 @@ async def test_zookeeper_restart_within_the_session_keeps_claims(
     async with ConsumerGroup(
         group_name, [cluster.bootstrap], [cluster.zookeeper], topic, session_timeout=15.0
     ) as group:
-        batches = group.batches()
+        batches = closable(group.batches())
         await consume(batches, seen, 20)
         session = group._zk.session_id
         await cluster.stop_zookeeper()
@@ -68,7 +63,7 @@ async def test_kafka_restart_does_not_stop_consumption(
     async with ConsumerGroup(
         group_name, [cluster.bootstrap], [cluster.zookeeper], topic, loop_delay=0.2
     ) as group:
-        batches = group.batches()
+        batches = closable(group.batches())
         await consume(batches, seen, 10)
         await cluster.stop_kafka()
         await cluster.start_kafka()

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 from collections import Counter
+from typing import Any
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
@@ -28,15 +29,9 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import owners, settled, wait_until
+from support import batch_of, closable, member, owners, settled, take, wait_until
 
 pytestmark = pytest.mark.asyncio
-
-
-def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
-    options.setdefault("loop_delay", 0.1)
-    options.setdefault("claim_timeout", 10.0)
-    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
 
 
 async def test_registration_is_ephemeral_classic_json(
@@ -111,7 +106,7 @@ async def test_commit_after_body_not_before(
     await produce(topic, 5)
     async with member(cluster, group_name, topic) as group:
         assert await group.offset(0) is None
-        batches = group.batches()
+        batches = closable(group.batches())
         partition, batch = await anext(batches)
         assert partition == 0
         assert [r.value for r in batch] == [b"0", b"1", b"2", b"3", b"4"]
@@ -158,7 +153,7 @@ async def test_manual_commit_stores_only_what_the_caller_commits(
     topic = await make_topic(1)
     await produce(topic, 3)
     async with member(cluster, group_name, topic) as group:
-        batches = group.batches(commit=False)
+        batches = closable(group.batches(commit=False))
         _, batch = await anext(batches)
         await produce(topic, 2, start=3)
         _, _later = await anext(batches)
@@ -193,7 +188,7 @@ async def test_several_members_in_one_loop_consume_everything_once(
         async for _, batch in group:
             if stop_after is not None and taken >= stop_after:
                 break  # before processing: the batch goes to the next owner
-            seen.update(record.key for record in batch)
+            seen.update(record.key or b"" for record in batch)
             taken += 1
         await group.close()
 
@@ -286,12 +281,10 @@ async def test_register_false_defers_joining(
 ) -> None:
     topic = await make_topic(1)
     async with member(cluster, group_name, topic, register=False) as group:
-        assert group.state is GroupState.NEW
-        assert group.claimed == []
+        assert (group.state, group.claimed) == (GroupState.NEW, [])
         await group.register()
         await group.register()
-        assert group.state is GroupState.JOINED
-        assert group.claimed == [0]
+        assert (group.state, group.claimed) == (GroupState.JOINED, [0])
     await group.close()
     assert group.state is GroupState.CLOSED
 
@@ -311,12 +304,10 @@ async def test_session_expiry_drops_claims_then_rejoins(
             what="a new session with the claims back",
         )
         assert await settled(zk, [group])
-        values: set[bytes] = set()
-        async for _, batch in group:
-            values.update(r.value or b"" for r in batch)
-            if len(values) == 10:
-                break
+        batches = closable(group.batches())
+        values = {record.value for _, record in await take(batches, 10)}
         assert values == {str(i).encode() for i in range(10)}
+        await batches.aclose()
 
 
 async def test_new_partitions_trigger_a_rebalance(
@@ -346,14 +337,11 @@ async def test_handover_waits_for_the_batch_being_processed(
     async with member(cluster, group_name, topic, strategy="range") as first:
         second = member(cluster, group_name, topic, strategy="range")
         (moving,) = assign(Strategy.RANGE, [0, 1], [first.id, second.id])[second.id]
-        batches = first.batches()
-        partition, batch = await anext(batches)
-        if partition != moving:
-            partition, batch = await anext(batches)
-        assert partition == moving
+        batches = closable(first.batches())
+        batch = await batch_of(batches, moving)
         # The body of the moving partition's batch is running now.
         joining = asyncio.create_task(second.register())
-        tasks = [joining]
+        tasks: list[asyncio.Future[Any]] = [joining]
         try:
             await wait_until(
                 lambda: moving in first._delivery.withheld, what="first starts to hand over"
@@ -363,7 +351,7 @@ async def test_handover_waits_for_the_batch_being_processed(
                 await asyncio.wait_for(asyncio.shield(joining), 1.0)
             assert await owners(zk, layout, [moving]) == {moving: first.id}
             # The body ends: asking for the next batch commits it, then the partition moves.
-            tasks.append(asyncio.create_task(anext(batches)))
+            tasks.append(asyncio.ensure_future(anext(batches)))
             await joining
             assert second.claimed == [moving]
             assert await second.offset(moving) == batch[-1].offset + 1

@@ -18,7 +18,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import closable, wait_until
 
 RIGHT = [("digest", "orders:right-Pa55word")]
 WRONG = [("digest", "intruder:wrong-Pa55word")]
@@ -61,7 +61,7 @@ async def test_creator_acl_lets_others_read_but_not_change_the_group(
     counts = await produce(topic, 20)
     layout = GroupLayout(group_name, topic)
     async with _member(cluster, group_name, topic, RIGHT) as group:
-        batches = group.batches(commit=False)
+        batches = closable(group.batches(commit=False))
         taken = 0
         while taken < 20:
             partition, batch = await anext(batches)
@@ -120,7 +120,7 @@ async def test_a_member_refused_after_joining_stops_with_the_typed_error(
     await asyncio.to_thread(owner.start, 10)
     try:
         async with _member(cluster, group_name, topic, RIGHT) as group:
-            batches = group.batches()
+            batches = closable(group.batches())
             await anext(batches)
             await produce(topic, 2, start=3)
             await anext(batches)  # the first batch completed: its offset is stored soon

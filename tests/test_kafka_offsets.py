@@ -24,7 +24,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import closable, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
@@ -108,7 +108,7 @@ async def test_kafkas_own_tool_describes_a_mirrored_group_as_aio_cluster_does(
         ConsumerGroup(
             group_name, cluster.bootstrap, cluster.zookeeper, topic, kafka_offsets="mirror"
         ) as group,
-        contextlib.aclosing(group.batches(commit=False)) as batches,
+        contextlib.aclosing(closable(group.batches(commit=False))) as batches,
     ):
         await consume_part(group, batches, 30)
         await produce(topic, 10, start=30)  # lag on both partitions
@@ -155,7 +155,7 @@ async def test_a_refused_kafka_commit_is_logged_never_blocks_and_is_retried(
             ConsumerGroup(
                 group_name, cluster.bootstrap, cluster.zookeeper, topic, kafka_offsets="mirror"
             ) as group,
-            contextlib.aclosing(group.batches(commit=False)) as batches,
+            contextlib.aclosing(closable(group.batches(commit=False))) as batches,
         ):
             assert sorted(await consume_part(group, batches, 20), key=int) == [
                 str(i) for i in range(20)
@@ -214,7 +214,7 @@ async def test_migrate_from_an_aiokafka_group_and_back_consumes_each_message_onc
         ConsumerGroup(
             group_name, cluster.bootstrap, cluster.zookeeper, topic, kafka_offsets="migrate"
         ) as group,
-        contextlib.aclosing(group.batches(commit=False)) as batches,
+        contextlib.aclosing(closable(group.batches(commit=False))) as batches,
     ):
         seen += await consume_part(group, batches, 20)
 
@@ -234,4 +234,4 @@ async def test_migrate_from_an_aiokafka_group_and_back_consumes_each_message_onc
 
 def test_kafka_offsets_must_be_off_mirror_or_migrate() -> None:
     with pytest.raises(ConfigurationError, match=r"kafka_offsets 'on'.*off, mirror, migrate"):
-        ConsumerGroup("g", "127.0.0.1:1", "127.0.0.1:1", "t", kafka_offsets="on")
+        ConsumerGroup("g", "127.0.0.1:1", "127.0.0.1:1", "t", kafka_offsets="on")  # type: ignore[arg-type]

@@ -12,14 +12,15 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from test_examples import app_command, end, environment, free_port, output, start
+from test_examples import Example, app_command, end, free_port, output
 
 from aio_cluster import ConfigurationError, ConsumerGroup
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
+from aio_cluster.zookeeper.client import ZooKeeper
 
 from conftest import MakeTopic, Produce
-from support import wait_until
+from support import closable, wait_until
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -52,7 +53,7 @@ async def test_collector_shows_lag_falling_to_zero_and_the_counters(
         assert value(registry, "aio_cluster_member_state", **who, state="joined") == 1
 
         taken = 0
-        async with contextlib.aclosing(group.batches(commit=False)) as batches:
+        async with contextlib.aclosing(closable(group.batches(commit=False))) as batches:
             async for partition, batch in batches:
                 await group.commit(partition, batch[-1].offset + 1)
                 taken += len(batch)
@@ -129,14 +130,15 @@ async def test_app_serves_metrics_over_http_lag_falls_and_a_rebalance_is_counted
     produce: Produce,
     group_name: str,
     tmp_path: Path,
+    zk: ZooKeeper,
 ) -> None:
     topic = await make_topic(partitions=3)
     await produce(topic, 200)
     port = free_port()
     log = tmp_path / f"{app}.log"
-    process = await start(app_command(app, port), environment(cluster, group_name, topic), log)
+    example = Example(cluster, zk, group_name, topic, tmp_path)
     seen: list[dict[str, dict[tuple[tuple[str, str], ...], float]]] = []
-    try:
+    async with example.start(app_command(app, port), log) as process:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
 
             async def scrape() -> bool:
@@ -196,8 +198,4 @@ async def test_app_serves_metrics_over_http_lag_falls_and_a_rebalance_is_counted
                 assert total("aio_cluster_rebalance_duration_seconds_sum") > 0
                 assert len(lags()) == 3 - len(second.claimed)
         await end(process, log)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
     assert "Traceback" not in output(log)

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 
@@ -23,25 +22,21 @@ import anyio
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import ConsumerGroup, LocalClusterError
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import NoNodeError, SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import SessionState, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
-from support import settled, wait_until
+from support import create_topic, fresh, settled, stored_offsets, wait_until
 
 pytestmark = pytest.mark.asyncio
 
 PARTITIONS = 4
-
-
-def fresh(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 @pytest_asyncio.fixture
@@ -49,13 +44,7 @@ async def topic(multi_cluster: LocalCluster) -> str:
     """A fresh topic replicated to all three nodes, known to each of them: a broker learns of a
     topic a moment after the controller created it, and a member asking it before would be told
     the topic does not exist."""
-    name = fresh("multi")
-    admin = AIOKafkaAdminClient(bootstrap_servers=multi_cluster.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, PARTITIONS, 3)])
-    finally:
-        await admin.close()
+    name = await create_topic(multi_cluster.bootstrap, PARTITIONS, replicas=3, prefix="multi")
     client = AIOKafkaClient(bootstrap_servers=multi_cluster.bootstrap)
     await client.bootstrap()
     try:
@@ -137,7 +126,7 @@ class Run:
     settled_claims: dict[int, tuple[str, int]]
     final_claims: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)
     settled_at_end: bool = False
-    stored: dict[int, int | None] = dataclasses.field(default_factory=dict)
+    stored: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def consumed(self) -> int:
         return sum(len(member.keys) for member in self.members)
@@ -157,18 +146,6 @@ async def claim_nodes(zk: ZooKeeper, layout: GroupLayout) -> dict[int, tuple[str
     for partition in range(PARTITIONS):
         data, stat = await zk.get(layout.owner(partition))
         found[partition] = (data.decode(), stat.czxid)
-    return found
-
-
-async def stored_offsets(zk: ZooKeeper, layout: GroupLayout) -> dict[int, int | None]:
-    found: dict[int, int | None] = {}
-    for partition in range(PARTITIONS):
-        try:
-            data, _stat = await zk.get(layout.offset(partition))
-        except NoNodeError:
-            found[partition] = None
-        else:
-            found[partition] = int(data)
     return found
 
 
@@ -202,7 +179,8 @@ async def members_at_work(cluster: LocalCluster, topic: str) -> AsyncIterator[Ru
                 run.final_claims = await claim_nodes(zk, layout)
                 run.settled_at_end = await settled(zk, [a, b])
                 tasks.cancel_scope.cancel()
-        run.stored = await stored_offsets(zk, layout)  # the members stored them as they left
+        # The members stored them as they left.
+        run.stored = await stored_offsets(zk, layout, PARTITIONS)
     finally:
         await zk.close()
 

@@ -20,7 +20,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from test_cli import stored_offsets
+from support import closable, stored_offsets
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ async def test_a_plain_install_lists_describes_and_resets(
     counts = await produce(topic, 20)
     async with ConsumerGroup(group_name, cluster.bootstrap, cluster.zookeeper, topic) as group:
         taken = 0
-        async with contextlib.aclosing(group.batches(commit=False)) as batches:
+        async with contextlib.aclosing(closable(group.batches(commit=False))) as batches:
             async for partition, batch in batches:
                 await group.commit(partition, batch[-1].offset + 1)
                 taken += len(batch)

@@ -7,64 +7,22 @@ import asyncio
 import gc
 import json
 import ssl
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 import trustme
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import AuthenticationError, ConsumerGroup, GroupState, KafkaOptions, ZooKeeperTLS
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 
-from support import consume_exactly_once
+from secured import topic_on
+from support import consume_exactly_once, fresh, member
 from test_cli import one_line, run
 
 CONNECT_BOUND = 30.0
 """Seconds a refused connection may take to be reported: far below a retry loop's forever."""
-
-
-@pytest_asyncio.fixture(scope="module")
-async def tls_cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(tls=True) as started:
-        yield started
-
-
-@pytest_asyncio.fixture(scope="module")
-async def tls_producer(tls_cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=tls_cluster.bootstrap, linger_ms=5, **tls_cluster.kafka_options
-    )
-    await producer.start()
-    yield producer
-    await producer.stop()
-
-
-async def _topic(cluster: LocalCluster, partitions: int) -> str:
-    name = f"tls-{uuid.uuid4().hex[:12]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap, **cluster.kafka_options)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        await admin.close()
-    return name
-
-
-def _member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
-    options.setdefault("kafka_options", cluster.kafka_options)
-    return ConsumerGroup(
-        group,
-        cluster.bootstrap,
-        options.pop("zookeepers", cluster.zookeeper),  # type: ignore[arg-type]
-        topic,
-        loop_delay=0.1,
-        **options,  # type: ignore[arg-type]
-    )
 
 
 @pytest.mark.asyncio
@@ -72,18 +30,13 @@ async def test_a_group_consumes_exactly_once_over_tls(
     tls_cluster: LocalCluster, tls_producer: AIOKafkaProducer
 ) -> None:
     assert tls_cluster.kafka_options["security_protocol"] == "SSL"
-    topic = await _topic(tls_cluster, 4)
-    group = f"tls-group-{uuid.uuid4().hex[:8]}"
-
-    async def produce(start: int, count: int) -> None:
-        for i in range(start, start + count):
-            await tls_producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
-        await tls_producer.flush()
+    topic = await topic_on(tls_cluster, 4)
+    group = fresh("tls-group")
 
     members = [
-        _member(tls_cluster, group, topic),
+        member(tls_cluster, group, topic),
         # ZooKeeper over TLS too, on the server's secure port.
-        _member(
+        member(
             tls_cluster,
             group,
             topic,
@@ -91,9 +44,7 @@ async def test_a_group_consumes_exactly_once_over_tls(
             zookeeper_tls=tls_cluster.zookeeper_tls,
         ),
     ]
-    seen = await consume_exactly_once(members, produce, 400)
-    assert sorted(seen) == sorted(f"k{i}".encode() for i in range(400))
-    assert set(seen.values()) == {1}, "a message was delivered twice"
+    await consume_exactly_once(members, tls_producer, topic, 400)
 
 
 async def _refused(group: ConsumerGroup) -> AuthenticationError:
@@ -106,11 +57,11 @@ async def _refused(group: ConsumerGroup) -> AuthenticationError:
 
 @pytest.mark.asyncio
 async def test_a_wrong_ca_is_one_typed_error_naming_the_server(tls_cluster: LocalCluster) -> None:
-    topic = await _topic(tls_cluster, 1)
+    topic = await topic_on(tls_cluster, 1)
     stranger = ssl.create_default_context()
     trustme.CA().configure_trust(stranger)
     options = KafkaOptions(security_protocol="SSL", ssl_context=stranger)
-    error = await _refused(_member(tls_cluster, "wrong-ca", topic, kafka_options=options))
+    error = await _refused(member(tls_cluster, "wrong-ca", topic, kafka_options=options))
     assert tls_cluster.bootstrap in str(error)
     assert "CERTIFICATE_VERIFY_FAILED" in str(error)
     assert not error.retriable
@@ -120,8 +71,8 @@ async def test_a_wrong_ca_is_one_typed_error_naming_the_server(tls_cluster: Loca
 async def test_a_plaintext_client_is_told_the_server_expects_tls(
     tls_cluster: LocalCluster,
 ) -> None:
-    topic = await _topic(tls_cluster, 1)
-    error = await _refused(_member(tls_cluster, "plaintext", topic, kafka_options={}))
+    topic = await topic_on(tls_cluster, 1)
+    error = await _refused(member(tls_cluster, "plaintext", topic, kafka_options={}))
     assert f"Kafka {tls_cluster.bootstrap} expects TLS" in str(error)
 
 
@@ -157,11 +108,11 @@ async def test_the_command_reads_a_group_over_tls_with_its_ca(
 ) -> None:
     """``aio-cluster describe`` reaches the TLS listener with ``--ssl-cafile``; without it, one
     line names the refused handshake; a malformed ``--kafka-option`` is one line too."""
-    topic = await _topic(tls_cluster, 2)
+    topic = await topic_on(tls_cluster, 2)
     for value in range(6):
         await tls_producer.send_and_wait(topic, str(value).encode(), partition=value % 2)
-    group = f"tls-cli-{uuid.uuid4().hex[:8]}"
-    async with _member(tls_cluster, group, topic):
+    group = fresh("tls-cli")
+    async with member(tls_cluster, group, topic):
         pass
     status, out, err = await run(
         tls_cluster, "describe", group, "--json", "--ssl-cafile", str(tls_cluster.ca_file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Coroutine
 from pathlib import Path
 
 import pytest
@@ -185,8 +186,8 @@ class _TaskGroup:
     def __init__(self) -> None:
         self._tasks: list[asyncio.Task[None]] = []
 
-    def start(self, coroutine: object) -> None:
-        self._tasks.append(asyncio.ensure_future(coroutine))  # type: ignore[arg-type]
+    def start(self, coroutine: Coroutine[object, object, None]) -> None:
+        self._tasks.append(asyncio.ensure_future(coroutine))
 
     async def __aenter__(self) -> _TaskGroup:
         return self

@@ -11,6 +11,7 @@ import pytest
 
 from aio_cluster import ConfigurationError, ConsumerGroup
 from aio_cluster.local import LocalCluster
+from aio_cluster.testing import NewTopicFactory, ProduceFunction
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,7 +39,9 @@ async def consume(group: ConsumerGroup, want: int, into: list[str]) -> None:
                     enough.set()
 
 
-async def test_two_members_share_the_topic(local_cluster, new_topic, produce) -> None:
+async def test_two_members_share_the_topic(
+    local_cluster: LocalCluster, new_topic: NewTopicFactory, produce: ProduceFunction
+) -> None:
     topic = await new_topic(partitions=4)
     sent = [f"order-{i}" for i in range(200)]
     acks = await produce(topic, sent, keys=[f"customer-{i % 17}" for i in range(200)])
@@ -62,7 +65,7 @@ async def test_two_members_share_the_topic(local_cluster, new_topic, produce) ->
 
 
 async def test_a_restarted_member_resumes_after_the_committed_offsets(
-    local_cluster, new_topic, produce
+    local_cluster: LocalCluster, new_topic: NewTopicFactory, produce: ProduceFunction
 ) -> None:
     topic = await new_topic(partitions=2)
     group = f"audit-{uuid.uuid4().hex[:8]}"
@@ -79,7 +82,9 @@ async def test_a_restarted_member_resumes_after_the_committed_offsets(
     assert sorted(second) == sorted(f"second-{i}" for i in range(30))
 
 
-async def test_the_fixtures_refuse_bad_input(local_cluster, new_topic, produce) -> None:
+async def test_the_fixtures_refuse_bad_input(
+    local_cluster: LocalCluster, new_topic: NewTopicFactory, produce: ProduceFunction
+) -> None:
     with pytest.raises(ConfigurationError, match="partitions must be a positive integer, not 0"):
         await new_topic(partitions=0)
     topic = await new_topic()
