@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from ..errors import AioClusterError, ConfigurationError
+from ..errors import AioClusterError, ConfigurationError, CoordinationError
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
@@ -257,37 +257,61 @@ async def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+_RESET_ATTEMPTS = 3
+"""Plans a reset makes before it refuses, when members keep storing offsets meanwhile."""
+
+
 async def _reset(args: argparse.Namespace) -> int:
+    """Plan a reset and, with ``--execute``, store it. The write bumps every partition's claim
+    fence, so a member that claimed before it (even between the plan and the write) can never
+    store the offset it held; when an offset changed between the plan and the write, the plan is
+    made again from what is stored now (refused after `_RESET_ATTEMPTS`)."""
     target = _target(args)
     wanted = None if args.partitions is None else parse_partitions(args.partitions)
     layout = GroupLayout(args.group, args.topic)
     async with _zookeeper(args) as zk, _kafka(args) as kafka:
         await survey.require_group(zk, args.group)
-        members = await survey.read_members(zk, args.group)
-        active = sorted(
-            m for m, info in members.items() if info is None or args.topic in info.topics
-        )
-        partitions = select_partitions(await kafka.partitions(args.topic), wanted)
-        bounds = await kafka.bounds(args.topic, partitions)
-        at_time = None
-        if isinstance(target, ToTime):
-            at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
-        stored = await survey.read_stored(zk, layout)
-        plan = plan_reset(target, stored, bounds, at_time)
-        tables.show(tables.plan_table(plan))
-        if not args.execute:
-            tables.show("dry run: nothing changed; add --execute to store this plan")
-            if active:
-                tables.show(f"note: {len(active)} member(s) registered: --execute needs --force")
-            return 0
-        if active and not args.force:
-            raise ConfigurationError(
-                f"refused: group {args.group!r} has {len(active)} member(s) registered for "
-                f"{args.topic!r} ({', '.join(active)}); they would overwrite the new offsets. "
-                "Stop them first, or pass --force"
+        for attempt in range(1, _RESET_ATTEMPTS + 1):
+            members = await survey.read_members(zk, args.group)
+            active = sorted(
+                m for m, info in members.items() if info is None or args.topic in info.topics
             )
-        offsets = {row.partition: row.new for row in plan}
-        await survey.write_offsets(zk, layout, offsets, existing=stored)
+            partitions = select_partitions(await kafka.partitions(args.topic), wanted)
+            if args.execute:
+                # Every fence exists, so that the write bumps it whatever claims come meanwhile.
+                await survey.ensure_fences(zk, layout, partitions)
+            bounds = await kafka.bounds(args.topic, partitions)
+            at_time = None
+            if isinstance(target, ToTime):
+                at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
+            nodes = await survey.read_offset_nodes(zk, layout)
+            stored = {p: value for p, (value, _version) in nodes.items()}
+            plan = plan_reset(target, stored, bounds, at_time)
+            tables.show(tables.plan_table(plan))
+            if not args.execute:
+                tables.show("dry run: nothing changed; add --execute to store this plan")
+                if active:
+                    tables.show(
+                        f"note: {len(active)} member(s) registered: --execute needs --force"
+                    )
+                return 0
+            if active and not args.force:
+                raise ConfigurationError(
+                    f"refused: group {args.group!r} has {len(active)} member(s) registered for "
+                    f"{args.topic!r} ({', '.join(active)}); they would overwrite the new "
+                    "offsets. Stop them first, or pass --force"
+                )
+            offsets = {row.partition: row.new for row in plan}
+            versions = {p: version for p, (_value, version) in nodes.items()}
+            if await survey.write_offsets(zk, layout, offsets, versions):
+                break
+            if attempt < _RESET_ATTEMPTS:
+                tables.show("the stored offsets changed meanwhile: planning again")
+        else:
+            raise CoordinationError(
+                f"refused: the stored offsets of group {args.group!r} kept changing while the "
+                f"reset was planned ({_RESET_ATTEMPTS} plans); stop its members first"
+            )
     tables.show(f"stored the new offsets of {len(plan)} partition(s)")
     return 0
 
