@@ -236,14 +236,14 @@ class ClaimNodes:
         if await self._unowned(holder, stat):
             self.unowned += 1
             log.warning(
-                "member %s: the owner node of partition %d (naming %r) belongs to session %#x, "
-                "which is no registered member's: nobody will release it; gave up after %gs and "
-                "retrying later (delete %s if no consumer holds it)",
+                "member %s: partition %d still owned by %s after %gs, by session %#x of no "
+                "registered member: nobody releases it; retrying later (delete %s if no "
+                "consumer holds it)",
                 self._id,
                 partition,
                 holder,
-                stat.ephemeral_owner,
                 bound,
+                stat.ephemeral_owner,
                 self._layout.owner(partition),
             )
             return
