@@ -26,6 +26,9 @@ one session's requests in order, so once the reconciling read returns, no earlie
 session is still on its way. A claim that waits on a node of no registered member's session (a
 stranger's, or one left by a member that is not registered any more) gives up within
 ``claim_timeout``, with a warning and a count in ``unowned``.
+
+A fence node must outlive the group's members: deleted and created again, it starts at version 0
+once more, and an old claim of the same epoch would pass its check.
 """
 
 from __future__ import annotations
@@ -157,13 +160,15 @@ class ClaimNodes:
                 # Gone with its session, or the node is the claim's (made or adopted since).
                 del self._doubtful[partition]
         stray = sorted(self._doubtful)
+        for partition in stray:
+            del self._doubtful[partition]  # a failure below marks it again
         results = await asyncio.gather(
             *(self._delete_stray(p) for p in stray), return_exceptions=True
         )
         for partition, result in zip(stray, results, strict=True):
             if isinstance(result, BaseException):
+                self._doubtful.setdefault(partition, session)
                 raise result
-            self._doubtful.pop(partition, None)
 
     async def _create(self, partition: int) -> Taken:
         """The claim transaction: the owner node, at `CLAIMED_VERSION`, and the fence bumped."""
@@ -212,6 +217,8 @@ class ClaimNodes:
         try:
             await self._zk.transaction([guard, Delete(owner, stat.version)])
         except _DEFINITE:
+            # The fence or the node moved meanwhile: look again at the next reconciliation.
+            self._doubtful[partition] = stat.ephemeral_owner
             return False
         except CoordinationError as exc:
             self._doubt(partition, exc)
