@@ -227,7 +227,9 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
             assert await stored(zk, layout, 0) == 10, "the reset was overwritten"
 
             await wait_until(lambda: claimed_anew(group, 0), what="partition 0 claimed again")
-            partition, batch = await anext(group.batches())
+            batches = group.batches()
+            partition, batch = await anext(batches)
+            await batches.aclose()
             assert (partition, batch[0].offset) == (0, 10), "the new claim starts at the reset"
     finally:
         claimed.set()
