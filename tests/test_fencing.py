@@ -236,3 +236,43 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
         await asyncio.gather(command, return_exceptions=True)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 20)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"3")
+    read_offset_nodes = survey.read_offset_nodes
+    reads = 0
+
+    async def read_then_store(client: ZooKeeper, layout: GroupLayout) -> Any:
+        nonlocal reads
+        nodes = await read_offset_nodes(client, layout)
+        reads += 1
+        if reads == 1:
+            # Someone stores an offset between the plan's read and the write.
+            await client.set(layout.offset(0), b"8")
+        return nodes
+
+    monkeypatch.setattr(survey, "read_offset_nodes", read_then_store)
+    argv = [
+        *("reset-offsets", group_name, "--topic", topic, "--shift-by", "-1", "--execute"),
+        *("--bootstrap", cluster.bootstrap, "--zookeeper", cluster.zookeeper),
+    ]
+    levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
+    try:
+        assert await asyncio.to_thread(cli.main, argv) == 0
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    assert reads == 2, "planned again"
+    assert await stored(zk, layout, 0) == 7, "the shift applies to what was stored at the write"
