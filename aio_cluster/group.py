@@ -240,7 +240,8 @@ class ConsumerGroup:
             # At most half the close bound, so that an absent Kafka leaves time to release.
             timeout=min(request_timeout, close_timeout / 2),
         )
-        self._offsets = Offsets(self._zk, self._layout, self._mirror)
+        # A claim found gone at a write is dropped by the rebalance this asks for.
+        self._offsets = Offsets(self._zk, self._layout, self._mirror, on_fenced=self._wake)
         self._membership = Membership(
             self._zk,
             self._layout,
@@ -331,7 +332,9 @@ class ConsumerGroup:
         """Store ``offset`` as the next offset of ``partition`` now.
 
         Raises:
-            NotOwnedError: this member does not own the partition.
+            NotOwnedError: this member does not own the partition, or its claim turned out to be
+                gone (its owner node was replaced, or an offset reset fenced it off): nothing
+                was stored.
             ConfigurationError: the offset is not a non-negative integer.
             CoordinationError: ZooKeeper did not store it.
         """
@@ -339,12 +342,14 @@ class ConsumerGroup:
         _check_offset(offset)
         claims = self._membership.claims
         claim = claims.get(partition)
-        if claim is None:
+        if claim is not None and not claim.fenced:
+            claim.pending = offset
+            await self._offsets.flush(claims, [partition])
+        if claim is None or claim.fenced:
             raise NotOwnedError(
                 f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
+                + ("" if claim is None else ": its claim is gone, nothing was stored")
             )
-        claim.pending = offset
-        await self._offsets.flush(claims, [partition])
 
     # -- steering ----------------------------------------------------------------------------
 
@@ -456,6 +461,7 @@ class ConsumerGroup:
             partitions=partition_statistics(claims, ends, paused),
             rebalances=self._membership.rebalances,
             claim_timeouts=self._membership.claim_timeouts,
+            unowned_nodes=self._membership.unowned_nodes,
             batches=self._delivery.batches,
             records=self._delivery.records,
             last_rebalance=self._membership.last_rebalance,

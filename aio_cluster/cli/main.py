@@ -29,15 +29,15 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 from rich.console import Group as Stack
 from rich.live import Live
 
 from ..assign.strategies import Strategy
-from ..errors import AccessDeniedError, AioClusterError, ConfigurationError
+from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, CoordinationError
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
@@ -63,6 +63,8 @@ from .plans import (
 )
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 _PROG = "aio-cluster"
 _BOOTSTRAP_VAR = "AIO_CLUSTER_BOOTSTRAP"
@@ -544,47 +546,80 @@ def _verdict_line(group: str, findings: list[PartitionHealth], window: float) ->
     return f"{worst.name.lower()}: group {group}: {named}"
 
 
+_RESET_ATTEMPTS = 3
+"""Plans a reset makes before it refuses, when members keep storing offsets meanwhile."""
+
+
+async def _refusable(layout: GroupLayout, write: Awaitable[T]) -> T:
+    """``write``, with ZooKeeper's ACL refusal said in the command's words."""
+    try:
+        return await write
+    except AccessDeniedError:
+        raise AccessDeniedError(
+            f"refused by ZooKeeper: the ACL of {layout.offsets} does not let this session "
+            f"change it; pass the group's credentials (${_AUTH_VAR} or --zookeeper-auth-file)"
+        ) from None
+
+
 async def _reset(args: argparse.Namespace) -> int:
+    """Plan a reset and, with ``--execute``, store it. The write bumps every partition's claim
+    fence, so a member that claimed before it (even between the plan and the write) can never
+    store the offset it held; when an offset changed between the plan and the write, the plan is
+    made again from what is stored now (refused after `_RESET_ATTEMPTS`)."""
     target = _target(args)
     wanted = None if args.partitions is None else parse_partitions(args.partitions)
     layout = GroupLayout(args.group, args.topic)
     async with _zookeeper(args) as zk, _kafka(args) as kafka:
         await survey.require_group(zk, args.group)
-        members = await survey.read_members(zk, args.group)
-        active = sorted(
-            m for m, info in members.items() if info is None or args.topic in info.topics
-        )
-        partitions = select_partitions(await kafka.partitions(args.topic), wanted)
-        bounds = await kafka.bounds(args.topic, partitions)
-        at_time = None
-        if isinstance(target, ToTime):
-            at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
-        stored = await survey.read_stored(zk, layout)
-        plan = plan_reset(target, stored, bounds, at_time)
-        if not args.json:
-            tables.show(tables.plan_table(plan))
-        if not args.execute:
-            if args.json:
-                print(json.dumps([row.as_json(args.topic, stored=False) for row in plan], indent=2))
-                return 0
-            tables.show("dry run: nothing changed; add --execute to store this plan")
-            if active:
-                tables.show(f"note: {len(active)} member(s) registered: --execute needs --force")
-            return 0
-        if active and not args.force:
-            raise ConfigurationError(
-                f"refused: group {args.group!r} has {len(active)} member(s) registered for "
-                f"{args.topic!r} ({', '.join(active)}); they would overwrite the new offsets. "
-                "Stop them first, or pass --force"
+        for attempt in range(1, _RESET_ATTEMPTS + 1):
+            members = await survey.read_members(zk, args.group)
+            active = sorted(
+                m for m, info in members.items() if info is None or args.topic in info.topics
             )
-        offsets = {row.partition: row.new for row in plan}
-        try:
-            await survey.write_offsets(zk, layout, offsets, existing=stored)
-        except AccessDeniedError:
-            raise AccessDeniedError(
-                f"refused by ZooKeeper: the ACL of {layout.offsets} does not let this session "
-                f"change it; pass the group's credentials (${_AUTH_VAR} or --zookeeper-auth-file)"
-            ) from None
+            partitions = select_partitions(await kafka.partitions(args.topic), wanted)
+            if args.execute:
+                # Every fence exists, so that the write bumps it whatever claims come meanwhile.
+                await _refusable(layout, survey.ensure_fences(zk, layout, partitions))
+            bounds = await kafka.bounds(args.topic, partitions)
+            at_time = None
+            if isinstance(target, ToTime):
+                at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
+            nodes = await survey.read_offset_nodes(zk, layout)
+            stored = {p: value for p, (value, _version) in nodes.items()}
+            plan = plan_reset(target, stored, bounds, at_time)
+            if not args.json:
+                tables.show(tables.plan_table(plan))
+            if not args.execute:
+                if args.json:
+                    rows = [row.as_json(args.topic, stored=False) for row in plan]
+                    print(json.dumps(rows, indent=2))
+                    return 0
+                tables.show("dry run: nothing changed; add --execute to store this plan")
+                if active:
+                    tables.show(
+                        f"note: {len(active)} member(s) registered: --execute needs --force"
+                    )
+                return 0
+            if active and not args.force:
+                raise ConfigurationError(
+                    f"refused: group {args.group!r} has {len(active)} member(s) registered for "
+                    f"{args.topic!r} ({', '.join(active)}); they would overwrite the new "
+                    "offsets. Stop them first, or pass --force"
+                )
+            offsets = {row.partition: row.new for row in plan}
+            versions = {p: version for p, (_value, version) in nodes.items()}
+            if await _refusable(layout, survey.write_offsets(zk, layout, offsets, versions)):
+                break
+            if attempt < _RESET_ATTEMPTS:
+                print(
+                    f"{_PROG}: the stored offsets changed meanwhile: planning again",
+                    file=sys.stderr,
+                )
+        else:
+            raise CoordinationError(
+                f"refused: the stored offsets of group {args.group!r} kept changing while the "
+                f"reset was planned ({_RESET_ATTEMPTS} plans); stop its members first"
+            )
     if args.json:
         print(json.dumps([row.as_json(args.topic, stored=True) for row in plan], indent=2))
     else:

@@ -8,19 +8,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..errors import ConfigurationError, CoordinationError
-from ..zookeeper.client import Create, NoNodeError, SetData, ZooKeeper
+from ..zookeeper.client import (
+    BadVersionError,
+    Create,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetData,
+    ZooKeeper,
+)
 from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, decode_offset
 from .plans import Stored, Unreadable
 
 __all__ = [
+    "RESET_FENCE_DATA",
+    "ensure_fences",
     "group_topics",
     "list_groups",
     "read_members",
+    "read_offset_nodes",
     "read_owners",
     "read_stored",
     "require_group",
     "write_offsets",
 ]
+
+RESET_FENCE_DATA = b"aio-cluster reset-offsets"
+"""What a reset writes into the fences it bumps (a claim writes its member id)."""
 
 _ROOT = "/consumers"
 
@@ -94,39 +108,64 @@ async def read_owners(zk: ZooKeeper, layout: GroupLayout) -> dict[int, str]:
 
 async def read_stored(zk: ZooKeeper, layout: GroupLayout) -> dict[int, Stored]:
     """partition -> what its offset node holds (partitions without a node are left out)."""
-    stored: dict[int, Stored] = {}
+    return {p: stored for p, (stored, _version) in (await read_offset_nodes(zk, layout)).items()}
+
+
+async def read_offset_nodes(zk: ZooKeeper, layout: GroupLayout) -> dict[int, tuple[Stored, int]]:
+    """partition -> what its offset node holds, and the node's version (partitions without a
+    node are left out)."""
+    stored: dict[int, tuple[Stored, int]] = {}
     for name in await _children(zk, layout.offsets):
         if not name.isdigit():
             continue
         path = f"{layout.offsets}/{name}"
         try:
-            data, _stat = await zk.get(path)
+            data, stat = await zk.get(path)
         except NoNodeError:
             continue
         try:
-            stored[int(name)] = decode_offset(path, data)
+            stored[int(name)] = (decode_offset(path, data), stat.version)
         except CoordinationError:
-            stored[int(name)] = Unreadable(data)
+            stored[int(name)] = (Unreadable(data), stat.version)
     return stored
 
 
+async def ensure_fences(zk: ZooKeeper, layout: GroupLayout, partitions: Iterable[int]) -> None:
+    """Create the claim fences of ``partitions`` that do not exist yet, so that a reset can bump
+    them whatever claims happen meanwhile (see `aio_cluster.member.claiming`)."""
+    await zk.ensure_path(layout.fences)
+    for partition in partitions:
+        await zk.ensure_path(layout.fence(partition))
+
+
 async def write_offsets(
-    zk: ZooKeeper, layout: GroupLayout, offsets: Mapping[int, int], existing: Iterable[int]
-) -> None:
-    """Store ``offsets`` in one transaction: all of them or none.
+    zk: ZooKeeper, layout: GroupLayout, offsets: Mapping[int, int], versions: Mapping[int, int]
+) -> bool:
+    """Store ``offsets`` in one transaction, all of them or none, that also bumps each
+    partition's claim fence: a member that claimed any of them before can no longer store an
+    offset of it (it claims again, from the new offset).
 
     Args:
         zk: the client.
         layout: the group and topic.
-        offsets: partition -> the next offset to store.
-        existing: the partitions that have an offset node already (overwritten; the others are
-            created).
+        offsets: partition -> the next offset to store; its fence must exist (`ensure_fences`).
+        versions: partition -> the version of its offset node as the plan read it (partitions
+            without a node are left out: their node is created).
+
+    Returns:
+        False when nothing was stored because an offset node changed since the plan read it (a
+        member stored an offset meanwhile): the plan is out of date.
     """
     await zk.ensure_path(layout.offsets)
-    present = set(existing)
-    ops: list[Create | SetData] = []
+    ops: list[Op] = []
     for partition, offset in sorted(offsets.items()):
         data = str(offset).encode()
         path = layout.offset(partition)
-        ops.append(SetData(path, data) if partition in present else Create(path, data))
-    await zk.transaction(ops)
+        version = versions.get(partition)
+        ops.append(Create(path, data) if version is None else SetData(path, data, version))
+        ops.append(SetData(layout.fence(partition), RESET_FENCE_DATA))
+    try:
+        await zk.transaction(ops)
+    except (BadVersionError, NodeExistsError, NoNodeError):
+        return False
+    return True

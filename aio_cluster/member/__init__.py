@@ -5,7 +5,7 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 
 Modules::
 
-    claiming.py     taking and releasing a partition's owner node in ZooKeeper
+    claiming.py     owner nodes: claims under a fence epoch, releases, strays reconciled
     claims.py       the Claim record the parts of a member share
     delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
     handover.py     a rebalance's handover: draining, the listener, new claims

@@ -1,21 +1,75 @@
-"""Claim nodes: taking a partition's ephemeral owner node in ZooKeeper, and giving it back.
+"""Claim nodes: taking a partition's ephemeral owner node in ZooKeeper under a new epoch, giving
+it back, and deleting the nodes of this member's session that no claim accounts for.
 
 A partition is this member's while its owner node holds this member's id and belongs to this
-member's session. Taking waits, by watch, for the previous owner to let go.
+member's session, and the partition's fence is at the claim's epoch. Taking waits, by watch, for
+the previous owner to let go.
+
+**Epochs that fence.** A claim is one transaction: create the owner node, set it once (so the
+owner node of a claim is at version 1; a node made by hand or by another tool is at version 0),
+and bump the version of the partition's persistent fence node (created by the partition's first
+claim). The fence's new version is the claim's *epoch*: no earlier claim of the partition had it.
+Every offset write (`aio_cluster.member.offsets`) and every release checks the owner node's
+version and the fence's in the same transaction as the write, so a member whose claim is gone (its
+session expired, its node was replaced, its request was queued across a reconnect, an offset reset
+bumped the fence) can never store an offset or delete a node of that partition again. A node of
+this member's own session met when claiming is adopted: the fence is bumped over it, which gives
+the adoption an epoch of its own.
+
+**Nodes nobody owns.** A create that timed out on the client may still happen on the server
+(kazoo sends a request queued during a disconnection once it reconnects), and a delete may fail:
+either leaves an owner node of this member's session that it does not know it holds, which would
+block the partition's next owner for as long as the session lives. Each partition touched by a
+request whose outcome is unknown is remembered, and `reconcile()` (after each rebalance) deletes
+those of its nodes that belong to this session and that no claim accounts for. ZooKeeper answers
+one session's requests in order, so once the reconciling read returns, no earlier request of the
+session is still on its way. A claim that waits on a node of no registered member's session (a
+stranger's, or one left by a member that is not registered any more) gives up within
+``claim_timeout``, with a warning and a count in ``unowned``.
+
+A fence node must outlive the group's members: deleted and created again, it starts at version 0
+once more, and an old claim of the same epoch would pass its check.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 
-from ..zookeeper.client import NodeExistsError, NoNodeError, ZooKeeper
+from ..errors import CoordinationError
+from ..zookeeper.client import (
+    BadVersionError,
+    Check,
+    Create,
+    Delete,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetData,
+    Stat,
+    ZooKeeper,
+)
 from ..zookeeper.layout import GroupLayout
 
-__all__ = ["ClaimNodes"]
+__all__ = ["ClaimNodes", "Taken"]
 
 log = logging.getLogger(__name__)
+
+CLAIMED_VERSION = 1
+"""The version of an owner node a claim created: created and set once in one transaction."""
+
+_DEFINITE = (NodeExistsError, NoNodeError, BadVersionError)
+"""Errors after which a request certainly changed nothing."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A claim made: the owner node's version and the claim's epoch (its fence's version)."""
+
+    node_version: int
+    epoch: int
 
 
 class ClaimNodes:
@@ -32,10 +86,14 @@ class ClaimNodes:
         self._id = member_id
         self.timeouts = 0
         """Claims not made within their bound (and not given up for a newer rebalance)."""
+        self.unowned = 0
+        """Of those, the claims given up on a node that no registered member's session holds."""
+        self._doubtful: dict[int, int | None] = {}
+        """Partition -> the session of a request on its owner node whose outcome is unknown."""
 
-    async def take(self, partition: int, bound: float, newer: asyncio.Event) -> int | None:
-        """Create the partition's owner node, waiting up to ``bound`` seconds for the previous
-        owner to release it.
+    async def take(self, partition: int, bound: float, newer: asyncio.Event) -> Taken | None:
+        """Create the partition's owner node under a new epoch, waiting up to ``bound`` seconds
+        for the previous owner to release it; a node of this member's session is adopted.
 
         Args:
             partition: the partition to claim.
@@ -43,41 +101,179 @@ class ClaimNodes:
             newer: set when a newer rebalance is asked for: waiting is given up.
 
         Returns:
-            The node's version, or None when it was not released in time (or ``newer`` was set).
+            The claim, or None when the node was not released in time (or ``newer`` was set).
         """
         path = self._layout.owner(partition)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
         while True:
             try:
-                await self._zk.create(path, self._id.encode(), ephemeral=True)
-                return 0
+                return await self._create(partition)
             except NodeExistsError:
                 pass
             try:
                 data, stat = await self._zk.get(path)
             except NoNodeError:
                 continue
-            if data == self._id.encode() and stat.ephemeral_owner == self._zk.session_id:
-                return stat.version
+            if stat.ephemeral_owner == self._zk.session_id:
+                try:
+                    epoch = await self._bump(partition, [Check(path, stat.version)])
+                except (BadVersionError, NoNodeError):
+                    continue
+                return Taken(stat.version, epoch)
             remaining = deadline - loop.time()
             if remaining > 0 and await self._wait_released(path, remaining, newer):
                 continue
             if not newer.is_set():
                 self.timeouts += 1
-                log.warning(
-                    "member %s: partition %d still owned by %s after %gs; retrying later",
-                    self._id,
-                    partition,
-                    data.decode(errors="replace"),
-                    bound,
-                )
+                await self._give_up(partition, data, stat, bound)
             return None
 
-    async def release(self, partition: int, version: int) -> None:
-        """Delete the partition's owner node, if it is still the one of that version."""
-        with contextlib.suppress(NoNodeError):
-            await self._zk.delete(self._layout.owner(partition), version=version)
+    async def release(self, partition: int, node_version: int, epoch: int) -> None:
+        """Delete the partition's owner node if the claim of ``node_version`` and ``epoch`` still
+        holds it. When the fence has moved, a node of this session is deleted all the same (an
+        offset reset bumped the fence), and a node of another session is left alone."""
+        ops: list[Op] = [
+            Check(self._layout.fence(partition), epoch),
+            Delete(self._layout.owner(partition), node_version),
+        ]
+        try:
+            await self._zk.transaction(ops)
+            return
+        except (BadVersionError, NoNodeError):
+            pass
+        except CoordinationError as exc:
+            self._doubt(partition, exc)
+            raise
+        await self._delete_stray(partition)
+
+    async def reconcile(self, claimed: Collection[int]) -> None:
+        """Delete the owner nodes of this session that no claim in ``claimed`` accounts for,
+        among the partitions a request of unknown outcome touched (see the module).
+
+        Raises:
+            CoordinationError: ZooKeeper failed; the partitions stay to be reconciled.
+        """
+        session = self._zk.session_id
+        for partition, doubted_in in list(self._doubtful.items()):
+            if doubted_in != session or partition in claimed:
+                # Gone with its session, or the node is the claim's (made or adopted since).
+                del self._doubtful[partition]
+        stray = sorted(self._doubtful)
+        for partition in stray:
+            del self._doubtful[partition]  # a failure below marks it again
+        results = await asyncio.gather(
+            *(self._delete_stray(p) for p in stray), return_exceptions=True
+        )
+        for partition, result in zip(stray, results, strict=True):
+            if isinstance(result, BaseException):
+                self._doubtful.setdefault(partition, session)
+                raise result
+
+    async def _create(self, partition: int) -> Taken:
+        """The claim transaction: the owner node, at `CLAIMED_VERSION`, and the fence bumped."""
+        owner = self._layout.owner(partition)
+        data = self._id.encode()
+        epoch = await self._bump(
+            partition, [Create(owner, data, ephemeral=True), SetData(owner, data)]
+        )
+        return Taken(CLAIMED_VERSION, epoch)
+
+    async def _bump(self, partition: int, ops: list[Op]) -> int:
+        """Apply ``ops`` with the partition's fence bumped (created, at the partition's first
+        claim); returns the fence's new version."""
+        fence = self._layout.fence(partition)
+        data = self._id.encode()
+        try:
+            try:
+                results = await self._zk.transaction([*ops, SetData(fence, data)])
+            except NoNodeError:
+                if await self._zk.exists(fence) is not None:
+                    raise  # not the fence: a node of ``ops`` is missing
+                await self._zk.ensure_path(self._layout.fences)
+                await self._zk.transaction([*ops, Create(fence, data)])
+                return 0
+        except CoordinationError as exc:
+            self._doubt(partition, exc)
+            raise
+        stat = results[-1]
+        assert stat is not None, "a SetData step returns a stat"
+        return stat.version
+
+    async def _delete_stray(self, partition: int) -> bool:
+        """Delete the partition's owner node if this session holds it, under the fence as it is
+        now: a claim made meanwhile moves the fence, and the delete fails. True when deleted."""
+        fence = self._layout.fence(partition)
+        owner = self._layout.owner(partition)
+        # The fence first: any claim after this read moves it, so the delete cannot hit one.
+        fence_stat = await self._zk.exists(fence)
+        try:
+            _data, stat = await self._zk.get(owner)
+        except NoNodeError:
+            return False
+        if stat.ephemeral_owner != self._zk.session_id:
+            return False
+        guard: Op = Create(fence, b"") if fence_stat is None else Check(fence, fence_stat.version)
+        try:
+            await self._zk.transaction([guard, Delete(owner, stat.version)])
+        except _DEFINITE:
+            # The fence or the node moved meanwhile: look again at the next reconciliation.
+            self._doubtful[partition] = stat.ephemeral_owner
+            return False
+        except CoordinationError as exc:
+            self._doubt(partition, exc)
+            raise
+        log.info(
+            "member %s: deleted the owner node of partition %d that its session held without "
+            "a claim",
+            self._id,
+            partition,
+        )
+        return True
+
+    def _doubt(self, partition: int, exc: CoordinationError) -> None:
+        """A request on the partition's owner node failed: unless it certainly changed nothing,
+        it may have happened, or happen still."""
+        if not isinstance(exc, _DEFINITE):
+            self._doubtful[partition] = self._zk.session_id
+
+    async def _give_up(self, partition: int, data: bytes, stat: Stat, bound: float) -> None:
+        """Log why a claim is given up, and count a node that no registered member holds."""
+        holder = data.decode(errors="replace")
+        if await self._unowned(holder, stat):
+            self.unowned += 1
+            log.warning(
+                "member %s: partition %d still owned by %s after %gs, by session %#x of no "
+                "registered member: nobody releases it; retrying later (delete %s if no "
+                "consumer holds it)",
+                self._id,
+                partition,
+                holder,
+                bound,
+                stat.ephemeral_owner,
+                self._layout.owner(partition),
+            )
+            return
+        log.warning(
+            "member %s: partition %d still owned by %s after %gs; retrying later",
+            self._id,
+            partition,
+            holder,
+            bound,
+        )
+
+    async def _unowned(self, holder: str, stat: Stat) -> bool:
+        """Whether no registered member holds an owner node: no registration of the member it
+        names, or one of another session than the node's."""
+        if not holder or "/" in holder or holder in {".", ".."}:
+            return True  # not a path segment, so no member's id
+        try:
+            _data, registration = await self._zk.get(self._layout.member(holder))
+        except NoNodeError:
+            return True
+        except CoordinationError:
+            return False  # unknown: say nothing more than that the claim timed out
+        return registration.ephemeral_owner != stat.ephemeral_owner
 
     async def _wait_released(self, path: str, bound: float, newer: asyncio.Event) -> bool:
         """Wait for an owner node to go; False on time-out or when ``newer`` is set."""

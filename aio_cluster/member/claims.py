@@ -27,6 +27,7 @@ class Claim:
 
     partition: int
     node_version: int
+    """The version of the owner node this claim made (or adopted)."""
     next_offset: int
     """The offset of the next record to hand out."""
     stored: int | None
@@ -36,3 +37,10 @@ class Claim:
     buffered: deque[Batch] = field(default_factory=deque)
     earliest: int | None = None
     """The partition's earliest offset when it was positioned (only where none was stored)."""
+    epoch: int = 0
+    """The version of the partition's fence node this claim set (see
+    `aio_cluster.member.claiming`): every offset write checks it, so a write under a claim that
+    is gone fails."""
+    fenced: bool = False
+    """A write found the fence moved: the claim is no longer ours, nothing is stored for it any
+    more, and the next rebalance drops it."""

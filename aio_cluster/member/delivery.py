@@ -63,6 +63,10 @@ class Delivery:
         self.records = 0
         """Records handed out."""
         self._seeks: dict[int, int] = {}
+        self._fetching: dict[int, Claim] = {}
+        """The claims the fetcher was last positioned for: a partition claimed anew (after its
+        claim was lost or fenced off) starts at its new claim's offset, not where the fetcher
+        was."""
         self._cursor = -1
         self.suspended = False
         """True while ZooKeeper is suspended or lost: no batch is handed out."""
@@ -301,13 +305,15 @@ class Delivery:
         Returns:
             True when the fetcher's partitions changed.
         """
-        if set(self._claims) == self._fetcher.assigned:
+        if set(self._claims) == self._fetcher.assigned and all(
+            self._fetching.get(p) is claim for p, claim in self._claims.items()
+        ):
             return False
         async with self._fetch_lock:
             self._seeks.clear()
             positions: dict[int, int] = {}
             for partition, claim in self._claims.items():
-                if partition in self._fetcher.assigned and claim.buffered:
+                if self._fetching.get(partition) is claim and claim.buffered:
                     # Staying: keep what is buffered and fetch on after it, so a rebalance
                     # does not pause the partitions it leaves in place.
                     positions[partition] = claim.buffered[-1][-1].offset + 1
@@ -315,6 +321,7 @@ class Delivery:
                     claim.buffered.clear()
                     positions[partition] = claim.next_offset
             self._fetcher.assign(positions)
+            self._fetching = dict(self._claims)
         self._changed.set()
         return True
 

@@ -12,7 +12,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from ..assign.strategies import Strategy, assign
 from ..errors import (
@@ -36,6 +37,8 @@ from .target_node import TargetNode
 __all__ = ["Membership"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _RETRY_DELAY = 1.0
 """Seconds before a rebalance that could not finish (a claim timed out, ZooKeeper failed) is
@@ -109,6 +112,11 @@ class Membership:
         return self._nodes.timeouts
 
     @property
+    def unowned_nodes(self) -> int:
+        """Claims given up on an owner node that no registered member's session holds."""
+        return self._nodes.unowned
+
+    @property
     def partitions(self) -> list[int]:
         """Every partition id of the topic, sorted (as of the last metadata check)."""
         return list(self._partitions)
@@ -121,11 +129,43 @@ class Membership:
             StrategyMismatchError: the group uses another assignment strategy.
         """
         self._partitions = await self._topic_partitions()
-        await self._zk.ensure_path(self._layout.root, shared=True)
-        for path in (self._layout.ids, self._layout.owners, self._layout.offsets):
-            await self._zk.ensure_path(path)
         # Refuse before registering, so that the group never sees this member.
-        self._check_strategy(await self._read_members(watch=False))
+        self._check_strategy(await self._while_session_lives(self._prepare_nodes))
+
+    async def _prepare_nodes(self) -> dict[str, tuple[MemberInfo, int]]:
+        """The group's paths exist; returns the members registered now."""
+        await self._zk.ensure_path(self._layout.root, shared=True)
+        layout = self._layout
+        for path in (layout.ids, layout.owners, layout.offsets, layout.fences):
+            await self._zk.ensure_path(path)
+        return await self._read_members(watch=False)
+
+    async def _while_session_lives(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step`` again after a retriable ZooKeeper error, while the session may still
+        live: a ZooKeeper restart shorter than the session must not fail a join.
+
+        Raises:
+            CoordinationError: the error is not retriable, the session was lost, or
+                ``session_timeout`` passed since the first failure (the session is gone by then,
+                even when this client cannot learn it).
+        """
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        while True:
+            try:
+                return await step()
+            except CoordinationError as exc:
+                if deadline is None:
+                    deadline = loop.time() + self._zk.session_timeout
+                if (
+                    not exc.retriable
+                    or isinstance(exc, SessionLostError)
+                    or self._zk.state in (SessionState.LOST, SessionState.CLOSED)
+                    or loop.time() + _RETRY_DELAY > deadline
+                ):
+                    raise
+                log.warning("member %s: joining: %s; trying again", self._id, exc)
+            await asyncio.sleep(_RETRY_DELAY)
 
     async def _topic_partitions(self) -> list[int]:
         """The topic's partitions; none while it does not exist and the member waits for it."""
@@ -249,7 +289,14 @@ class Membership:
                 # Kafka is away: agree on the partitions known, so claims can move meanwhile.
                 log.warning("member %s: using the partitions known, %s", self._id, exc)
         target = await self._target_of_mine(ours)
-        leaving = sorted(set(self._claims) - target)
+        fenced = {p for p, claim in self._claims.items() if claim.fenced}
+        if fenced:
+            log.warning(
+                "member %s: claims of partitions %s are gone; dropping them",
+                self._id,
+                sorted(fenced),
+            )
+        leaving = sorted((set(self._claims) - target) | fenced)
         if leaving:
             try:
                 await handover.revoke(leaving)
@@ -259,6 +306,7 @@ class Membership:
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
         if await handover.assigned(sorted(self._claims)):
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
+        await self._nodes.reconcile(self._claims)
         return complete
 
     async def _target_of_mine(self, members: list[str]) -> set[int]:
@@ -326,7 +374,7 @@ class Membership:
     async def _release_node(self, partition: int) -> None:
         claim = self._claims.pop(partition, None)
         if claim is not None:
-            await self._nodes.release(partition, claim.node_version)
+            await self._nodes.release(partition, claim.node_version, claim.epoch)
 
     async def _claim_all(self, partitions: list[int], epoch: int) -> bool:
         """Claim partitions concurrently; False when any could not be claimed in time."""
@@ -342,17 +390,18 @@ class Membership:
         """Claim a partition and learn its stored offset. False when its previous owner did not
         release it in time, or a newer rebalance was asked for meanwhile; the claim is then left
         to the next rebalance."""
-        version = await self._nodes.take(partition, self._claim_timeout, self._rebalance_requested)
-        if version is None:
+        taken = await self._nodes.take(partition, self._claim_timeout, self._rebalance_requested)
+        if taken is None:
             return False
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._offsets.stored(partition)
         self._claims[partition] = Claim(
             partition=partition,
-            node_version=version,
+            node_version=taken.node_version,
             next_offset=UNPOSITIONED if stored is None else stored,
             stored=stored,
+            epoch=taken.epoch,
         )
         return True
 

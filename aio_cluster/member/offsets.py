@@ -1,37 +1,61 @@
 """Stored offsets: reading them, and writing the pending ones in a transaction fenced by the claims.
 
-An offset is written only while this member's claim node of the partition is the one it created
-(a ``Check`` of the node's version in the same transaction), so a member that lost a partition
-never overwrites the offset its next owner stores.
+An offset is written only while this member's claim of the partition holds: the same transaction
+checks the owner node's version and the partition's fence at the claim's epoch (see
+`aio_cluster.member.claiming`), so a member whose claim is gone (its session expired, its node was
+replaced, an offset reset bumped the fence) never overwrites what the next owner, or the reset,
+stored. A claim such a write finds gone is marked ``fenced``: nothing is stored for it again, its
+offsets are not mirrored, and ``on_fenced`` asks for the rebalance that drops it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 
 import anyio
 
-from ..zookeeper.client import Check, Create, NodeExistsError, NoNodeError, SetData, ZooKeeper
+from ..zookeeper.client import (
+    BadVersionError,
+    Check,
+    Create,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetData,
+    ZooKeeper,
+)
 from ..zookeeper.layout import GroupLayout, decode_offset
 from .claims import Claim
 from .mirror import KafkaMirror
 
 __all__ = ["Offsets"]
 
+log = logging.getLogger(__name__)
+
 
 class Offsets:
     """The offsets of one group's topic in ZooKeeper."""
 
-    def __init__(self, zk: ZooKeeper, layout: GroupLayout, mirror: KafkaMirror) -> None:
+    def __init__(
+        self,
+        zk: ZooKeeper,
+        layout: GroupLayout,
+        mirror: KafkaMirror,
+        *,
+        on_fenced: Callable[[], None] = lambda: None,
+    ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
         layout: the group's paths.
         mirror: told of every offset stored, to commit it to Kafka too.
+        on_fenced: called when a write found a claim gone (its claim is marked ``fenced``).
         """
         self._zk = zk
         self._layout = layout
         self._mirror = mirror
+        self._on_fenced = on_fenced
         self._flush_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
 
@@ -50,20 +74,24 @@ class Offsets:
 
     async def flush(self, claims: Mapping[int, Claim], partitions: Iterable[int]) -> None:
         """Store the pending offsets of the given owned partitions in one transaction, fenced
-        by their claim nodes: nothing is written for a partition that is no longer ours.
+        by their claims: nothing is written for a partition that is no longer ours.
 
         Args:
-            claims: the member's claims now; a partition not among them is skipped.
+            claims: the member's claims now; a partition not among them, or whose claim is
+                ``fenced``, is skipped.
             partitions: the partitions whose pending offsets to store.
 
-        The write is shielded from cancellation (and bounded by the request timeout), so that
-        what this member believes is stored is what ZooKeeper stored.
+        A claim the write finds gone is marked ``fenced`` (its offset is not stored; the caller
+        can tell); the others are stored. The write is shielded from cancellation (and bounded by
+        the request timeout), so that what this member believes is stored is what ZooKeeper
+        stored.
         """
         async with self._flush_lock:
             due = [
                 claim
                 for partition in partitions
                 if (claim := claims.get(partition)) is not None
+                and not claim.fenced
                 and claim.pending is not None
                 and claim.pending != claim.stored
             ]
@@ -72,9 +100,11 @@ class Offsets:
             with anyio.CancelScope(shield=True):
                 try:
                     written = await self._write(due)
-                except (NodeExistsError, NoNodeError):
-                    # An offset node appeared or vanished behind our back (another tool):
-                    # learn what is stored now and write once more.
+                except (NodeExistsError, NoNodeError, BadVersionError):
+                    # A claim is gone, or an offset node appeared or vanished behind our back
+                    # (another tool): drop the claims that are gone, learn what is stored now,
+                    # and write the others once more.
+                    due = await self._still_ours(due)
                     for claim in due:
                         claim.stored = await self.stored(claim.partition)
                     written = await self._write(due)
@@ -84,11 +114,44 @@ class Offsets:
                     claim.pending = None
             self._mirror.stored({claim.partition: offset for claim, offset in written.items()})
 
+    async def _still_ours(self, claims: list[Claim]) -> list[Claim]:
+        """The claims that still hold: their owner node of this session at its version, their
+        fence at their epoch. The others are marked ``fenced``, and are never written again."""
+        held = await asyncio.gather(*(self._holds(claim) for claim in claims))
+        gone = [claim for claim, holds in zip(claims, held, strict=True) if not holds]
+        if gone:
+            for claim in gone:
+                claim.fenced = True
+            partitions = sorted(claim.partition for claim in gone)
+            log.warning(
+                "partitions %s of %r: the claims are gone (their owner node was replaced, or a "
+                "newer claim or an offset reset moved their fence); their offsets are not stored",
+                partitions,
+                self._layout.topic,
+            )
+            self._mirror.forget(partitions)
+            self._on_fenced()
+        return [claim for claim, holds in zip(claims, held, strict=True) if holds]
+
+    async def _holds(self, claim: Claim) -> bool:
+        try:
+            _data, owner = await self._zk.get(self._layout.owner(claim.partition))
+        except NoNodeError:
+            return False
+        fence = await self._zk.exists(self._layout.fence(claim.partition))
+        return (
+            owner.ephemeral_owner == self._zk.session_id
+            and owner.version == claim.node_version
+            and fence is not None
+            and fence.version == claim.epoch
+        )
+
     async def _write(self, claims: list[Claim]) -> dict[Claim, int]:
         written = {claim: claim.pending for claim in claims if claim.pending is not None}
-        ops: list[Check | Create | SetData] = []
+        ops: list[Op] = []
         for claim, offset in written.items():
             ops.append(Check(self._layout.owner(claim.partition), claim.node_version))
+            ops.append(Check(self._layout.fence(claim.partition), claim.epoch))
             data = str(offset).encode()
             path = self._layout.offset(claim.partition)
             ops.append(SetData(path, data) if claim.stored is not None else Create(path, data))

@@ -50,6 +50,8 @@ class GroupStatistics:
         partitions: one entry per claimed partition, sorted by partition.
         rebalances: rebalances finished since the member joined.
         claim_timeouts: claims not made within ``claim_timeout``.
+        unowned_nodes: of those, the claims given up on an owner node that no registered
+            member's session holds (left by a tool or a stranger: nobody releases it, delete it).
         batches: batches handed out.
         records: records handed out.
         last_rebalance: seconds the last finished rebalance took, None before the first.
@@ -65,6 +67,7 @@ class GroupStatistics:
     partitions: tuple[PartitionStatistics, ...]
     rebalances: int
     claim_timeouts: int
+    unowned_nodes: int
     batches: int
     records: int
     last_rebalance: float | None

@@ -79,6 +79,7 @@ __all__ = [
     "Delete",
     "NoNodeError",
     "NodeExistsError",
+    "Op",
     "SessionState",
     "SetData",
     "Stat",
@@ -143,10 +144,11 @@ class Check:
 
 @dataclass(frozen=True)
 class Create:
-    """A transaction step: create a persistent node."""
+    """A transaction step: create a node, persistent unless ``ephemeral``."""
 
     path: str
     data: bytes
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,11 @@ class ZooKeeper:
     def hosts(self) -> str:
         """The connect string in use."""
         return self._hosts
+
+    @property
+    def session_timeout(self) -> float:
+        """Seconds the server keeps the session alive without hearing from this client."""
+        return self._session_timeout
 
     @property
     def state(self) -> SessionState:
@@ -572,14 +579,17 @@ class ZooKeeper:
             unsubscribe()
             self._watch_wrappers.pop(gone.set, None)
 
-    async def transaction(self, ops: Sequence[Op]) -> None:
+    async def transaction(self, ops: Sequence[Op]) -> list[Stat | None]:
         """Apply ``ops`` atomically: all of them or none.
+
+        Returns:
+            One entry per step: the node's new stat for a `SetData`, None for the others.
 
         Raises:
             CoordinationError: one step failed (the message names it); nothing was applied.
         """
         if not ops:
-            return
+            return []
 
         def begin() -> Any:
             tx = self._client.transaction()
@@ -587,7 +597,7 @@ class ZooKeeper:
                 if isinstance(op, Check):
                     tx.check(op.path, op.version)
                 elif isinstance(op, Create):
-                    tx.create(op.path, op.data)
+                    tx.create(op.path, op.data, ephemeral=op.ephemeral)
                 elif isinstance(op, SetData):
                     tx.set_data(op.path, op.data, version=op.version)
                 else:
@@ -599,6 +609,10 @@ class ZooKeeper:
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 mapped = _translate(result, f"transaction step {op}")
                 raise mapped from result
+        return [
+            _stat(result) if isinstance(op, SetData) else None
+            for op, result in zip(ops, results, strict=True)
+        ]
 
 
 async def expire_session(

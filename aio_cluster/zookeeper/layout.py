@@ -10,6 +10,17 @@ scripts) can read it::
 The sticky strategy adds one node per topic, beside them, that classic tools ignore::
 
     /consumers/<group>/assignment/<topic>          persistent, the published target (JSON)
+
+And every claim bumps its partition's fence, which classic tools ignore too::
+
+    /consumers/<group>/fences/<topic>/<partition>  persistent, its version is the claim's epoch
+
+A claim creates the owner node and bumps the fence's version in one transaction; that version is
+the claim's epoch, one no earlier claim of the partition had. Every offset write and every release
+checks it in the same transaction as the write, so a member whose claim is gone (its session
+expired, its node was replaced, its request was queued across a reconnect) can never store an
+offset or delete a node of that partition again. ``aio-cluster reset-offsets --execute`` bumps
+the fences it writes under, which fences off every claim made before it.
 """
 
 from __future__ import annotations
@@ -79,6 +90,11 @@ class GroupLayout:
         """This topic's published sticky target (see `aio_cluster.assign.target`)."""
         return f"/consumers/{self.group}/assignment/{self.topic}"
 
+    @property
+    def fences(self) -> str:
+        """The parent of this topic's claim fences."""
+        return f"/consumers/{self.group}/fences/{self.topic}"
+
     def member(self, member_id: str) -> str:
         """A member's registration node."""
         return f"{self.ids}/{member_id}"
@@ -90,6 +106,10 @@ class GroupLayout:
     def offset(self, partition: int) -> str:
         """A partition's stored offset node."""
         return f"{self.offsets}/{partition}"
+
+    def fence(self, partition: int) -> str:
+        """A partition's claim fence: its version is the epoch of the partition's newest claim."""
+        return f"{self.fences}/{partition}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,278 @@
+"""Claim epochs that fence, and nodes nobody owns, against the real servers: a replaced owner
+node refuses the commit and survives the leave; a stray owner node of the member's own session is
+reconciled; a ZooKeeper restart during a join settles; a reset planned before a member claimed
+wins over the offset the member held."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from aio_cluster import ConsumerGroup, CoordinationTimeout, NotOwnedError
+from aio_cluster.cli import main as cli
+from aio_cluster.cli import survey
+from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import Delete, NoNodeError, Op, Stat, ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
+
+from conftest import MakeTopic, Produce
+from support import closable, settled, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)
+
+
+async def stored(zk: ZooKeeper, layout: GroupLayout, partition: int) -> int | None:
+    try:
+        data, _stat = await zk.get(layout.offset(partition))
+    except NoNodeError:
+        return None
+    return int(data)
+
+
+async def test_a_replaced_owner_node_refuses_the_commit_and_survives_the_leave(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    group = member(cluster, group_name, topic, claim_timeout=0.5)
+    async with group:
+        assert group.claimed == [0, 1]
+        await group.commit(1, 7)
+        # Another session deletes the owner node and creates it again, as an operator's script
+        # or a stale process would: same data, another session, version 0.
+        data, _stat = await zk.get(layout.owner(0))
+        await zk.delete(layout.owner(0))
+        await zk.create(layout.owner(0), data, ephemeral=True)
+
+        with pytest.raises(NotOwnedError):
+            await group.commit(0, 42)
+        assert await stored(zk, layout, 0) is None, "nothing stored under a claim that is gone"
+
+        # The member drops the claim, and its claim again gives up on the stranger's node.
+        await wait_until(lambda: group.claimed == [1], what="the claim dropped")
+        await wait_until(
+            lambda: unowned(group), what="the stranger's node counted as owned by nobody"
+        )
+        await group.commit(1, 8)  # the other claim is untouched
+    _data, stat = await zk.get(layout.owner(0))
+    assert stat.ephemeral_owner == zk.session_id, "the member's leave deleted the stranger's node"
+    assert await stored(zk, layout, 0) is None
+    assert await stored(zk, layout, 1) == 8
+
+
+def claimed_anew(group: ConsumerGroup, partition: int) -> bool:
+    claim = group._membership.claims.get(partition)
+    return claim is not None and not claim.fenced
+
+
+async def unowned(group: ConsumerGroup) -> bool:
+    return (await group.statistics()).unowned_nodes >= 1
+
+
+class FailFirstDelete:
+    """Wraps a client's ``transaction`` so that its first one that deletes an owner node fails
+    with a time-out without reaching the server: a delete that failed."""
+
+    def __init__(self, zk: ZooKeeper, layout: GroupLayout) -> None:
+        self._transaction: Callable[[Sequence[Op]], Awaitable[list[Stat | None]]]
+        self._transaction = zk.transaction
+        self._owners = layout.owners + "/"
+        self.failed: list[str] = []
+
+    async def __call__(self, ops: Sequence[Op]) -> list[Stat | None]:
+        deletes = [op.path for op in ops if isinstance(op, Delete)]
+        if not self.failed and any(path.startswith(self._owners) for path in deletes):
+            self.failed.extend(deletes)
+            raise CoordinationTimeout("injected: the delete did not reach ZooKeeper")
+        return await self._transaction(ops)
+
+
+async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = await make_topic(4)
+    layout = GroupLayout(group_name, topic)
+    # A long claim_timeout: the newcomer could not get the stray's partition by waiting it out.
+    async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
+        assert first.claimed == [0, 1, 2, 3]
+        failing = FailFirstDelete(first._zk, layout)
+        monkeypatch.setattr(first._zk, "transaction", failing)
+        async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
+            await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
+            assert failing.failed, "a release failed"
+            assert len(first.claimed) == len(second.claimed) == 2
+            for path in failing.failed:
+                _data, stat = await zk.get(path)
+                assert stat.ephemeral_owner == second._zk.session_id
+
+
+async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_timeout(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = await make_topic(20)
+    claim_timeout = 10.0
+    group = member(
+        cluster,
+        group_name,
+        topic,
+        request_timeout=1.0,
+        session_timeout=30.0,
+        claim_timeout=claim_timeout,
+    )
+    restarted = asyncio.Event()
+    start_fetcher = group._fetcher.start
+
+    async def restart() -> None:
+        await cluster.start_zookeeper()
+        restarted.set()
+
+    async def stop_zookeeper_then_start_fetcher() -> None:
+        # The session exists; ZooKeeper goes away just before register() first writes to it.
+        await cluster.stop_zookeeper()
+        tasks.append(asyncio.create_task(restart()))
+        await start_fetcher()
+
+    tasks: list[asyncio.Task[None]] = []
+    monkeypatch.setattr(group._fetcher, "start", stop_zookeeper_then_start_fetcher)
+    join = asyncio.create_task(group.register())
+    try:
+        await wait_until(restarted.is_set, timeout=120, what="ZooKeeper restarted")
+        # An observer of its own: the fixture's shorter session may not outlive the restart.
+        observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
+        await observer.start()
+        try:
+            await wait_until(
+                lambda: settled(observer, [group]),
+                timeout=2 * claim_timeout,
+                what="every partition owned",
+            )
+        finally:
+            await observer.close()
+        await join  # the restart did not fail the join
+        assert group.claimed == list(range(20))
+    finally:
+        await asyncio.gather(join, *tasks, return_exceptions=True)
+        await group.close()
+
+
+async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 20)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"3")
+
+    planned = threading.Event()
+    claimed = threading.Event()
+    read_offset_nodes = survey.read_offset_nodes
+
+    async def read_then_wait(zk: ZooKeeper, layout: GroupLayout) -> Any:
+        nodes = await read_offset_nodes(zk, layout)
+        if not planned.is_set():
+            planned.set()
+            # The member registers and claims here, between the plan's read and the write.
+            await asyncio.to_thread(claimed.wait, 60)
+        return nodes
+
+    monkeypatch.setattr(survey, "read_offset_nodes", read_then_wait)
+    argv = [
+        "reset-offsets",
+        group_name,
+        "--topic",
+        topic,
+        "--to-offset",
+        "10",
+        "--execute",
+        "--bootstrap",
+        cluster.bootstrap,
+        "--zookeeper",
+        cluster.zookeeper,
+    ]
+    levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
+    command = asyncio.ensure_future(asyncio.to_thread(cli.main, argv))
+    try:
+        await asyncio.to_thread(planned.wait, 60)
+        async with member(cluster, group_name, topic) as group:
+            assert group.claimed == [0]
+            assert group._membership.claims[0].stored == 3, "the member read the old offset"
+            claimed.set()
+            assert await command == 0
+            assert await stored(zk, layout, 0) == 10
+
+            with pytest.raises(NotOwnedError):
+                await group.commit(0, 4)
+            assert await stored(zk, layout, 0) == 10, "the reset was overwritten"
+
+            await wait_until(lambda: claimed_anew(group, 0), what="partition 0 claimed again")
+            batches = closable(group.batches())
+            partition, batch = await anext(batches)
+            await batches.aclose()
+            assert (partition, batch[0].offset) == (0, 10), "the new claim starts at the reset"
+    finally:
+        claimed.set()
+        await asyncio.gather(command, return_exceptions=True)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = await make_topic(1)
+    await produce(topic, 20)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"3")
+    read_offset_nodes = survey.read_offset_nodes
+    reads = 0
+
+    async def read_then_store(client: ZooKeeper, layout: GroupLayout) -> Any:
+        nonlocal reads
+        nodes = await read_offset_nodes(client, layout)
+        reads += 1
+        if reads == 1:
+            # Someone stores an offset between the plan's read and the write.
+            await client.set(layout.offset(0), b"8")
+        return nodes
+
+    monkeypatch.setattr(survey, "read_offset_nodes", read_then_store)
+    argv = [
+        *("reset-offsets", group_name, "--topic", topic, "--shift-by", "-1", "--execute"),
+        *("--bootstrap", cluster.bootstrap, "--zookeeper", cluster.zookeeper),
+    ]
+    levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
+    try:
+        assert await asyncio.to_thread(cli.main, argv) == 0
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    assert reads == 2, "planned again"
+    assert await stored(zk, layout, 0) == 7, "the shift applies to what was stored at the write"
