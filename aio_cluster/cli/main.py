@@ -5,7 +5,7 @@
     aio-cluster list
     aio-cluster describe GROUP [--topic T] [--json]
     aio-cluster reset-offsets GROUP --topic T --to-earliest [--partitions 0,3] [--execute]
-    aio-cluster consume GROUP TOPIC [--from-beginning]
+    aio-cluster consume GROUP TOPIC [--from-beginning] [--isolation-level read_committed]
     aio-cluster local up|down
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
@@ -32,6 +32,7 @@ import anyio
 
 from ..errors import AioClusterError, ConfigurationError
 from ..group import ConsumerGroup
+from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
@@ -156,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
         "--from-beginning",
         action="store_true",
         help="where nothing is stored, start at the earliest record (default: the latest)",
+    )
+    consume.add_argument(
+        "--isolation-level",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help="read_committed prints no record of an aborted transaction "
+        "(default: read_uncommitted, as Kafka's own consumer)",
     )
     consume.set_defaults(run=lambda args: asyncio.run(_consume(args)))
 
@@ -321,6 +329,7 @@ async def _consume(args: argparse.Namespace) -> int:
         kafka_options=_kafka_options(args),
         # An operator who names a topic that does not exist wants to hear so, not to wait.
         wait_for_topic=False,
+        isolation_level=args.isolation_level,
     )
     async with group, anyio.create_task_group() as tasks:
 
