@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import uuid
 from collections import Counter
@@ -26,7 +27,7 @@ from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
 from support import consume_exactly_once, wait_until
-from test_cli import run
+from test_cli import run, start
 
 pytestmark = pytest.mark.asyncio
 
@@ -219,15 +220,37 @@ async def test_read_uncommitted_by_default_hands_out_aborted_records_too(
             await reader.stop()
 
 
+async def test_the_command_consumes_read_committed(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(partitions=1)
+    steps = [
+        ("commit", [(0, f"c{i}".encode(), b"committed") for i in range(5)]),
+        ("abort", [(0, f"a{i}".encode(), b"aborted") for i in range(3)]),
+        ("commit", [(0, f"c{i}".encode(), b"committed") for i in range(5, 10)]),
+    ]
+    await asyncio.to_thread(write_transactions, cluster.bootstrap, topic, steps)
+    process = await start(
+        cluster,
+        *("consume", group_name, topic, "--from-beginning"),
+        *("--isolation-level", "read_committed"),
+    )
+    assert process.stdout is not None
+    lines = [await asyncio.wait_for(process.stdout.readline(), 60) for _ in range(10)]
+    process.send_signal(signal.SIGINT)
+    _rest, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    keys = [line.decode().split("\t")[2] for line in lines]
+    assert keys == [f"c{i}" for i in range(10)]
+
+
 async def test_a_record_the_deserializer_refuses_raises_and_seeking_past_it_goes_on(
     cluster: LocalCluster, make_topic: MakeTopic, group_name: str
 ) -> None:
     topic = await make_topic(partitions=1)
     values = [json.dumps({"n": n}).encode() for n in range(10)]
     values[5] = b"not json {"
-    await asyncio.to_thread(
-        write, cluster.bootstrap, topic, [(0, None, value) for value in values]
-    )
+    await asyncio.to_thread(write, cluster.bootstrap, topic, [(0, None, value) for value in values])
     async with ConsumerGroup(
         group_name,
         cluster.bootstrap,
@@ -237,9 +260,13 @@ async def test_a_record_the_deserializer_refuses_raises_and_seeking_past_it_goes
         value_deserializer=json.loads,
     ) as group:
         got: list[Any] = []
-        with pytest.raises(DeserializationError) as raised:
+
+        async def read_values() -> None:
             async for _partition, batch in group:
-                got += [record.value for record in batch]
+                got.extend(record.value for record in batch)
+
+        with pytest.raises(DeserializationError) as raised:
+            await read_values()
         assert got == [{"n": n} for n in range(5)]
         error = raised.value
         assert (error.topic, error.partition, error.offset) == (topic, 0, 5)
@@ -250,8 +277,7 @@ async def test_a_record_the_deserializer_refuses_raises_and_seeking_past_it_goes
 
         # Iterating again without a seek meets the same record again; the member stays joined.
         with pytest.raises(DeserializationError) as again:
-            async for _partition, _batch in group:
-                pass
+            await read_values()
         assert again.value.offset == 5
         assert group.state.value == "joined"
 
@@ -300,7 +326,8 @@ async def test_a_record_larger_than_max_bytes_is_delivered(
 ) -> None:
     topic = f"large-{uuid.uuid4().hex[:12]}"
     limit = str(8 * 1024 * 1024)
-    await admin_of.create_topics([NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": limit})])
+    configs = {"max.message.bytes": limit}
+    await admin_of.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
 
     async def known() -> bool:
         (described,) = await admin_of.describe_topics([topic])
