@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from confluent_kafka import Producer
 
 from aio_cluster import ConsumerGroup, DeserializationError, FetchError
@@ -319,6 +320,57 @@ async def test_an_undecodable_codec_raises_a_fetch_error_naming_what_to_install(
     # Everything before the unreadable batch was handed out, each record once.
     handed_out = sorted(map(tuple, report["handed_out"]))
     assert handed_out == [(0, n) for n in range(10)] + [(1, n) for n in range(5)]
+
+
+async def log_segment(admin: AIOKafkaAdminClient, topic: str, partition: int) -> Path:
+    """The first log segment of a partition on the (local, single) broker's disk."""
+    (node,) = (await admin.describe_cluster())["brokers"]
+    resource = ConfigResource(ConfigResourceType.BROKER, str(node["node_id"]), {"log.dirs": None})
+    (response,) = await admin.describe_configs([resource])
+    entries = {entry[0]: entry[1] for entry in response.resources[0][4]}
+    (directory,) = entries["log.dirs"].split(",")
+    return Path(directory) / f"{topic}-{partition}" / f"{0:020d}.log"
+
+
+async def test_a_corrupt_batch_raises_a_fetch_error_and_seeking_past_it_goes_on(
+    cluster: LocalCluster, make_topic: MakeTopic, admin_of: AIOKafkaAdminClient, group_name: str
+) -> None:
+    topic = await make_topic(partitions=1)
+    for name in ("before", "corrupt", "after"):  # one producer, so one batch, each
+        records = [(0, None, f"{name}-{i}".encode()) for i in range(5)]
+        await asyncio.to_thread(write, cluster.bootstrap, topic, records)
+    segment = await log_segment(admin_of, topic, 0)
+    if not segment.exists():
+        pytest.skip(f"the broker's log {segment} is not on this machine")
+    # A byte of the middle batch's data changed behind the broker's back: its CRC no longer
+    # matches, which the consumer checks (the broker serves the bytes as they are).
+    data = segment.read_bytes()
+    at = data.index(b"corrupt-2")
+    with segment.open("r+b") as file:
+        file.seek(at)
+        file.write(b"C")
+    async with ConsumerGroup(
+        group_name, cluster.bootstrap, cluster.zookeeper, topic, loop_delay=0.1
+    ) as group:
+        got: list[Any] = []
+
+        async def read_values() -> None:
+            async for _partition, batch in group:
+                got.extend(record.value for record in batch)
+                if len(got) == 10:
+                    return
+
+        with pytest.raises(FetchError) as raised:
+            await read_values()
+        assert got == [f"before-{i}".encode() for i in range(5)]
+        error = raised.value
+        assert (error.topic, error.partition, error.offset) == (topic, 0, 5)
+        assert "CorruptRecord" in str(error)
+        assert await group.offset(0) == 5
+
+        await group.seek(0, 10)  # past the corrupt batch
+        await read_values()
+        assert got[5:] == [f"after-{i}".encode() for i in range(5)]
 
 
 async def test_a_record_larger_than_max_bytes_is_delivered(
