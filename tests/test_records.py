@@ -17,11 +17,14 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAuthorizationFailedError
 from confluent_kafka import Producer
 
 from aio_cluster import ConsumerGroup, DeserializationError, FetchError
+from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.offset_reader import OffsetReader
 from aio_cluster.local import LocalCluster
@@ -401,3 +404,47 @@ async def test_a_record_larger_than_max_bytes_is_delivered(
                 break
     assert [record.key for record in got] == [b"before", b"large", b"after"]
     assert got[1].value == large
+
+
+class RefusingConsumer:
+    """aiokafka's consumer as it behaves where the broker answers a fetch of partition 1 with
+    TOPIC_AUTHORIZATION_FAILED: ``getmany`` raises, naming the topic only, for any call that
+    includes partition 1 (the local cluster has no authorizer to refuse for real)."""
+
+    def __init__(self) -> None:
+        self.positions: dict[int, int] = {}
+
+    def assign(self, _tps: list[TopicPartition]) -> None:
+        pass
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.positions[tp.partition] = offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions[tp.partition]
+
+    async def getmany(
+        self, *tps: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        if any(tp.partition == 1 for tp in tps):
+            raise TopicAuthorizationFailedError(tps[0].topic)
+        return {}
+
+
+async def test_an_authorization_failure_raises_a_fetch_error_naming_the_partition() -> None:
+    fetcher = Fetcher(
+        "127.0.0.1:1", "secret-topic", client_id="test", max_bytes=1024, max_wait_ms=10, min_bytes=1
+    )
+    real = fetcher._consumer
+    fetcher._consumer = RefusingConsumer()
+    try:
+        fetcher.assign({0: 3, 1: 7})
+        with pytest.raises(FetchError) as raised:
+            await fetcher.fetch([0, 1], 10)
+        error = raised.value
+        assert (error.topic, error.partition, error.offset) == ("secret-topic", 1, 7)
+        assert "refused" in str(error)
+        assert await fetcher.fetch([0], 10) == {}, "partition 0 is readable"
+    finally:
+        fetcher._consumer = real
+        await fetcher.stop()
