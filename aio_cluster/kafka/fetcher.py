@@ -311,9 +311,10 @@ class Fetcher:
         for tp, _error in failed[1:]:
             self._consumer.seek(tp, before[tp.partition])
         culprit, cause = failed[0]
-        readable = await self._read_up_to_failure(culprit, before[culprit.partition])
-        if readable:
-            fetched[culprit] = readable
+        readable, failing = await self._read_up_to_failure(culprit, before[culprit.partition])
+        if readable or not failing:
+            if readable:
+                fetched[culprit] = readable
             return fetched
         for tp in fetched:
             self._consumer.seek(tp, before[tp.partition])
@@ -321,23 +322,21 @@ class Fetcher:
             self.topic, culprit.partition, before[culprit.partition], _reason(cause)
         ) from cause
 
-    async def _read_up_to_failure(self, tp: Any, offset: int) -> list[Any]:
+    async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:
         """The records of ``tp`` from ``offset`` that can be read before the unreadable one,
-        taken one at a time so that aiokafka's position stops exactly in front of it."""
+        taken one at a time so that aiokafka's position stops exactly in front of it, and
+        whether the failure came again (False: nothing more arrived in time, or another error)."""
         self._consumer.seek(tp, offset)
         readable: list[Any] = []
         while True:
             try:
                 more = await self._consumer.getmany(tp, timeout_ms=_PROBE_MS, max_records=1)
-            except _UNREADABLE:
-                if not readable:
-                    self._consumer.seek(tp, offset)
-                return readable
-            except KafkaError:
+            except KafkaError as exc:
+                # Read on from here next time (this also drops what aiokafka holds of the batch).
                 self._consumer.seek(tp, readable[-1].offset + 1 if readable else offset)
-                return readable
+                return readable, isinstance(exc, _UNREADABLE)
             if not more:
-                return readable
+                return readable, False
             readable += more[tp]
 
     def _deserialize(
