@@ -39,6 +39,8 @@ from .errors import ConfigurationError as ConfigurationError
 from .errors import CoordinationError as CoordinationError
 from .errors import CoordinationTimeout as CoordinationTimeout
 from .errors import CorruptOffsetError as CorruptOffsetError
+from .errors import DeserializationError as DeserializationError
+from .errors import FetchError as FetchError
 from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import NotOwnedError as NotOwnedError
@@ -65,6 +67,8 @@ __all__ = [
     "CoordinationError",
     "CoordinationTimeout",
     "CorruptOffsetError",
+    "DeserializationError",
+    "FetchError",
     "GroupClosedError",
     "GroupState",
     "GroupStatistics",

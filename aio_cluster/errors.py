@@ -16,7 +16,9 @@ are translated where they enter the library, with the original kept as ``__cause
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
-    └── BrokerError                 Kafka did not answer as expected (retriable)
+    ├── BrokerError                 Kafka did not answer as expected (retriable)
+    └── FetchError                  records of a partition cannot be read: retrying cannot mend it
+        └── DeserializationError    the key or value deserializer refused a record
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ __all__ = [
     "CoordinationError",
     "CoordinationTimeout",
     "CorruptOffsetError",
+    "DeserializationError",
+    "FetchError",
     "GroupClosedError",
     "LocalClusterError",
     "NotOwnedError",
@@ -124,3 +128,55 @@ class BrokerError(AioClusterError):
     [ConfigurationError][aio_cluster.ConfigurationError]."""
 
     retriable = True
+
+
+class FetchError(AioClusterError):
+    """Records of a partition cannot be read, and fetching again will not mend it: a batch
+    compressed with a codec this machine cannot decode, a corrupt record batch, a topic this
+    member is not authorized to read.
+
+    The iteration raises it; nothing at or past ``offset`` is handed out or committed. The member
+    stays joined: after a `seek()` past the record (or once the cause is mended) iterating again
+    goes on.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        offset: the first offset that cannot be read (records before it were handed out).
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"cannot read {topic}/{partition} at offset {offset}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class DeserializationError(FetchError):
+    """The ``key_deserializer`` or ``value_deserializer`` raised on a record.
+
+    The record is not handed out and nothing is committed past it; `seek()` to ``offset + 1``
+    skips it (after sending the raw bytes on, to a dead-letter topic say). The deserializer's
+    exception is the ``__cause__``.
+
+    Attributes:
+        key: the record's raw key.
+        value: the record's raw value.
+        field: ``"key"`` or ``"value"``: which deserializer raised.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        field: str,
+        reason: str,
+    ) -> None:
+        super().__init__(topic, partition, offset, f"the {field} deserializer raised {reason}")
+        self.key = key
+        self.value = value
+        self.field = field

@@ -45,7 +45,7 @@ from .errors import (
     GroupClosedError,
     NotOwnedError,
 )
-from .kafka.fetcher import Fetcher
+from .kafka.fetcher import ISOLATION_LEVELS, Deserializer, Fetcher, IsolationLevel
 from .kafka.group_offsets import KafkaGroupOffsets
 from .kafka.options import KafkaOptions
 from .member.claims import Batch
@@ -135,6 +135,9 @@ class ConsumerGroup:
         zookeeper_acl: Acl = "open",
         zookeeper_tls: ZooKeeperTLS | bool = False,
         kafka_offsets: Literal["off", "mirror", "migrate"] = "off",
+        isolation_level: IsolationLevel = "read_uncommitted",
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
     ) -> None:
         """Configure a member; it joins in ``async with`` (or `register()`).
 
@@ -178,6 +181,14 @@ class ConsumerGroup:
                 with the next, never holding up consumption. ``"migrate"`` mirrors too, and
                 starts a partition without a stored offset at the offset a Kafka consumer group
                 of the same name committed (see `aio_cluster.member.mirror`).
+            isolation_level: ``"read_uncommitted"`` (the default, as Kafka's own consumer) hands
+                out every record, those of aborted transactions too; ``"read_committed"`` hands
+                out only records of committed transactions (and those written without one), each
+                once its transaction committed.
+            key_deserializer: called on each record's key (not on a None one); the batches
+                hand out what it returns. One that raises makes the iteration raise
+                [DeserializationError][aio_cluster.DeserializationError] for that record.
+            value_deserializer: the same for each value (not for a None one, a tombstone).
 
         Raises:
             ConfigurationError: an argument is not valid; the message names it.
@@ -208,6 +219,16 @@ class ConsumerGroup:
             raise ConfigurationError(
                 f"kafka_offsets {kafka_offsets!r} is not one of {', '.join(_KAFKA_OFFSETS)}"
             )
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigurationError(
+                f"isolation_level {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}"
+            )
+        for label, deserializer in (
+            ("key_deserializer", key_deserializer),
+            ("value_deserializer", value_deserializer),
+        ):
+            if deserializer is not None and not callable(deserializer):
+                raise ConfigurationError(f"{label} must be callable, not {deserializer!r}")
         self._id = _member_id(name)
         self._zk = ZooKeeper(
             zookeepers,
@@ -225,6 +246,9 @@ class ConsumerGroup:
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
             options=KafkaOptions(kafka_options or {}),
+            isolation_level=isolation_level,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
         )
         self._register_on_enter = register
         self._commit_interval = commit_interval
@@ -572,6 +596,12 @@ class ConsumerGroup:
                 False the caller stores offsets with `commit()`.
 
         Raises:
+            FetchError: a claimed partition's next records cannot be read and fetching again
+                will not mend it (a codec this machine lacks, a corrupt batch, a topic not
+                authorized); the records before were handed out. Seek past it, or mend the
+                cause, and iterate again.
+            DeserializationError: a deserializer raised on the partition's next record; the
+                records before it were handed out. Seek past it and iterate again.
             AioClusterError: the member failed in the background (the cause is kept).
         """
         while True:

@@ -277,23 +277,30 @@ class Worker:
         return [line.split()[2] for line in self.out.read_text().splitlines()]
 
 
-async def consume_exactly_once(
-    members: Sequence[ConsumerGroup],
-    producer: AIOKafkaProducer,
-    topic: str,
-    total: int,
-    *,
-    joined: Callable[[], Awaitable[object]] | None = None,
-) -> None:
-    """Join ``members``, produce ``total`` numbered messages (key ``k<i>``, value ``<i>``; half
-    before the joins, half after) and consume them all with every member at once: each must be
-    delivered exactly once. ``joined`` runs once every member has joined."""
-    seen: Counter[bytes] = Counter()
+def numbered_by(producer: AIOKafkaProducer, topic: str) -> Callable[[int, int], Awaitable[None]]:
+    """``produce(start, count)``: the messages ``k<start>`` ... to ``topic`` (key ``k<i>``, value
+    ``<i>``), written by ``producer``."""
 
     async def produce(start: int, count: int) -> None:
         for i in range(start, start + count):
             await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
         await producer.flush()
+
+    return produce
+
+
+async def consume_exactly_once(
+    members: Sequence[ConsumerGroup],
+    produce: Callable[[int, int], Awaitable[None]],
+    total: int,
+    *,
+    joined: Callable[[], Awaitable[object]] | None = None,
+) -> None:
+    """Join ``members``, produce ``total`` numbered messages with ``produce(start, count)`` (keys
+    ``k<i>``; half before the joins, half after; see `numbered_by`) and consume them all with
+    every member at once: each must be delivered exactly once. ``joined`` runs once every member
+    has joined."""
+    seen: Counter[bytes] = Counter()
 
     async def consume(group: ConsumerGroup) -> None:
         async for _, batch in group:

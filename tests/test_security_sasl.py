@@ -14,7 +14,7 @@ from aio_cluster import AuthenticationError, GroupState, KafkaOptions
 from aio_cluster.local import LocalCluster
 
 from secured import ZK_PASSWORD, sasl_member, topic_on
-from support import consume_exactly_once, fresh
+from support import consume_exactly_once, fresh, numbered_by
 
 CONNECT_BOUND = 30.0
 """Seconds a refused connection may take to be reported: far below a retry loop's forever."""
@@ -41,7 +41,7 @@ async def test_a_group_consumes_exactly_once_over_sasl_ssl_scram(
         shown.extend([repr(await m.statistics()) for m in members])
         shown.extend(repr(m) for m in members)
 
-    await consume_exactly_once(members, sasl_producer, topic, 400, joined=look)
+    await consume_exactly_once(members, numbered_by(sasl_producer, topic), 400, joined=look)
     assert len(shown) == 10
 
     assert "Authenticated as aio-cluster via SCRAM-SHA-512" in caplog.text, "nothing captured"

@@ -18,7 +18,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 
 from secured import topic_on
-from support import consume_exactly_once, fresh, member
+from support import consume_exactly_once, fresh, member, numbered_by
 from test_cli import one_line, run
 
 CONNECT_BOUND = 30.0
@@ -44,7 +44,7 @@ async def test_a_group_consumes_exactly_once_over_tls(
             zookeeper_tls=tls_cluster.zookeeper_tls,
         ),
     ]
-    await consume_exactly_once(members, tls_producer, topic, 400)
+    await consume_exactly_once(members, numbered_by(tls_producer, topic), 400)
 
 
 async def _refused(group: ConsumerGroup) -> AuthenticationError:

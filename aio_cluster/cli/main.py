@@ -7,6 +7,7 @@
     aio-cluster check GROUP [--window 30s] [--json]
     aio-cluster reset-offsets GROUP --topic T --to-earliest [--partitions 0,3] [--execute] [--json]
     aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
+    aio-cluster consume GROUP TOPIC --isolation-level read_committed
     aio-cluster local up|down
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
@@ -39,6 +40,7 @@ from rich.live import Live
 from ..assign.strategies import Strategy
 from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, CoordinationError
 from ..group import ConsumerGroup
+from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
@@ -283,6 +285,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=[strategy.value for strategy in Strategy],
         help="the assignment strategy (default: that of the group's registered members, "
         "sticky where none is)",
+    )
+    consume.add_argument(
+        "--isolation-level",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help="read_committed prints no record of an aborted transaction "
+        "(default: read_uncommitted, as Kafka's own consumer)",
     )
     consume.set_defaults(run=lambda args: asyncio.run(_consume(args)))
 
@@ -660,6 +669,7 @@ async def _consume(args: argparse.Namespace) -> int:
         zookeeper_acl=security["acl"],
         zookeeper_tls=security["tls"],
         register=False,
+        isolation_level=args.isolation_level,
     )
     async with group:
         await _join(group)

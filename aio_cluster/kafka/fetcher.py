@@ -3,22 +3,65 @@
 One aiokafka consumer in manual ``assign()`` mode fetches; the offset look-ups go through an
 [OffsetReader][aio_cluster.kafka.offset_reader.OffsetReader] of their own: on the fetching
 connection they would queue behind long-polling fetches (the broker answers a connection in order).
+
+A fetch error that retrying cannot mend (a codec this machine lacks, a corrupt batch, a topic not
+authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition and the first
+offset that cannot be read; the records before it are still returned first. Every other fetch
+error is a retriable `BrokerError`. Keys and values go through the deserializers here, so that one
+that fails names its record exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+import asyncio
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    UnsupportedCodecError,
+)
 
-from ..errors import BrokerError
+from ..errors import BrokerError, DeserializationError, FetchError
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 
-__all__ = ["Fetcher", "OffsetsOutOfRange"]
+__all__ = ["Deserializer", "Fetcher", "IsolationLevel", "OffsetsOutOfRange"]
+
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
+
+Deserializer = Callable[[bytes], Any]
+"""Turns a record's raw key or value into what the batches hand out."""
+
+_UNREADABLE = (
+    UnsupportedCodecError,
+    CorruptRecordException,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
+"""aiokafka's fetch errors that fetching again does not mend."""
+
+_PROBE_MS = 5_000
+"""How long the search for the partition behind an unreadable fetch waits for its answers."""
+
+
+def _reason(exc: KafkaError) -> str:
+    if isinstance(exc, UnsupportedCodecError):
+        return (
+            f"{exc}; aiokafka decodes snappy, lz4 and zstd with cramjam, a dependency of "
+            "aio-cluster: install it (pip install cramjam) where it is missing"
+        )
+    if isinstance(exc, TopicAuthorizationFailedError):
+        return f"Kafka refused to let this client read the topic ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class OffsetsOutOfRange(BrokerError):
@@ -50,6 +93,9 @@ class Fetcher:
         min_bytes: int,
         request_timeout_ms: int = 30_000,
         options: Mapping[str, Any] | None = None,
+        isolation_level: IsolationLevel = "read_uncommitted",
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
@@ -64,6 +110,10 @@ class Fetcher:
                 ``request_timeout_ms`` overrides it).
             options: connection options for every client (TLS, SASL), see
                 [KafkaOptions][aio_cluster.KafkaOptions].
+            isolation_level: ``"read_committed"`` hands out no record of an aborted or open
+                transaction; ``"read_uncommitted"`` hands out every record.
+            key_deserializer: applied to each key that is not None.
+            value_deserializer: applied to each value that is not None.
 
         Raises:
             ConfigurationError: malformed servers or options.
@@ -84,10 +134,16 @@ class Fetcher:
             max_partition_fetch_bytes=max_bytes,
             fetch_max_wait_ms=max_wait_ms,
             fetch_min_bytes=min_bytes,
+            isolation_level=isolation_level,
             **connection,
         )
         self._reader = OffsetReader(servers, client_id=f"{client_id}-offsets", options=connection)
         self._assigned: frozenset[int] = frozenset()
+        self._positions: dict[int, int] = {}
+        """Partition -> the next offset to read: past every record returned, and past the
+        transaction markers, aborted records and compaction gaps the last fetch stepped over."""
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
 
     async def start(self) -> None:
         """Connect to the cluster.
@@ -135,13 +191,21 @@ class Fetcher:
         Records fetched earlier but not yet returned are dropped; reading resumes at ``positions``.
         """
         self._assigned = frozenset(positions)
+        self._positions = dict(positions)
         self._consumer.assign([self._tp(partition) for partition in sorted(positions)])
         for partition, offset in positions.items():
             self._consumer.seek(self._tp(partition), offset)
 
     def seek(self, partition: int, offset: int) -> None:
         """Read ``partition`` again from ``offset`` (it must be assigned)."""
+        self._positions[partition] = offset
         self._consumer.seek(self._tp(partition), offset)
+
+    def position(self, partition: int) -> int | None:
+        """The next offset the fetcher reads of an assigned ``partition``: one past the last
+        record returned, or further when the last fetch stepped over transaction markers,
+        aborted records or compaction gaps after it; None when not assigned."""
+        return self._positions.get(partition) if partition in self._assigned else None
 
     async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
         """For each partition, its earliest and its next-to-be-written offset.
@@ -178,16 +242,150 @@ class Fetcher:
 
         Raises:
             OffsetsOutOfRange: a position is outside what the broker holds.
-            BrokerError: the fetch failed otherwise.
+            FetchError: a partition's next records cannot be read, and fetching again will not
+                mend it; nothing was returned or skipped, so the same fetch raises it again.
+            DeserializationError: the next record of a partition failed to deserialize.
+            BrokerError: the fetch failed otherwise (retriable).
         """
         tps = [self._tp(partition) for partition in partitions if partition in self._assigned]
         if not tps:
             return {}
+        before = {tp.partition: self._positions[tp.partition] for tp in tps}
         try:
             fetched = await self._consumer.getmany(*tps, timeout_ms=timeout_ms)
         except OffsetOutOfRangeError as exc:
             detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
             raise OffsetsOutOfRange({tp.partition: off for tp, off in detail.items()}) from exc
+        except _UNREADABLE as exc:
+            fetched = await self._isolate(tps, before, exc)
         except KafkaError as exc:
             raise BrokerError(f"fetch failed: {exc}") from exc
-        return {tp.partition: records for tp, records in fetched.items() if records}
+        for tp in tps:
+            self._positions[tp.partition] = await self._consumer.position(tp)
+        found = {tp.partition: records for tp, records in fetched.items() if records}
+        if self._key_deserializer is None and self._value_deserializer is None:
+            return found
+        return self._deserialize(found, before)
+
+    async def _isolate(
+        self, tps: list[Any], before: dict[int, int], error: KafkaError
+    ) -> dict[Any, list[Any]]:
+        """Find the partition behind an unreadable fetch, and return what can be read before it.
+
+        aiokafka raises such an error without naming the partition, and may have dropped records
+        of other partitions it had drained in the same call. So every partition is read again
+        from where it was, each on its own; the first one that fails is read again record by
+        record up to the unreadable one.
+
+        Raises:
+            FetchError: no record of the failing partition can be read before the failure.
+        """
+        for tp in tps:
+            self._consumer.seek(tp, before[tp.partition])
+        probes = {
+            tp: asyncio.ensure_future(self._consumer.getmany(tp, timeout_ms=_PROBE_MS))
+            for tp in tps
+        }
+        try:
+            await asyncio.wait(probes.values(), return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for probe in probes.values():
+                # One still waiting for the broker has taken no record yet: safe to cancel.
+                probe.cancel()
+            await asyncio.gather(*probes.values(), return_exceptions=True)
+        fetched: dict[Any, list[Any]] = {}
+        failed: list[tuple[Any, KafkaError]] = []
+        for tp, probe in probes.items():
+            if probe.cancelled():
+                continue
+            error = probe.exception()
+            if isinstance(error, _UNREADABLE):
+                failed.append((tp, error))
+            elif error is None:
+                fetched.update(probe.result())
+            else:
+                self._consumer.seek(tp, before[tp.partition])  # a passing error: read it again
+        if not failed:
+            return fetched
+        failed.sort(key=lambda item: item[0].partition)
+        for tp, _error in failed[1:]:
+            self._consumer.seek(tp, before[tp.partition])
+        culprit, cause = failed[0]
+        readable, failing = await self._read_up_to_failure(culprit, before[culprit.partition])
+        if readable or not failing:
+            if readable:
+                fetched[culprit] = readable
+            return fetched
+        for tp in fetched:
+            self._consumer.seek(tp, before[tp.partition])
+        raise FetchError(
+            self.topic, culprit.partition, before[culprit.partition], _reason(cause)
+        ) from cause
+
+    async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:
+        """The records of ``tp`` from ``offset`` that can be read before the unreadable one,
+        taken one at a time so that aiokafka's position stops exactly in front of it, and
+        whether the failure came again (False: nothing more arrived in time, or another error)."""
+        self._consumer.seek(tp, offset)
+        readable: list[Any] = []
+        while True:
+            try:
+                more = await self._consumer.getmany(tp, timeout_ms=_PROBE_MS, max_records=1)
+            except KafkaError as exc:
+                # Read on from here next time (this also drops what aiokafka holds of the batch).
+                self._consumer.seek(tp, readable[-1].offset + 1 if readable else offset)
+                return readable, isinstance(exc, _UNREADABLE)
+            if not more:
+                return readable, False
+            readable += more[tp]
+
+    def _deserialize(
+        self, fetched: dict[int, list[Any]], before: dict[int, int]
+    ) -> dict[int, list[Any]]:
+        """The records with their keys and values deserialized; a partition's records stop in
+        front of the first that fails, and the fetcher reads that one again next time.
+
+        Raises:
+            DeserializationError: the first record of a partition failed (then nothing of this
+                fetch is returned: every partition is read again from where it was).
+        """
+        decoded: dict[int, list[Any]] = {}
+        for partition, records in fetched.items():
+            good: list[Any] = []
+            for record in records:
+                try:
+                    good.append(self._decode(record))
+                except DeserializationError:
+                    self.seek(partition, record.offset)
+                    if good:
+                        break
+                    for other in fetched:
+                        if other != partition:
+                            self.seek(other, before[other])
+                    raise
+            if good:
+                decoded[partition] = good
+        return decoded
+
+    def _decode(self, record: Any) -> Any:
+        changes: dict[str, Any] = {}
+        for field, deserializer in (
+            ("key", self._key_deserializer),
+            ("value", self._value_deserializer),
+        ):
+            raw = getattr(record, field)
+            if deserializer is None or raw is None:
+                continue
+            try:
+                changes[field] = deserializer(raw)
+            except Exception as exc:
+                raise DeserializationError(
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    key=record.key,
+                    value=record.value,
+                    field=field,
+                    reason=f"{type(exc).__name__}: {exc}",
+                ) from exc
+        return dataclasses.replace(record, **changes)

@@ -96,8 +96,9 @@ _REFUSED = {
     "fetch_max_bytes": "pass max_bytes= to ConsumerGroup",
     "fetch_max_wait_ms": "pass max_wait_ms= to ConsumerGroup",
     "fetch_min_bytes": "pass min_bytes= to ConsumerGroup",
-    "key_deserializer": "batches hand out the raw bytes",
-    "value_deserializer": "batches hand out the raw bytes",
+    "key_deserializer": "pass key_deserializer= to ConsumerGroup",
+    "value_deserializer": "pass value_deserializer= to ConsumerGroup",
+    "isolation_level": "pass isolation_level= to ConsumerGroup",
 }
 
 

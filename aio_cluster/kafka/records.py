@@ -9,7 +9,11 @@ __all__ = ["Record"]
 
 
 class Record(Protocol):
-    """One Kafka record as the library hands it out (aiokafka's ``ConsumerRecord``)."""
+    """One Kafka record as the library hands it out (aiokafka's ``ConsumerRecord``).
+
+    ``key`` and ``value`` are the raw bytes; with a ``key_deserializer`` or ``value_deserializer``
+    given to the group they hold what it returned (typed as bytes here all the same).
+    """
 
     @property
     def topic(self) -> str: ...

@@ -1,6 +1,14 @@
 """Delivery: the claimed partitions' buffers, the batches in flight, the round-robin pick, and
 the commit rule (a batch whose body completed becomes its claim's pending offset).
 
+Once every record a partition's fetches returned has been handed out and committed, its offset
+moves on to the fetcher's position: past the transaction markers, aborted records and compaction
+gaps that follow the last record, so a partition consumed to its end stores its log end, as a
+Kafka consumer's committed position is. Never past a record not yet handed out.
+
+A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
+iterating caller; a retriable one is logged and the fetch tried again.
+
 This part only fetches and hands out; it never writes to ZooKeeper. Which partitions are claimed
 is read from the claims mapping `aio_cluster.member.membership` keeps.
 """
@@ -63,10 +71,11 @@ class Delivery:
         self.records = 0
         """Records handed out."""
         self._seeks: dict[int, int] = {}
-        self._fetching: dict[int, Claim] = {}
-        """The claims the fetcher was last positioned for: a partition claimed anew (after its
-        claim was lost or fenced off) starts at its new claim's offset, not where the fetcher
-        was."""
+        self._positioned: dict[int, Claim] = {}
+        """Partition -> the claim the fetcher's position was last set from (assign or seek): its
+        position says something about that claim's records only, and a partition claimed anew
+        (after its claim was lost or fenced off) starts at its new claim's offset, not where the
+        fetcher was."""
         self._cursor = -1
         self.suspended = False
         """True while ZooKeeper is suspended or lost: no batch is handed out."""
@@ -160,7 +169,34 @@ class Delivery:
                 continue
             claim.buffered.append(records)
             arrived = True
+        for partition in partitions:
+            claim = self._claims.get(partition)
+            if claim is not None:
+                self._step_over_gap(claim)
         return arrived
+
+    def _step_over_gap(self, claim: Claim) -> None:
+        """Move a claim whose fetched records were all handed out and finished on to the
+        fetcher's position, past what follows them without being a record (transaction markers,
+        aborted records, compaction gaps); store that when everything before was committed."""
+        partition = claim.partition
+        if (
+            claim.buffered
+            or partition in self._inflight
+            or partition in self._seeks
+            or partition in self._withheld
+            or self._positioned.get(partition) is not claim
+        ):
+            return
+        position = self._fetcher.position(partition)
+        if position is None or position <= claim.next_offset:
+            return
+        committed = claim.pending if claim.pending is not None else claim.stored
+        if committed is None:
+            committed = claim.earliest  # nothing stored: the start needs no commit
+        if committed == claim.next_offset:
+            claim.pending = position
+        claim.next_offset = position
 
     async def _reset_out_of_range(self, partitions: dict[int, int]) -> None:
         """Restart partitions whose position the broker no longer holds at their earliest offset."""
@@ -191,6 +227,9 @@ class Delivery:
         for partition, offset in self._seeks.items():
             if partition in self._fetcher.assigned:
                 self._fetcher.seek(partition, offset)
+                claim = self._claims.get(partition)
+                if claim is not None:
+                    self._positioned[partition] = claim
         self._seeks.clear()
 
     def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> None:
@@ -209,8 +248,10 @@ class Delivery:
             if not completed:
                 claim.next_offset = batch[0].offset
                 self._drop(claim)
-            elif commit:
-                claim.pending = batch[-1].offset + 1
+            else:
+                if commit:
+                    claim.pending = batch[-1].offset + 1
+                self._step_over_gap(claim)
         self._batch_done.set()
         self._changed.set()
 
@@ -306,14 +347,14 @@ class Delivery:
             True when the fetcher's partitions changed.
         """
         if set(self._claims) == self._fetcher.assigned and all(
-            self._fetching.get(p) is claim for p, claim in self._claims.items()
+            self._positioned.get(p) is claim for p, claim in self._claims.items()
         ):
             return False
         async with self._fetch_lock:
             self._seeks.clear()
             positions: dict[int, int] = {}
             for partition, claim in self._claims.items():
-                if self._fetching.get(partition) is claim and claim.buffered:
+                if self._positioned.get(partition) is claim and claim.buffered:
                     # Staying: keep what is buffered and fetch on after it, so a rebalance
                     # does not pause the partitions it leaves in place.
                     positions[partition] = claim.buffered[-1][-1].offset + 1
@@ -321,7 +362,7 @@ class Delivery:
                     claim.buffered.clear()
                     positions[partition] = claim.next_offset
             self._fetcher.assign(positions)
-            self._fetching = dict(self._claims)
+            self._positioned = dict(self._claims)
         self._changed.set()
         return True
 
