@@ -47,7 +47,7 @@ from .errors import (
 )
 from .kafka.fetcher import Fetcher
 from .kafka.group_offsets import KafkaGroupOffsets
-from .kafka.options import KafkaOptions
+from .kafka.options import KafkaOptions, parse_bootstrap
 from .member.claims import Batch
 from .member.delivery import Delivery
 from .member.handover import Handover
@@ -180,7 +180,8 @@ class ConsumerGroup:
                 of the same name committed (see `aio_cluster.member.mirror`).
 
         Raises:
-            ConfigurationError: an argument is not valid; the message names it.
+            ConfigurationError: an argument is not valid (the message names it), or no event
+                loop is running (make the member inside a coroutine).
         """
         self._layout = GroupLayout(name, topic)
         for label, value in (
@@ -217,6 +218,16 @@ class ConsumerGroup:
             acl=zookeeper_acl,
             tls=zookeeper_tls,
         )
+        options = KafkaOptions(kafka_options or {})
+        parse_bootstrap(brokers)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # aiokafka binds each client to the loop it is made in: checked before making them.
+            raise ConfigurationError(
+                "ConsumerGroup must be made inside a running event loop (in a coroutine, "
+                "e.g. under asyncio.run()): its Kafka clients belong to the loop they are made in"
+            ) from None
         self._fetcher = Fetcher(
             brokers,
             topic,
@@ -224,7 +235,7 @@ class ConsumerGroup:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
-            options=KafkaOptions(kafka_options or {}),
+            options=options,
         )
         self._register_on_enter = register
         self._commit_interval = commit_interval
@@ -520,6 +531,10 @@ class ConsumerGroup:
             return
         if self._state is GroupState.NEW:
             self._state = GroupState.CLOSED
+            # Never registered: the Kafka clients exist (aiokafka makes them at once) but never
+            # started; closed all the same, or each warns of being left unclosed.
+            await self._fetcher.stop()
+            await self._mirror.stop()
             return
         if self._state is GroupState.CLOSING:
             await self._closed.wait()

@@ -185,12 +185,13 @@ class KafkaOptions(dict[str, Any]):
                 or what [KafkaOptions][aio_cluster.KafkaOptions] refuses.
         """
         options: dict[str, Any] = {}
-        for pair in pairs:
+        for number, pair in enumerate(pairs, 1):
             key, sep, value = pair.partition("=")
             key = key.strip()
             if not sep or not key:
-                shown = pair if key not in SECRET_KEYS else f"{key}=***"
-                raise ConfigurationError(f"kafka option {shown!r} is not KEY=VALUE")
+                raise ConfigurationError(
+                    f"kafka option {_unquoted(pair, number)} is not KEY=VALUE"
+                )
             if key in options:
                 raise ConfigurationError(f"kafka option {key!r} is given twice")
             if key in ("ssl_context", "sasl_oauth_token_provider"):
@@ -218,6 +219,16 @@ class KafkaOptions(dict[str, Any]):
         return [
             value for key, value in self.items() if key in SECRET_KEYS and isinstance(value, str)
         ]
+
+
+def _unquoted(pair: str, number: int) -> str:
+    """A malformed ``KEY=VALUE`` text named without echoing it: it may hold a secret
+    (``"sasl_plain_password hunter2"``). Only a known key at its start is shown."""
+    words = pair.replace(":", " ").split()
+    first = words[0] if words else ""
+    if first in _ACCEPTED or first in _REFUSED:
+        return f"{first!r} (number {number}; its value is not shown)"
+    return f"number {number} (not shown: it may hold a secret)"
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
