@@ -261,6 +261,7 @@ class ConsumerGroup:
             strategy=self._strategy,
             claim_timeout=claim_timeout,
             wait_for_topic=wait_for_topic,
+            rebalance_timeout=rebalance_timeout,
         )
         self._delivery = Delivery(
             self._fetcher,

@@ -189,9 +189,7 @@ class KafkaOptions(dict[str, Any]):
             key, sep, value = pair.partition("=")
             key = key.strip()
             if not sep or not key:
-                raise ConfigurationError(
-                    f"kafka option {_unquoted(pair, number)} is not KEY=VALUE"
-                )
+                raise ConfigurationError(f"kafka option {_unquoted(pair, number)} is not KEY=VALUE")
             if key in options:
                 raise ConfigurationError(f"kafka option {key!r} is given twice")
             if key in ("ssl_context", "sasl_oauth_token_provider"):
