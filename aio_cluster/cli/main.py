@@ -82,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
+        if getattr(args, "kafka_option", None) or getattr(args, "ssl_cafile", None):
+            _kafka_options(args)  # checked before any server is asked
         return run(args)
     except AioClusterError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)

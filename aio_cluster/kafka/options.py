@@ -11,6 +11,7 @@ an error message.
 
 from __future__ import annotations
 
+import importlib.util
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -135,6 +136,11 @@ def _validate(options: Mapping[str, object]) -> dict[str, object]:
             needed = ["sasl_oauth_token_provider"]
         elif mechanism == "GSSAPI":
             needed = []
+            if importlib.util.find_spec("gssapi") is None:
+                # aiokafka would fail an assertion in its constructor instead.
+                raise ConfigurationError(
+                    "kafka_options: SASL GSSAPI needs the gssapi package (pip install gssapi)"
+                )
         else:
             needed = ["sasl_plain_username", "sasl_plain_password"]
         missing = [key for key in needed if key not in checked]
