@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aio_cluster import ConsumerGroup, CoordinationError
+from aio_cluster import ConfigurationError, ConsumerGroup, CoordinationError
 from aio_cluster.assign.target import StickyTarget
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
@@ -215,3 +215,37 @@ async def test_a_stuck_leader_does_not_freeze_a_join(
     finally:
         worker.kill()
         await worker.reap()
+
+
+async def test_an_unknown_topic_answer_during_a_join_releases_nothing(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker restarting answers "unknown topic" for a moment: the leader must not publish a
+    target without partitions (every member would release everything)."""
+    topic = await make_topic(PARTITIONS)
+    layout = GroupLayout(group_name, topic)
+    first, second = (member(cluster, group_name, topic) for _ in range(2))
+    async with joined(first, second):
+        await wait_until(lambda: settled_on(zk, layout, [first.id, second.id]), what="settled")
+        claims = await claim_versions(zk, layout)
+
+        async def unknown() -> list[int]:
+            raise ConfigurationError(f"topic {topic!r} does not exist in Kafka (injected)")
+
+        monkeypatch.setattr(first._fetcher, "partitions", unknown)
+        third = member(cluster, group_name, topic, claim_timeout=5.0)
+        async with third:
+            ids = [first.id, second.id, third.id]
+            await wait_until(lambda: settled_on(zk, layout, ids), what="the join settles")
+            found = await target(zk, layout)
+            assert found is not None
+            assert sorted(found[0].owners) == list(range(PARTITIONS))
+            moved = {p for p, owner in found[0].owners.items() if owner == third.id}
+            now = await claim_versions(zk, layout)
+            assert {p for p in claims if now[p] != claims[p]} == moved, (
+                "a partition that stays was released and claimed again"
+            )
