@@ -159,7 +159,9 @@ class ConsumerGroup:
             close_timeout: the bound on the final commit and release in `close()`.
             rebalance_timeout: at a handover, the most seconds to wait for a running batch body
                 (then the partition is released without committing that batch) and for each
-                listener call.
+                listener call; with the sticky strategy also how long the published target may
+                lag behind the registrations before another member publishes it in the place
+                of a stuck leader (see `aio_cluster.assign.target`).
             wait_for_topic: a topic that does not exist yet is waited for (logged once);
                 False makes `register()` fail instead.
             listener: told of the partitions that are assigned, revoked or lost (see
