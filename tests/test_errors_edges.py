@@ -255,3 +255,20 @@ async def test_the_session_password_never_reaches_kazoos_log(
     assert repr(password) not in logged
     assert binascii.hexlify(password).decode() not in logged
     assert all(record.levelno < logging.ERROR for record in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_an_unquoted_secret_option_value_is_not_echoed_as_a_stray_argument() -> None:
+    """``--kafka-option sasl_plain_password hunter2`` without quotes: argparse would name the
+    password as an unrecognized argument."""
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "aio_cluster", "describe", "some-group"),
+        *("--zookeeper", "127.0.0.1:1", "--kafka-option", "sasl_plain_password", SECRET),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert "unrecognized arguments" in err.decode()
+    assert SECRET not in out.decode() + err.decode()
