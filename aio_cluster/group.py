@@ -223,7 +223,7 @@ class ConsumerGroup:
         options = KafkaOptions(kafka_options or {})
         parse_bootstrap(brokers)
         try:
-            asyncio.get_running_loop()
+            self._loop = asyncio.get_running_loop()
         except RuntimeError:
             # aiokafka binds each client to the loop it is made in: checked before making them.
             raise ConfigurationError(
@@ -498,7 +498,8 @@ class ConsumerGroup:
         Raises:
             GroupClosedError: the member was closed.
             StrategyMismatchError: the group uses another assignment strategy.
-            ConfigurationError: the topic does not exist.
+            ConfigurationError: the topic does not exist, or this is another event loop than
+                the one the member was made in.
             CoordinationError, BrokerError: ZooKeeper or Kafka could not be reached.
             AuthenticationError: Kafka or ZooKeeper refused the TLS handshake or the credentials.
             AccessDeniedError: the group's nodes belong to another ZooKeeper identity.
@@ -506,6 +507,11 @@ class ConsumerGroup:
         if self._state in (GroupState.JOINING, GroupState.JOINED):
             return
         self._check_open()
+        if asyncio.get_running_loop() is not self._loop:
+            raise ConfigurationError(
+                "ConsumerGroup must register in the event loop it was made in: its Kafka "
+                "clients belong to that loop"
+            )
         self._state = GroupState.JOINING
         joined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:

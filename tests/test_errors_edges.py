@@ -272,3 +272,19 @@ async def test_an_unquoted_secret_option_value_is_not_echoed_as_a_stray_argument
     assert process.returncode == 2
     assert "unrecognized arguments" in err.decode()
     assert SECRET not in out.decode() + err.decode()
+
+
+def test_registering_in_another_loop_is_refused() -> None:
+    async def make() -> ConsumerGroup:
+        return ConsumerGroup("g", "127.0.0.1:9092", "127.0.0.1:2181", "t")
+
+    made = asyncio.run(make())
+
+    async def use() -> None:
+        with pytest.raises(ConfigurationError, match="event loop it was made in"):
+            await made.register()
+        await made.close()
+
+    with resource_warnings() as caught:
+        asyncio.run(use())
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
