@@ -82,9 +82,7 @@ async def test_one_leader_after_the_oldest_session_expires(
 ) -> None:
     topic = await make_topic(PARTITIONS)
     layout = GroupLayout(group_name, topic)
-    oldest, middle, youngest = (
-        member(cluster, group_name, topic, session_timeout=4.0) for _ in range(3)
-    )
+    oldest, middle, youngest = (member(cluster, group_name, topic) for _ in range(3))
     async with joined(oldest, middle, youngest):
         ids = [oldest.id, middle.id, youngest.id]
         await wait_until(lambda: settled_on(zk, layout, ids), what="three settle")
