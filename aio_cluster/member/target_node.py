@@ -41,8 +41,10 @@ class TargetNode:
         self._takeover_after = takeover_after
         self._last_version = -1
         """The highest target version seen: a target republished after a loss goes on from it."""
-        self._unfit: tuple[tuple[str, ...], float] | None = None
-        """The registrations the published target did not fit, and since when (loop time)."""
+        self._unfit: float | None = None
+        """Since when (loop time) the published target has not fit the registrations: reset
+        only once it fits again, so members that keep coming and going cannot put off a
+        takeover for ever."""
         self._timer: asyncio.TimerHandle | None = None
 
     async def follow(
@@ -131,9 +133,9 @@ class TargetNode:
             self._settle()
             return False
         loop = asyncio.get_running_loop()
-        if self._unfit is None or self._unfit[0] != ordered:
-            self._unfit = (ordered, loop.time())
-        waited = loop.time() - self._unfit[1]
+        if self._unfit is None:
+            self._unfit = loop.time()
+        waited = loop.time() - self._unfit
         if publishes(self._member, ordered, waited, self._takeover_after):
             return True
         due = ordered.index(self._member) * self._takeover_after - waited
