@@ -88,7 +88,8 @@ def tests_compat(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """Random joins, graceful leaves and SIGKILLs of member processes: nothing may be lost."""
+    """Random joins, graceful leaves, SIGKILLs and freezes of the oldest past its session of member
+    processes: nothing may be lost, and one leader at the end."""
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "chaos", "-rP", *session.posargs)
 

@@ -47,7 +47,7 @@ from .errors import (
 )
 from .kafka.fetcher import ISOLATION_LEVELS, Deserializer, Fetcher, IsolationLevel
 from .kafka.group_offsets import KafkaGroupOffsets
-from .kafka.options import KafkaOptions
+from .kafka.options import KafkaOptions, parse_bootstrap
 from .member.claims import Batch
 from .member.delivery import Delivery
 from .member.handover import Handover
@@ -162,7 +162,9 @@ class ConsumerGroup:
             close_timeout: the bound on the final commit and release in `close()`.
             rebalance_timeout: at a handover, the most seconds to wait for a running batch body
                 (then the partition is released without committing that batch) and for each
-                listener call.
+                listener call; with the sticky strategy also how long the published target may
+                lag behind the registrations before another member publishes it in the place
+                of a stuck leader (see `aio_cluster.assign.target`).
             wait_for_topic: a topic that does not exist yet is waited for (logged once);
                 False makes `register()` fail instead.
             listener: told of the partitions that are assigned, revoked or lost (see
@@ -191,7 +193,8 @@ class ConsumerGroup:
             value_deserializer: the same for each value (not for a None one, a tombstone).
 
         Raises:
-            ConfigurationError: an argument is not valid; the message names it.
+            ConfigurationError: an argument is not valid (the message names it), or no event
+                loop is running (make the member inside a coroutine).
         """
         self._layout = GroupLayout(name, topic)
         for label, value in (
@@ -238,6 +241,16 @@ class ConsumerGroup:
             acl=zookeeper_acl,
             tls=zookeeper_tls,
         )
+        options = KafkaOptions(kafka_options or {})
+        parse_bootstrap(brokers)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # aiokafka binds each client to the loop it is made in: checked before making them.
+            raise ConfigurationError(
+                "ConsumerGroup must be made inside a running event loop (in a coroutine, "
+                "e.g. under asyncio.run()): its Kafka clients belong to the loop they are made in"
+            ) from None
         self._fetcher = Fetcher(
             brokers,
             topic,
@@ -245,7 +258,7 @@ class ConsumerGroup:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
-            options=KafkaOptions(kafka_options or {}),
+            options=options,
             isolation_level=isolation_level,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
@@ -275,6 +288,7 @@ class ConsumerGroup:
             strategy=self._strategy,
             claim_timeout=claim_timeout,
             wait_for_topic=wait_for_topic,
+            rebalance_timeout=rebalance_timeout,
         )
         self._delivery = Delivery(
             self._fetcher,
@@ -515,7 +529,8 @@ class ConsumerGroup:
         Raises:
             GroupClosedError: the member was closed.
             StrategyMismatchError: the group uses another assignment strategy.
-            ConfigurationError: the topic does not exist.
+            ConfigurationError: the topic does not exist, or this is another event loop than
+                the one the member was made in.
             CoordinationError, BrokerError: ZooKeeper or Kafka could not be reached.
             AuthenticationError: Kafka or ZooKeeper refused the TLS handshake or the credentials.
             AccessDeniedError: the group's nodes belong to another ZooKeeper identity.
@@ -523,6 +538,11 @@ class ConsumerGroup:
         if self._state in (GroupState.JOINING, GroupState.JOINED):
             return
         self._check_open()
+        if asyncio.get_running_loop() is not self._loop:
+            raise ConfigurationError(
+                "ConsumerGroup must register in the event loop it was made in: its Kafka "
+                "clients belong to that loop"
+            )
         self._state = GroupState.JOINING
         joined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
@@ -551,6 +571,10 @@ class ConsumerGroup:
             return
         if self._state is GroupState.NEW:
             self._state = GroupState.CLOSED
+            # Never registered: the Kafka clients exist (aiokafka makes them at once) but never
+            # started; closed all the same, or each warns of being left unclosed.
+            await self._fetcher.stop()
+            await self._mirror.stop()
             return
         if self._state is GroupState.CLOSING:
             await self._closed.wait()

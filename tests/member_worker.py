@@ -4,7 +4,9 @@ Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|man
 
 Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
 to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
-loop stops at the next batch boundary, before processing, and the member closes.
+loop stops at the next batch boundary, before processing, and the member closes. SIGUSR1 blocks
+its event loop for a minute, as a body stuck in synchronous code would; kazoo's threads go on
+answering ZooKeeper's pings, so the session holds.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 
 from aio_cluster import ConsumerGroup
 
@@ -20,7 +23,9 @@ async def main(
     bootstrap: str, zookeeper: str, topic: str, group: str, out: str, mode: str, session: str
 ) -> None:
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, time.sleep, 60.0)
     member = ConsumerGroup(
         group, [bootstrap], [zookeeper], topic, loop_delay=0.1, session_timeout=float(session)
     )

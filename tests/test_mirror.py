@@ -89,3 +89,33 @@ async def test_migrate_starts_unpositioned_claims_at_kafkas_offsets(migrate: boo
         assert (owned[0].next_offset, owned[0].pending) == (UNPOSITIONED, None)
     assert (owned[1].next_offset, owned[1].pending) == (9, None), "a stored offset wins"
     assert owned[2].next_offset == UNPOSITIONED, "no Kafka offset: positioned as usual"
+
+
+async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
+    """The last owner's commit may have failed at the handover: the next owner sends it."""
+    kafka = FakeKafka()
+    side = mirror(kafka)
+    owned = {0: Claim(0, 0, 7, 7), 1: Claim(1, 0, UNPOSITIONED, None)}
+    await side.take_over(owned)
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{0: 7}]
+    await side.take_over(owned)
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{0: 7}], "only a new claim is mirrored on its own"
+    side.forget([0])
+    await side.take_over(owned)
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{0: 7}, {0: 7}], "claimed again after a release: new again"
+
+
+async def test_migrating_again_goes_on_from_the_further_offset() -> None:
+    """Moved to aio_cluster, back to a Kafka group that read on, and here again: Kafka's offset
+    is further than the one ZooKeeper kept, and is taken; one behind ZooKeeper's is not."""
+    kafka = FakeKafka({0: 40, 1: 10})
+    side = mirror(kafka, migrate=True)
+    owned = {0: Claim(0, 0, 20, 20), 1: Claim(1, 0, 30, 30)}
+    await side.take_over(owned)
+    assert (owned[0].next_offset, owned[0].pending) == (40, 40)
+    assert (owned[1].next_offset, owned[1].pending) == (30, None)
+    await side.push(owned, [0, 1])
+    assert kafka.commits == [{1: 30}], "the taken offset is mirrored once ZooKeeper stores it"

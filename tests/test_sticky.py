@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aio_cluster.assign.strategies import sticky
-from aio_cluster.assign.target import StickyTarget, leader, next_target
+from aio_cluster.assign.target import StickyTarget, follows, leader, next_target, publishes
 
 partitions_st = st.sets(st.integers(min_value=0, max_value=400), max_size=120)
 members_st = st.lists(
@@ -154,3 +154,40 @@ def test_after_a_join_old_members_only_give_up(pnum: int, mnum: int) -> None:
     for member in members:
         assert set(new.partitions_of(member)) <= set(old.partitions_of(member))
     assert len(new.partitions_of("late")) == pnum // (mnum + 1)
+
+
+@given(pnum=st.integers(1, 60), mnum=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_a_lost_target_republished_from_the_owners_moves_nothing(
+    pnum: int, mnum: int, seed: int
+) -> None:
+    members = [f"m{i}" for i in range(mnum)]
+    rng = random.Random(seed)
+    settled = next_target(None, range(pnum), rng.sample(members, mnum))
+    assert settled is not None
+    # The node is gone; the claim nodes still say who owns what (for any balanced history).
+    again = next_target(None, range(pnum), members, settled.owners)
+    assert again is not None
+    assert again.owners == settled.owners
+
+
+def test_no_partitions_never_replace_a_target_that_has_some() -> None:
+    published = next_target(None, range(4), ["a", "b"])
+    assert published is not None
+    assert next_target(published, [], ["a", "b"]) is None
+    assert next_target(published, [], ["a", "b", "c"]) is None
+    # With nothing published yet there is nothing to release: an empty target is fine.
+    assert next_target(None, [], ["a"]) == StickyTarget(version=0, members=("a",), owners={})
+
+
+def test_the_kth_oldest_publishes_after_k_takeover_periods() -> None:
+    members = ["oldest", "next", "third"]
+    assert publishes("oldest", members, 0.0, 60.0)
+    assert not publishes("next", members, 59.9, 60.0)
+    assert publishes("next", members, 60.0, 60.0)
+    assert not publishes("third", members, 60.0, 60.0)
+    assert publishes("third", members, 120.0, 60.0)
+    assert not publishes("stranger", members, 1e9, 60.0)
+    published = next_target(None, range(3), members[:2])
+    assert follows(published, members[:2])
+    assert not follows(published, members)
+    assert not follows(None, members)

@@ -83,7 +83,16 @@ _KEY_PASSWORD_VAR = "AIO_CLUSTER_ZOOKEEPER_KEYFILE_PASSWORD"
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (and exit status 2)."""
 
+    hides_unrecognized = False
+    """Name no unrecognized argument: after ``--kafka-option sasl_plain_password`` (no ``=``)
+    the stray one is the password."""
+
     def error(self, message: str) -> NoReturn:
+        if self.hides_unrecognized and message.startswith("unrecognized arguments"):
+            message = (
+                "unrecognized arguments (not shown: one may be the value of a --kafka-option; "
+                "write it as KEY=VALUE)"
+            )
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
@@ -96,7 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success, 1 on failure (the reason on stderr), 2 on bad arguments.
     """
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser.hides_unrecognized = any(arg.startswith("--kafka-option") for arg in given)
+    args = parser.parse_args(given)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     for noisy in ("kazoo", "aiokafka"):  # their connection retries are not the user's business
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
@@ -104,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A health check that cannot look is as bad as a failing group: it must page.
     failed = 2 if args.command == "check" else 1
     try:
+        if getattr(args, "kafka_option", None) or getattr(args, "ssl_cafile", None):
+            _kafka_options(args)  # checked before any server is asked
         return run(args)
     except AioClusterError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
@@ -115,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return failed
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     servers = _Parser(add_help=False)
     servers.add_argument("--bootstrap", help=f"Kafka servers, host:port (or ${_BOOTSTRAP_VAR})")
     servers.add_argument("--zookeeper", help=f"ZooKeeper servers (or ${_ZOOKEEPER_VAR})")

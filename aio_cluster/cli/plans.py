@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
+from ..member.statistics import lag
 
 __all__ = [
     "LagRow",
@@ -45,9 +46,10 @@ Stored = int | Unreadable | None
 class LagRow:
     """One partition of ``describe``: who owns it, where the group is, where the log ends.
 
-    ``lag`` counts the records the group has still to read: the log-end offset minus the committed
-    one, or minus the earliest retained offset where nothing (readable) is committed, since a
-    member starts there.
+    ``lag`` counts the records the group has still to read, by the rule `statistics()` uses too
+    (`aio_cluster.member.statistics.lag`): the log-end offset minus the committed one, or minus
+    the earliest retained offset where nothing (readable) is committed, since a member starts
+    there; never below 0 (an offset committed past the log end).
     """
 
     topic: str
@@ -80,8 +82,16 @@ def lag_rows(
     for partition, (earliest, end) in sorted(bounds.items()):
         value = stored.get(partition)
         committed = value if isinstance(value, int) else None
-        start = earliest if committed is None else committed
-        rows.append(LagRow(topic, partition, owners.get(partition), committed, end, end - start))
+        rows.append(
+            LagRow(
+                topic,
+                partition,
+                owners.get(partition),
+                committed,
+                end,
+                lag(end, committed, earliest),
+            )
+        )
     return rows
 
 

@@ -26,6 +26,22 @@ from .options import KafkaOptions
 
 __all__ = ["connect_failure", "named"]
 
+_CONNECTION_KEYS = frozenset(
+    {
+        "request_timeout_ms",
+        "ssl_context",
+        "security_protocol",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+    }
+)
+"""The options that shape one connection (what ``create_conn`` takes); the others
+(``retry_backoff_ms``, ``metadata_max_age_ms``, ...) concern a client's many connections."""
+
 
 def named(exc: BaseException) -> str:
     """An aiokafka error in a few words: its name, and its cause's (its messages run long)."""
@@ -66,10 +82,11 @@ async def _diagnose(
     """
     protocol = str(options.get("security_protocol", "PLAINTEXT"))
     timeout_ms = int(options["request_timeout_ms"])
+    connection = {key: value for key, value in options.items() if key in _CONNECTION_KEYS}
     for server in servers:
         host, _, port = server.rpartition(":")
         try:
-            conn = await create_conn(host, int(port), client_id=client_id, **options)
+            conn = await create_conn(host, int(port), client_id=client_id, **connection)
         except ssl.SSLError as exc:
             reason = exc.reason or type(exc).__name__
             return AuthenticationError(

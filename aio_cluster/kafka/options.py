@@ -11,6 +11,7 @@ an error message.
 
 from __future__ import annotations
 
+import importlib.util
 import ssl
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -136,6 +137,11 @@ def _validate(options: Mapping[str, object]) -> dict[str, object]:
             needed = ["sasl_oauth_token_provider"]
         elif mechanism == "GSSAPI":
             needed = []
+            if importlib.util.find_spec("gssapi") is None:
+                # aiokafka would fail an assertion in its constructor instead.
+                raise ConfigurationError(
+                    "kafka_options: SASL GSSAPI needs the gssapi package (pip install gssapi)"
+                )
         else:
             needed = ["sasl_plain_username", "sasl_plain_password"]
         missing = [key for key in needed if key not in checked]
@@ -186,12 +192,11 @@ class KafkaOptions(dict[str, Any]):
                 or what [KafkaOptions][aio_cluster.KafkaOptions] refuses.
         """
         options: dict[str, Any] = {}
-        for pair in pairs:
+        for number, pair in enumerate(pairs, 1):
             key, sep, value = pair.partition("=")
             key = key.strip()
             if not sep or not key:
-                shown = pair if key not in SECRET_KEYS else f"{key}=***"
-                raise ConfigurationError(f"kafka option {shown!r} is not KEY=VALUE")
+                raise ConfigurationError(f"kafka option {_unquoted(pair, number)} is not KEY=VALUE")
             if key in options:
                 raise ConfigurationError(f"kafka option {key!r} is given twice")
             if key in ("ssl_context", "sasl_oauth_token_provider"):
@@ -219,6 +224,16 @@ class KafkaOptions(dict[str, Any]):
         return [
             value for key, value in self.items() if key in SECRET_KEYS and isinstance(value, str)
         ]
+
+
+def _unquoted(pair: str, number: int) -> str:
+    """A malformed ``KEY=VALUE`` text named without echoing it: it may hold a secret
+    (``"sasl_plain_password hunter2"``). Only a known key at its start is shown."""
+    words = pair.replace(":", " ").split()
+    first = words[0] if words else ""
+    if first in _ACCEPTED or first in _REFUSED:
+        return f"{first!r} (number {number}; its value is not shown)"
+    return f"number {number} (not shown: it may hold a secret)"
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:

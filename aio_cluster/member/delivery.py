@@ -199,20 +199,32 @@ class Delivery:
         claim.next_offset = position
 
     async def _reset_out_of_range(self, partitions: dict[int, int]) -> None:
-        """Restart partitions whose position the broker no longer holds at their earliest offset."""
+        """Restart partitions whose position the broker does not hold.
+
+        Before the earliest offset (retention deleted the records): at the earliest. Past the
+        log end (the topic was made again, or an offset was set by hand): as where none is
+        stored, at the earliest or with ``trail`` at the log end. The new start is stored at
+        once, so that neither the next owner nor the lag goes on from an offset that is not.
+        """
         bounds = await self._fetcher.bounds(list(partitions))
-        for partition, (earliest, _latest) in bounds.items():
+        for partition, (earliest, latest) in bounds.items():
             claim = self._claims.get(partition)
             if claim is None:
                 continue
+            offset = partitions[partition]
+            start = latest if self._trail and offset > latest else earliest
             log.warning(
-                "member %s: offset %d of partition %d is out of range; resetting to earliest %d",
+                "member %s: offset %d of partition %d is out of range %d..%d; going on from %d",
                 self._id,
-                partitions[partition],
+                offset,
                 partition,
                 earliest,
+                latest,
+                start,
             )
-            claim.next_offset = earliest
+            claim.next_offset = start
+            if partition not in self._inflight:
+                claim.pending = start
             self._drop(claim)
         self._apply_seeks()
 
@@ -326,8 +338,8 @@ class Delivery:
     async def position(self) -> None:
         """Where no offset is stored, start at the earliest offset (the latest with ``trail``).
 
-        A stored offset is taken as it is: one the broker no longer holds is reset to the
-        earliest at the first fetch.
+        A stored offset is taken as it is: one the broker does not hold is reset at the first
+        fetch (see `_reset_out_of_range`).
         """
         fresh = [p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED]
         if not fresh:

@@ -59,6 +59,7 @@ class Membership:
         strategy: Strategy,
         claim_timeout: float,
         wait_for_topic: bool,
+        rebalance_timeout: float = 60.0,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -69,6 +70,8 @@ class Membership:
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
         wait_for_topic: a topic that does not exist yet has no partitions (instead of failing).
+        rebalance_timeout: how long the sticky target may not follow the registrations before
+            a member other than the leader publishes it (see `aio_cluster.assign.target`).
         """
         self._zk = zk
         self._layout = layout
@@ -93,7 +96,9 @@ class Membership:
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
         self._members: dict[str, tuple[MemberInfo, int]] = {}
-        self._target = TargetNode(zk, layout, member_id)
+        self._ids_read: tuple[frozenset[str], int] | None = None
+        """The registration names last listed, and the ``ids`` node's child version then."""
+        self._target = TargetNode(zk, layout, member_id, takeover_after=rebalance_timeout)
         self._in_target = False
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
@@ -282,12 +287,24 @@ class Membership:
         # every member of the other strategies) asks Kafka.
         if self._strategy is not Strategy.STICKY or ours[:1] == [self._id]:
             try:
-                self._partitions = await self._topic_partitions()
+                partitions = await self._topic_partitions()
             except BrokerError as exc:
                 if not self._partitions:
                     raise
                 # Kafka is away: agree on the partitions known, so claims can move meanwhile.
                 log.warning("member %s: using the partitions known, %s", self._id, exc)
+            else:
+                if partitions or not self._partitions:
+                    self._partitions = partitions
+                else:
+                    # A topic known a moment ago is "unknown" now: a broker restarting says so
+                    # for a moment. Releasing everything on it would stop the whole group.
+                    log.warning(
+                        "member %s: Kafka does not know topic %r now; keeping its partitions %s",
+                        self._id,
+                        self._layout.topic,
+                        self._partitions,
+                    )
         target = await self._target_of_mine(ours)
         fenced = {p for p, claim in self._claims.items() if claim.fenced}
         if fenced:
@@ -317,7 +334,9 @@ class Membership:
         target = await self._target.follow(members, self._partitions, self.request_rebalance)
         self._in_target = target is not None and self._id in target.members
         if target is None:
-            return set()
+            # None published (or none readable) yet: keep what is owned until one is, since the
+            # next one is computed from the owners.
+            return set(self._claims)
         self._partitions = sorted(target.owners)
         return set(target.partitions_of(self._id))
 
@@ -335,12 +354,24 @@ class Membership:
         self._registered_session = self._zk.session_id
 
     async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[MemberInfo, int]]:
-        """The live members, each with its registration's info and creation zxid; registrations
-        seen before are not read again. ``watch`` asks for a rebalance at the next change."""
-        ids = await self._zk.get_children(
+        """The live members, each with its registration's info and creation zxid. ``watch`` asks
+        for a rebalance at the next change.
+
+        Registrations seen before are not read again, unless the ``ids`` node's child version
+        shows more changes than the names that came and went: then one was deleted and made
+        again under the same id (a member, this one too, back from an expiry) and has a new
+        creation zxid, so every registration is read afresh.
+        """
+        ids, version = await self._zk.get_children_version(
             self._layout.ids, watch=self.request_rebalance if watch else None
         )
-        known = {member: self._members[member] for member in ids if member in self._members}
+        names = frozenset(ids)
+        fresh = self._ids_read is not None and version - self._ids_read[1] == len(
+            names ^ self._ids_read[0]
+        )
+        self._ids_read = (names, version)
+        cached = self._members if fresh else {}
+        known = {member: cached[member] for member in ids if member in cached}
         new = [member for member in ids if member not in known]
         # Concurrently: a member joining a large group reads every registration once.
         read = await asyncio.gather(
@@ -418,3 +449,4 @@ class Membership:
     def forget(self) -> None:
         """The member closed: whatever was not released goes with the session."""
         self._claims.clear()
+        self._target.close()

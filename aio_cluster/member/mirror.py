@@ -4,10 +4,15 @@ Kafka's own tools (``kafka-consumer-groups.sh``, Burrow, kafka-ui) see the group
 
 ZooKeeper stays the truth. A commit Kafka refuses or does not answer is logged, and its offsets go
 again with the next commit; the consuming path never waits for Kafka. Only partitions this member
-owns are committed, so that a late commit never overwrites what their next owner committed. With
-``"migrate"`` a partition that has no offset in ZooKeeper starts at the offset a Kafka consumer
-group of the same name committed, so a service moves from such a group to aio_cluster (and back)
-without reading anything twice.
+owns are committed, so that a late commit never overwrites what their next owner committed; so a
+commit that failed when the partition was handed over is sent again by the next owner, which
+mirrors the stored offset it starts from as soon as it claims the partition.
+
+With ``"migrate"`` a newly claimed partition starts at the offset a Kafka consumer group of the
+same name committed where that is further than the offset stored in ZooKeeper (or none is
+stored), and stores it at once: a service moves from such a group to aio_cluster, back, and
+again, without reading twice what either side had read. An offset Kafka committed past the log
+end is treated as any stored offset past it (see `aio_cluster.member.delivery`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class KafkaMirror:
         self._timeout = timeout
         self._due: dict[int, int] = {}
         """Offsets stored in ZooKeeper and not yet committed to Kafka."""
+        self._seen: set[int] = set()
+        """The claimed partitions already taken over: the rest are new claims."""
         self._lock = asyncio.Lock()
         """Serialises commits, so that a later one never overtakes an earlier one."""
         self._wanted = asyncio.Event()
@@ -71,6 +78,10 @@ class KafkaMirror:
         """These partitions (None: all) are no longer this member's: never commit them."""
         for partition in list(self._due) if partitions is None else partitions:
             self._due.pop(partition, None)
+        if partitions is None:
+            self._seen.clear()
+        else:
+            self._seen.difference_update(partitions)
 
     async def run(self, claims: Mapping[int, Claim]) -> None:
         """Commit what ZooKeeper stores, as it is stored; runs until cancelled."""
@@ -100,20 +111,34 @@ class KafkaMirror:
                     del self._due[partition]
 
     async def take_over(self, claims: Mapping[int, Claim]) -> None:
-        """With ``"migrate"``: claims without a stored offset start at the offset the Kafka group
-        committed, stored at once (ZooKeeper is the truth from then on).
+        """For the claims new since the last call: mirror the stored offset each starts from
+        (a commit of its last owner may have failed), and with ``"migrate"`` start it at the
+        Kafka group's offset where that is further than the stored one, storing it at once
+        (ZooKeeper is the truth from then on).
 
         Raises:
             BrokerError: Kafka did not tell (the rebalance is tried again: starting anywhere
                 else could read messages twice).
         """
-        fresh = [p for p, claim in claims.items() if claim.next_offset == UNPOSITIONED]
-        if self._kafka is None or not self._migrate or not fresh:
+        new = [p for p in claims if p not in self._seen]
+        if self._kafka is None or not new:
             return
-        taken = await self._kafka.committed(fresh, self._timeout)
+        taken: dict[int, int] = {}
+        if self._migrate:
+            committed = await self._kafka.committed(new, self._timeout)
+            for partition, offset in committed.items():
+                claim = claims.get(partition)
+                if claim is None or claim.next_offset != (
+                    UNPOSITIONED if claim.stored is None else claim.stored
+                ):
+                    continue  # already delivering from elsewhere (a seek)
+                if claim.stored is None or offset > claim.stored:
+                    claim.next_offset = claim.pending = taken[partition] = offset
         if taken:
             log.info("member %s goes on from Kafka's offsets %s", self._id, taken)
-        for partition, offset in taken.items():
+        for partition in new:
             claim = claims.get(partition)
-            if claim is not None and claim.next_offset == UNPOSITIONED:
-                claim.next_offset = claim.pending = offset
+            if claim is not None and claim.stored is not None and partition not in taken:
+                self._due.setdefault(partition, claim.stored)
+                self._wanted.set()
+        self._seen.update(new)

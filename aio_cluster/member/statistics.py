@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .claims import UNPOSITIONED, Claim
 from .lifecycle import GroupState
 
-__all__ = ["GroupStatistics", "PartitionStatistics", "partition_statistics"]
+__all__ = ["GroupStatistics", "PartitionStatistics", "lag", "partition_statistics"]
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ class PartitionStatistics:
         stored: the offset stored in ZooKeeper, or None when none is.
         position: the next offset to hand out (None before the claim is positioned).
         end: the log-end offset (the offset the next record written will get).
-        lag: records not yet committed: ``end - stored``, or ``end`` minus the earliest offset
-            (as of the claim) where none is stored.
+        lag: records not yet committed, by `lag()`: ``end - stored``, or ``end`` minus the
+            earliest offset (as of the claim) where none is stored; never below 0.
         paused: True when the partition is paused.
     """
 
@@ -79,6 +79,23 @@ class GroupStatistics:
         return sum(partition.lag for partition in self.partitions)
 
 
+def lag(end: int, committed: int | None, earliest: int | None) -> int:
+    """The records a group has still to read in one partition: one rule for `statistics()` and
+    ``aio-cluster describe``.
+
+    The log end minus the committed offset, or minus the earliest offset where none is committed
+    (a member starts there); never below 0: an offset committed past the log end (set by hand,
+    or the topic was made again) leaves nothing to read until the log grows past it.
+
+    Args:
+        end: the log-end offset.
+        committed: the offset stored for the group, or None.
+        earliest: the earliest offset the broker holds (None: unknown, taken as 0).
+    """
+    start = committed if committed is not None else (earliest or 0)
+    return max(end - start, 0)
+
+
 def partition_statistics(
     claims: Mapping[int, Claim], ends: Mapping[int, int], paused: list[int]
 ) -> tuple[PartitionStatistics, ...]:
@@ -93,14 +110,13 @@ def partition_statistics(
     for partition in sorted(claims.keys() & ends.keys()):
         claim = claims[partition]
         end = ends[partition]
-        start = claim.stored if claim.stored is not None else claim.earliest
         figures.append(
             PartitionStatistics(
                 partition=partition,
                 stored=claim.stored,
                 position=None if claim.next_offset == UNPOSITIONED else claim.next_offset,
                 end=end,
-                lag=max(end - (start or 0), 0),
+                lag=lag(end, claim.stored, claim.earliest),
                 paused=partition in paused,
             )
         )

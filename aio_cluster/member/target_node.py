@@ -7,10 +7,12 @@ in and out of their node.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Collection, Sequence
 
-from ..assign.target import StickyTarget, leader, next_target
+from ..assign.target import StickyTarget, follows, leader, next_target, publishes
 from ..errors import CoordinationError
 from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ..zookeeper.layout import GroupLayout, decode_target, encode_target
@@ -23,10 +25,28 @@ log = logging.getLogger(__name__)
 class TargetNode:
     """One group's and topic's target node, as seen by one member."""
 
-    def __init__(self, zk: ZooKeeper, layout: GroupLayout, member: str) -> None:
+    def __init__(
+        self, zk: ZooKeeper, layout: GroupLayout, member: str, *, takeover_after: float = 60.0
+    ) -> None:
+        """Args:
+        zk: the member's ZooKeeper client.
+        layout: the group's paths.
+        member: this member's id.
+        takeover_after: the group's ``rebalance_timeout``: the k-th oldest member publishes
+            when the target has not followed the registrations for k times this long.
+        """
         self._zk = zk
+        self._layout = layout
         self._path = layout.assignment
         self._member = member
+        self._takeover_after = takeover_after
+        self._last_version = -1
+        """The highest target version seen: a target republished after a loss goes on from it."""
+        self._unfit: float | None = None
+        """Since when (loop time) the published target has not fit the registrations: reset
+        only once it fits again, so members that keep coming and going cannot put off a
+        takeover for ever."""
+        self._timer: asyncio.TimerHandle | None = None
 
     async def follow(
         self,
@@ -40,14 +60,18 @@ class TargetNode:
         published one no longer fits the members or the partitions. Its write is conditional on
         the version it read, so a second member that believes it leads (for a moment, after a
         session expiry) cannot overwrite it: the loser reads again and goes on from there.
+        Another member publishes in the leader's place when the target has not followed the
+        registrations for long (`publishes()`); it sets a timer to look again then.
 
         Args:
             members: the live members of this topic and strategy, oldest first.
-            partitions: the topic's partitions.
+            partitions: the topic's partitions (as the leader asked Kafka; another member
+                passes those it knows).
             on_change: asks for a rebalance.
 
         Returns:
-            The target, or None when none is published yet and this member does not lead.
+            The target, or None when none is published yet (or none is readable) and this
+            member does not publish.
 
         Raises:
             CoordinationError: ZooKeeper failed.
@@ -57,9 +81,25 @@ class TargetNode:
             # The leader watches only after its own write, so that write wakes nobody but the
             # followers.
             published, read_version = await self._read(None if leading else on_change)
+            if published is not None:
+                self._last_version = max(self._last_version, published.version)
             if not leading:
-                return published
-            target = next_target(published, partitions, members)
+                if not self._takes_over(published, members, on_change):
+                    return published
+                # The leader has not followed the registrations for too long: publish for it,
+                # over the partitions of the published target (only the leader asks Kafka).
+                log.warning(
+                    "member %s: the target has not followed the members for %gs; publishing "
+                    "it in the leader's place",
+                    self._member,
+                    self._takeover_after,
+                )
+                if published is not None:
+                    partitions = list(published.owners)
+            owned = None if published is not None else await self._owners(partitions)
+            target = next_target(published, partitions, members, owned)
+            if target is not None and published is None:
+                target = dataclasses.replace(target, version=self._last_version + 1)
             version = read_version
             if target is not None:
                 try:
@@ -74,10 +114,63 @@ class TargetNode:
                     len(target.members),
                 )
                 published = target
+                self._last_version = max(self._last_version, target.version)
             stat = await self._zk.exists(self._path, watch=on_change)
             if (None if stat is None else stat.version) == version:
+                self._settle()
                 return published
             # Someone else wrote since: read again (the watch is set either way).
+
+    def _takes_over(
+        self,
+        published: StickyTarget | None,
+        members: Sequence[str],
+        on_change: Callable[[], None],
+    ) -> bool:
+        """Whether this member (not the leader) publishes now; otherwise, while the target does
+        not fit the registrations, a timer asks for a rebalance when its turn would come."""
+        ordered = tuple(dict.fromkeys(members))
+        if follows(published, ordered) or self._member not in ordered:
+            self._settle()
+            return False
+        loop = asyncio.get_running_loop()
+        if self._unfit is None:
+            self._unfit = loop.time()
+        waited = loop.time() - self._unfit
+        if publishes(self._member, ordered, waited, self._takeover_after):
+            return True
+        due = ordered.index(self._member) * self._takeover_after - waited
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(due, on_change)
+        return False
+
+    def _settle(self) -> None:
+        """The target fits: no takeover is due."""
+        self._unfit = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        """Cancel the takeover timer (the member leaves)."""
+        self._settle()
+
+    async def _owners(self, partitions: Collection[int]) -> dict[int, str]:
+        """partition -> the member its claim node names, for the claimed ones: with no target
+        to go on from, the next one starts from who owns what now, so nothing moves."""
+        asked = sorted(partitions)
+        found = await asyncio.gather(
+            *(self._zk.get(self._layout.owner(p)) for p in asked), return_exceptions=True
+        )
+        owners = {}
+        for partition, result in zip(asked, found, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            owners[partition] = result[0].decode(errors="replace")
+        return owners
 
     async def _read(
         self, watch: Callable[[], None] | None

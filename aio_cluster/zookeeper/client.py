@@ -541,6 +541,23 @@ class ZooKeeper:
         )
         return [str(child) for child in children]
 
+    async def get_children_version(
+        self, path: str, *, watch: Callable[[], None] | None = None
+    ) -> tuple[list[str], int]:
+        """The names of a node's children and its child version (``cversion``: it counts every
+        creation and deletion of a child, so it shows a child deleted and made again);
+        ``watch`` runs once when the children change.
+
+        Raises:
+            NoNodeError: there is no such node.
+        """
+        kazoo_watch = None if watch is None else self._watcher(watch)
+        children, stat = await self._call(
+            f"children {path}",
+            lambda: self._client.get_children_async(path, watch=kazoo_watch, include_data=True),
+        )
+        return [str(child) for child in children], int(stat.cversion)
+
     async def set(self, path: str, data: bytes, *, version: int = -1) -> Stat:
         """Overwrite a node's data, at ``version`` unless it is -1.
 

@@ -102,15 +102,29 @@ def shared_acl() -> list[Any]:
     ]
 
 
-_CREDENTIAL_IN_LOG = re.compile(r"(auth=)(['\"]).*?\2")
+_SECRETS_IN_LOG = re.compile(
+    # An Auth request's credential: auth='user:password'.
+    r"(auth=)(['\"]).*?\2"
+    # The session password, as the repr of bytes in a Connect request or its answer
+    # (passwd=b'...'), or hexlified where kazoo reports the session (session_passwd: b'...').
+    r"|(passwd=|session_passwd: )b(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+)
+
+
+def _masked(match: re.Match[str]) -> str:
+    if match.group(1) is not None:
+        return f"{match.group(1)}{match.group(2)}***{match.group(2)}"
+    return f"{match.group(3)}b'***'"
 
 
 class _MaskCredentials(logging.Filter):
-    """Masks the credential of kazoo's logged ``Auth(...)`` requests."""
+    """Masks the secrets in kazoo's log: the credential of ``Auth(...)`` requests, and the
+    session password (anyone holding it with the session id can take the session over) that
+    kazoo logs in the ``Connect(...)`` request and answer, and when a session is created."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = _CREDENTIAL_IN_LOG.sub(r"\1\2***\2", message)
+        masked = _SECRETS_IN_LOG.sub(_masked, message)
         if masked != message:
             record.msg, record.args = masked, ()
         return True

@@ -1,5 +1,8 @@
-"""Chaos: member processes join, leave gracefully and die by SIGKILL at random while messages
-are produced. Nothing may be lost; duplicates are allowed only around a kill (at least once).
+"""Chaos: member processes join, leave gracefully, die by SIGKILL and freeze (SIGSTOP) past their
+session at random while messages are produced. Nothing may be lost; duplicates are allowed only
+around a kill or a freeze (at least once). Each freeze stops the oldest member, the sticky
+leader, until its registration is gone, then lets it go on: it comes back as the youngest, and at
+the end the group has one leader (the published target stays still).
 
 Long by design, so it runs in its own nox session (``nox -s chaos``), not in the default suite.
 ``AIO_CLUSTER_CHAOS_ROUNDS`` sets the number of disruptions (default 12) and
@@ -8,14 +11,18 @@ Long by design, so it runs in its own nox session (``nox -s chaos``), not in the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout, decode_target
 
 from conftest import MakeTopic, Produce
 from support import Worker, wait_until
@@ -25,6 +32,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.chaos]
 
 async def test_random_joins_leaves_and_kills_lose_nothing(
     cluster: LocalCluster,
+    zk: ZooKeeper,
     make_topic: MakeTopic,
     produce: Produce,
     group_name: str,
@@ -38,6 +46,42 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     dead: list[Worker] = []
     produced = 0
     kills = 0
+    freezes = 0
+    layout = GroupLayout(group_name, topic)
+
+    async def registration(worker: Worker) -> str | None:
+        assert worker.process is not None
+        mark = f"-{worker.process.pid}-"
+        return next((m for m in await zk.get_children(layout.ids) if mark in m), None)
+
+    async def freeze_the_oldest() -> None:
+        """SIGSTOP the oldest live member until its session expired, then SIGCONT."""
+        worker = live.pop(0)
+        assert worker.process is not None
+        worker.process.send_signal(signal.SIGSTOP)
+        try:
+
+            async def gone() -> bool:
+                return await registration(worker) is None
+
+            await wait_until(gone, timeout=60, what=f"the frozen member's expiry (seed {seed})")
+        finally:
+            worker.process.send_signal(signal.SIGCONT)
+        live.append(worker)  # back as the youngest
+
+    async def one_leader() -> None:
+        """The target follows the live members, oldest first, and then stays still."""
+
+        async def followed() -> bool:
+            names = [await registration(worker) for worker in live]
+            data, _stat = await zk.get(layout.assignment)
+            return list(decode_target(data).members) == names
+
+        await wait_until(followed, timeout=60, what=f"the target to follow (seed {seed})")
+        version = (await zk.get(layout.assignment))[1].version
+        await asyncio.sleep(5)  # a span of time in which nothing may happen, not a condition
+        after = (await zk.get(layout.assignment))[1].version
+        assert after == version, f"the target was rewritten {after - version} times (seed {seed})"
 
     def consumed() -> Counter[str]:
         return Counter(key for worker in live + dead for key in worker.consumed_keys())
@@ -52,9 +96,13 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
             await join()
         for _ in range(rounds):
             produced += sum((await produce(topic, 200, start=produced)).values())
-            action = rng.choice(["join", "leave", "kill"]) if len(live) > 1 else "join"
+            actions = ["join", "leave", "kill", "freeze"]
+            action = rng.choice(actions) if len(live) > 1 else "join"
             if action == "join" or len(live) < 2:
                 await join()
+            elif action == "freeze":
+                await freeze_the_oldest()
+                freezes += 1
             else:
                 worker = live.pop(rng.randrange(len(live)))
                 if action == "leave":
@@ -69,6 +117,7 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
             timeout=120,
             what=f"all {produced} messages (seed {seed})",
         )
+        await one_leader()
         for worker in list(live):
             await worker.leave()
     finally:
@@ -78,8 +127,9 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     twice = sum(1 for count in counts.values() if count > 1)
     print(
         f"seed {seed}: {rounds} rounds, {len(dead)} members gone ({kills} killed), "
+        f"{freezes} oldest members frozen past their session, "
         f"{produced} messages, {twice} delivered more than once"
     )
     assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"
-    if kills == 0:
-        assert set(counts.values()) == {1}, f"duplicates without a kill (seed {seed})"
+    if kills == 0 and freezes == 0:
+        assert set(counts.values()) == {1}, f"duplicates without a kill or freeze (seed {seed})"
