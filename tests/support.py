@@ -73,11 +73,17 @@ async def topic_known(admin: AIOKafkaAdminClient, topic: str) -> bool:
 
 
 async def add_topic(
-    admin: AIOKafkaAdminClient, partitions: int = 1, *, replicas: int = 1, prefix: str = "topic"
+    admin: AIOKafkaAdminClient,
+    partitions: int = 1,
+    *,
+    replicas: int = 1,
+    prefix: str = "topic",
+    configs: Mapping[str, str] | None = None,
 ) -> str:
-    """Create a fresh topic through ``admin`` and return its name once the broker knows it."""
+    """Create a fresh topic through ``admin`` (with the topic ``configs`` given) and return its
+    name once the broker knows it."""
     name = fresh(prefix)
-    await admin.create_topics([NewTopic(name, partitions, replicas)])
+    await admin.create_topics([NewTopic(name, partitions, replicas, topic_configs=configs or {})])
     await wait_until(lambda: topic_known(admin, name), what=f"the broker knows {name}")
     return name
 

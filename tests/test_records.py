@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAuthorizationFailedError
 from confluent_kafka import Producer
@@ -30,7 +30,7 @@ from aio_cluster.kafka.offset_reader import OffsetReader
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
-from support import consume_exactly_once, wait_until
+from support import add_topic, consume_exactly_once, wait_until
 from test_cli import run, start
 
 pytestmark = pytest.mark.asyncio
@@ -378,16 +378,8 @@ async def test_a_corrupt_batch_raises_a_fetch_error_and_seeking_past_it_goes_on(
 async def test_a_record_larger_than_max_bytes_is_delivered(
     cluster: LocalCluster, admin_of: AIOKafkaAdminClient, group_name: str
 ) -> None:
-    topic = f"large-{uuid.uuid4().hex[:12]}"
     limit = str(8 * 1024 * 1024)
-    configs = {"max.message.bytes": limit}
-    await admin_of.create_topics([NewTopic(topic, 1, 1, topic_configs=configs)])
-
-    async def known() -> bool:
-        (described,) = await admin_of.describe_topics([topic])
-        return not described["error_code"]
-
-    await wait_until(known, what=f"the broker knows {topic}")
+    topic = await add_topic(admin_of, prefix="large", configs={"max.message.bytes": limit})
     large = os.urandom(5 * 1024 * 1024)
     records = [(0, b"before", b"small"), (0, b"large", large), (0, b"after", b"small")]
     await asyncio.to_thread(
