@@ -234,9 +234,12 @@ class Processor:
         self._dead_letters = dead_letters
         self._windows: dict[int, _Window] = {}
         self._ready: deque[_Entry] = deque()
+        self._kicking = False
         self._parked: deque[asyncio.Future[_Entry]] = deque()
         self._seats: list[_Seat] = []
-        self._slots = asyncio.Semaphore(policy.concurrency)
+        self._busy = 0
+        """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._waits = policy.waits()
         self._held = 0
         """Records of the running batches not yet finished (started or not)."""
@@ -360,17 +363,26 @@ class Processor:
                 queue.append(index)
 
     def _dispatch(self, entry: _Entry) -> None:
-        """``entry`` may start: hand it to an idle worker, or queue it."""
-        while self._parked:
+        """``entry`` may start: queue it, and wake idle workers once the running task yields.
+
+        A worker whose handler returned without waiting takes the next queued record itself,
+        so quick handlers cost no task switch per record.
+        """
+        self._ready.append(entry)
+        if self._parked and not self._kicking:
+            self._kicking = True
+            asyncio.get_running_loop().call_soon(self._kick)
+
+    def _kick(self) -> None:
+        """Hand the queued records to idle workers."""
+        self._kicking = False
+        while self._parked and self._ready:
             waiter = self._parked.popleft()
             if not waiter.done():
-                waiter.set_result(entry)
-                return
-        self._ready.append(entry)
+                waiter.set_result(self._ready.popleft())
 
-    async def _next(self) -> _Entry:
-        if self._ready:
-            return self._ready.popleft()
+    async def _park(self) -> _Entry:
+        """Wait for a record that may start."""
         waiter: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
         self._parked.append(waiter)
         try:
@@ -389,7 +401,7 @@ class Processor:
         while True:
             with seat.scope:
                 while True:
-                    entry = await self._next()
+                    entry = self._ready.popleft() if self._ready else await self._park()
                     seat.entry = entry
                     await self._run(entry)
                     seat.entry = None
@@ -403,8 +415,14 @@ class Processor:
         window.running.add(entry)
         entry.started = time.monotonic()
         try:
-            async with self._slots:
-                await self._handler(entry.record)
+            if self._busy < self._policy.concurrency and not self._slot_waiters:
+                self._busy += 1
+            else:
+                await self._take_slot()
+            try:
+                await self._handler(window.batch[entry.index])
+            finally:
+                self._give_slot()
         except Exception as exc:
             if window.open():
                 assert self._tasks is not None
@@ -423,6 +441,30 @@ class Processor:
                 self._drop(entry)
             raise
         self._complete(entry)
+
+    async def _take_slot(self) -> None:
+        """Wait for a handler slot (a plain count: cheaper than a semaphore on the hot path)."""
+        if self._busy < self._policy.concurrency and not self._slot_waiters:
+            self._busy += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._give_slot()
+            waiter.cancel()
+            raise
+
+    def _give_slot(self) -> None:
+        """A handler ended: its slot goes to the first waiter, if any."""
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._busy -= 1
 
     def _drop(self, entry: _Entry) -> None:
         """``entry`` ends unfinished: its batch is delivered again from its first unfinished
@@ -471,8 +513,11 @@ class Processor:
                     # Handed over or stopping while it waited: the next owner tries again.
                     raise _Interrupted
                 self.retried += 1
-                async with self._slots:
+                await self._take_slot()
+                try:
                     await self._handler(entry.record)
+                finally:
+                    self._give_slot()
 
     def _log_retry(self, entry: _Entry, state: RetryCallState) -> None:
         record = entry.record
