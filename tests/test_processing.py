@@ -488,3 +488,20 @@ async def test_cancellation_and_close_end_the_call(
         assert await again.offset(0) == 10, "close stored the offset past the finished handlers"
     leftover = {t for t in asyncio.all_tasks() - before if not t.done()}
     assert {t for t in leftover if t is not asyncio.current_task()} == set()
+
+
+async def test_a_handler_may_close_the_member(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await send(producer, topic, range(10), keys=10)
+    group = member(cluster, group_name, topic)
+
+    async def handler(record: Record) -> None:
+        if record.offset == 2:
+            await group.close()
+
+    async with group:
+        await asyncio.wait_for(group.process(handler, ordering="partition"), 60)
+    async with member(cluster, group_name, topic) as again:
+        assert await again.offset(0) == 2, "the records before the closing one were stored"

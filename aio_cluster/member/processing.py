@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -237,6 +238,8 @@ class Processor:
         self._kicking = False
         self._parked: deque[asyncio.Future[_Entry]] = deque()
         self._seats: list[_Seat] = []
+        self._own: set[asyncio.Task[Any]] = set()
+        """The tasks that run handlers (workers, retries)."""
         self._busy = 0
         """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
@@ -313,6 +316,10 @@ class Processor:
             bound: the most seconds to wait for the handlers in flight."""
         for window in list(self._windows.values()):
             self._stop_taking(window)
+        if asyncio.current_task() in self._own:
+            # Called from a handler (close() inside one): waiting for it would never end.
+            self._scope.cancel()
+            return
         with anyio.move_on_after(bound):
             await self._idle.wait()
         self._scope.cancel()
@@ -398,6 +405,9 @@ class Processor:
         through the worker's scope, and the worker goes on."""
         seat = _Seat()
         self._seats.append(seat)
+        task = asyncio.current_task()
+        if task is not None:
+            self._own.add(task)
         while True:
             with seat.scope:
                 while True:
@@ -476,7 +486,18 @@ class Processor:
 
     async def _recover(self, entry: _Entry, error: Exception) -> None:
         """Retry a failed record, then apply the failure policy."""
-        entry.scope = scope = anyio.CancelScope()
+        entry.scope = anyio.CancelScope()
+        task = asyncio.current_task()
+        if task is not None:
+            self._own.add(task)
+        try:
+            await self._settle_failure(entry, entry.scope, error)
+        finally:
+            self._own.discard(task)
+
+    async def _settle_failure(
+        self, entry: _Entry, scope: anyio.CancelScope, error: Exception
+    ) -> None:
         with scope:
             try:
                 if self._policy.attempts > 1:
