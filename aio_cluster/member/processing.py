@@ -376,6 +376,14 @@ class Processor:
         so quick handlers cost no task switch per record.
         """
         self._ready.append(entry)
+        self._wake_idle()
+
+    def _requeue(self, entry: _Entry) -> None:
+        """``entry`` was taken but did not run (its worker was cancelled): first in line again."""
+        self._ready.appendleft(entry)
+        self._wake_idle()
+
+    def _wake_idle(self) -> None:
         if self._parked and not self._kicking:
             self._kicking = True
             asyncio.get_running_loop().call_soon(self._kick)
@@ -396,7 +404,7 @@ class Processor:
             return await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self._ready.appendleft(waiter.result())
+                self._requeue(waiter.result())
             waiter.cancel()
             raise
 
@@ -446,7 +454,7 @@ class Processor:
             # meant and this one runs again later (the processor may be ending too).
             if window.open():
                 window.running.discard(entry)
-                self._ready.appendleft(entry)
+                self._requeue(entry)
             else:
                 self._drop(entry)
             raise
