@@ -505,3 +505,35 @@ async def test_a_handler_may_close_the_member(
         await asyncio.wait_for(group.process(handler, ordering="partition"), 60)
     async with member(cluster, group_name, topic) as again:
         assert await again.offset(0) == 2, "the records before the closing one were stored"
+
+
+async def test_a_record_waiting_for_its_retry_holds_back_only_its_own_key(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await producer.send_and_wait(topic, key=b"a", value=b"flaky")
+    await producer.send_and_wait(topic, key=b"a", value=b"after")
+    for i in range(8):
+        await producer.send_and_wait(topic, key=f"other{i}".encode(), value=b"x")
+    events: list[tuple[str, int]] = []
+
+    async def handler(record: Record) -> None:
+        if record.value == b"flaky" and len(events) < 8:
+            # It can succeed only once the other keys went on while it waited for retries.
+            raise RuntimeError("not yet")
+        events.append(((record.key or b"").decode(), record.offset))
+
+    async with (
+        member(cluster, group_name, topic) as group,
+        # One handler at a time: the waiting retry must not hold the only slot.
+        processing(group, handler, concurrency=1, attempts=100, retry_initial=0.01, retry_max=0.05),
+    ):
+        await wait_until(lambda: len(events) == 10, what="every record")
+        stats = await group.statistics()
+    order = [offset for _key, offset in events]
+    assert order.index(0) > max(order.index(offset) for offset in range(2, 10)), (
+        "the other keys went on while key a waited for its retry"
+    )
+    assert order.index(1) == order.index(0) + 1, "key a's next record waited for the retried one"
+    assert stats.retried >= 1
+    assert stats.stopped == ()
