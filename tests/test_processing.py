@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import random
 import re
@@ -63,14 +64,25 @@ async def stored_is(group: ConsumerGroup, partition: int, offset: int) -> bool:
 async def processing(
     group: ConsumerGroup, handler: Callable[[Record], Awaitable[None]], **kw: object
 ):  # type: ignore[no-untyped-def]
-    """Run ``group.process(handler, **kw)`` in a task for the block; cancel it after."""
+    """Run ``group.process(handler, **kw)`` in a task for the block; cancel it after: the
+    cancelled call must end (within a bound, else the test fails naming what still waits)."""
     task = asyncio.create_task(group.process(handler, **kw))  # type: ignore[arg-type]
     try:
         yield task
     finally:
         task.cancel()
+        done, _ = await asyncio.wait([task], timeout=60)
+        assert done, "process() did not end after its cancellation:\n" + waiting()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def waiting() -> str:
+    """Where every task of the loop waits: what a hung cancellation needs to be told apart."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=8, file=out)
+    return out.getvalue()
 
 
 async def test_bad_input_is_refused_before_any_record_is_taken(
