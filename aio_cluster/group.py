@@ -45,9 +45,11 @@ from .errors import (
     GroupClosedError,
     NotOwnedError,
 )
+from .kafka.dead_letters import DeadLetters
 from .kafka.fetcher import ISOLATION_LEVELS, Deserializer, Fetcher, IsolationLevel
 from .kafka.group_offsets import KafkaGroupOffsets
 from .kafka.options import KafkaOptions, parse_bootstrap
+from .kafka.records import Record
 from .member.claims import Batch
 from .member.delivery import Delivery
 from .member.handover import Handover
@@ -56,6 +58,7 @@ from .member.listener import RebalanceListener
 from .member.membership import Membership
 from .member.mirror import KafkaMirror
 from .member.offsets import Offsets
+from .member.processing import Policy, Processor, check_handler
 from .member.statistics import GroupStatistics, partition_statistics
 from .zookeeper.client import SessionState, ZooKeeper
 from .zookeeper.layout import GroupLayout
@@ -264,6 +267,9 @@ class ConsumerGroup:
             value_deserializer=value_deserializer,
         )
         self._register_on_enter = register
+        self._brokers = brokers
+        self._kafka_options = kafka_options
+        self._rebalance_timeout = rebalance_timeout
         self._commit_interval = commit_interval
         self._metadata_interval = metadata_interval
         self._close_timeout = close_timeout
@@ -311,6 +317,10 @@ class ConsumerGroup:
         self._failure: AioClusterError | None = None
         self._closed = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
+        self._processor: Processor | None = None
+        """The processor of the running (or the last) `process()` call."""
+        self._iterating = 0
+        """Batch iterations running now (see `batches()`)."""
 
     # -- what a user reads -------------------------------------------------------------------
 
@@ -490,6 +500,7 @@ class ConsumerGroup:
         claims = self._membership.claims
         paused = self._delivery.paused
         ends = await self._fetcher.ends(sorted(claims))
+        processor = self._processor
         return GroupStatistics(
             member_id=self.id,
             state=self._state,
@@ -504,6 +515,13 @@ class ConsumerGroup:
             records=self._delivery.records,
             last_rebalance=self._membership.last_rebalance,
             recent_rebalances=tuple(self._membership.recent_rebalances),
+            in_flight=0 if processor is None else processor.in_flight,
+            retried=0 if processor is None else processor.retried,
+            dead_lettered=0 if processor is None else processor.dead_lettered,
+            oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
+            stopped=()
+            if processor is None
+            else tuple(sorted(p for p in processor.stopped if p in claims and p in paused)),
         )
 
     # -- joining and leaving -----------------------------------------------------------------
@@ -582,6 +600,9 @@ class ConsumerGroup:
         self._state = GroupState.CLOSING
         self._wake()
         with anyio.CancelScope(shield=True):
+            if self._processor is not None and self._processor.running:
+                # Handlers in flight finish first (bounded), so their offsets are stored below.
+                await self._processor.shutdown(min(self._rebalance_timeout, self._close_timeout))
             if self._runner is not None:
                 self._runner.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -628,17 +649,115 @@ class ConsumerGroup:
                 records before it were handed out. Seek past it and iterate again.
             AioClusterError: the member failed in the background (the cause is kept).
         """
-        while True:
-            picked = await self._delivery.next_batch(self._stopped)
-            if picked is None:
-                return
-            claim, batch = picked
-            completed = False
-            try:
-                yield claim.partition, batch
-                completed = True
-            finally:
-                self._delivery.finish(claim, batch, completed=completed, commit=commit)
+        if self._processor is not None and self._processor.running:
+            raise ConfigurationError("batches cannot be iterated while process() runs")
+        self._iterating += 1
+        try:
+            while True:
+                picked = await self._delivery.next_batch(self._stopped)
+                if picked is None:
+                    return
+                claim, batch = picked
+                completed = False
+                try:
+                    yield claim.partition, batch
+                    completed = True
+                finally:
+                    self._delivery.finish(claim, batch, completed=completed, commit=commit)
+        finally:
+            self._iterating -= 1
+
+    async def process(
+        self,
+        handler: Callable[[Record], Awaitable[object]],
+        *,
+        concurrency: int = 100,
+        ordering: Literal["key", "partition", "none"] = "key",
+        attempts: int = 3,
+        retry_initial: float = 0.1,
+        retry_max: float = 10.0,
+        retry_jitter: float = 0.1,
+        on_failure: Literal["dead_letter", "stop", "raise"] = "stop",
+        dead_letter_topic: str | None = None,
+        max_records: int = 10_000,
+    ) -> None:
+        """Run ``await handler(record)`` for every record of the claimed partitions, up to
+        ``concurrency`` at once, until the member closes or the call is cancelled.
+
+        The offset stored for a partition is its first record not yet finished, never past it.
+        A partition that moves stops starting records and waits for its handlers in flight (at
+        most ``rebalance_timeout``; then they are cancelled and their records go to the next
+        owner). Closing the member waits likewise, at most ``min(rebalance_timeout,
+        close_timeout)``; cancelling the call cancels the handlers in flight at once. Records
+        that did not finish are delivered again. See the processing guide in the docs.
+
+        Args:
+            handler: ``async def handler(record)``; it finishes a record by returning.
+            concurrency: the most handlers running at once, over all partitions.
+            ordering: ``"key"``: a key's records (within a partition) run one after another
+                in offset order, other keys' side by side; records without a key count as one
+                key. ``"partition"``: one record at a time per partition. ``"none"``: any.
+            attempts: how often the handler runs for a record before it failed for good.
+            retry_initial: seconds before the first retry; each next retry waits twice as long.
+            retry_max: the most seconds of a wait before its jitter.
+            retry_jitter: up to this many random seconds added to each wait.
+            on_failure: for a record that failed ``attempts`` times: ``"stop"`` (the default)
+                pauses its partition (logged, and named in `statistics()`), to be resumed once
+                mended; ``"dead_letter"`` writes it to ``dead_letter_topic`` and goes on;
+                ``"raise"`` ends the call with the handler's error.
+            dead_letter_topic: the (existing) topic for ``on_failure="dead_letter"``.
+            max_records: records taken and not finished beyond which no batch is taken (the
+                fetch waits): with ``max_bytes`` per claimed partition, the memory bound.
+
+        Raises:
+            ConfigurationError: a bad argument, the dead-letter topic does not exist, or
+                `process()` or a batch iteration runs already; raised before any record is
+                taken.
+            GroupClosedError: the member is closed.
+            AioClusterError: the member failed in the background.
+            Exception: the handler's error, with ``on_failure="raise"``.
+        """
+        check_handler(handler)
+        policy = Policy(
+            concurrency=concurrency,
+            ordering=ordering,
+            attempts=attempts,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+            retry_jitter=retry_jitter,
+            on_failure=on_failure,
+            dead_letter_topic=dead_letter_topic,
+            max_records=max_records,
+        )
+        if dead_letter_topic is not None and dead_letter_topic == self.topic:
+            raise ConfigurationError(
+                f"dead_letter_topic {dead_letter_topic!r} is the topic consumed: failed records "
+                "would come back"
+            )
+        self._check_open()
+        if self._processor is not None and self._processor.running:
+            raise ConfigurationError(f"process() runs already on member {self.id}")
+        if self._iterating:
+            raise ConfigurationError(
+                f"process() cannot run beside a running batch iteration on member {self.id}"
+            )
+        dead_letters = None
+        if policy.on_failure == "dead_letter" and policy.dead_letter_topic is not None:
+            dead_letters = DeadLetters(
+                self._brokers,
+                policy.dead_letter_topic,
+                client_id=self._id,
+                options=self._kafka_options,
+            )
+        self._processor = processor = Processor(
+            self._delivery,
+            handler,
+            policy,
+            stopped=self._stopped,
+            member_id=self.id,
+            dead_letters=dead_letters,
+        )
+        await processor.run()
 
     def _stopped(self) -> bool:
         if self._failure is not None:

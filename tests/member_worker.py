@@ -1,22 +1,26 @@
 """One consumer-group member in a process of its own, for the multi-process tests.
 
-Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual [SESSION_S]
+Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual|process
+    [SESSION_S]
 
 Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
 to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
 loop stops at the next batch boundary, before processing, and the member closes. SIGUSR1 blocks
 its event loop for a minute, as a body stuck in synchronous code would; kazoo's threads go on
-answering ZooKeeper's pings, so the session holds.
+answering ZooKeeper's pings, so the session holds. In ``process`` mode the records go through
+``process()`` instead, 50 at a time in key order, each handler awaiting a random 0-20 ms before
+it writes its line; SIGTERM closes the member, which waits for the handlers in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import sys
 import time
 
-from aio_cluster import ConsumerGroup
+from aio_cluster import ConsumerGroup, Record
 
 
 async def main(
@@ -38,6 +42,18 @@ async def main(
 
         leaver = asyncio.create_task(leave_on_signal())
         with open(out, "a", encoding="ascii") as sink:
+            if mode == "process":
+                rng = random.Random()
+
+                async def handler(record: Record) -> None:
+                    await asyncio.sleep(rng.random() * 0.02)
+                    key = (record.key or b"").decode()
+                    sink.write(f"{record.partition} {record.offset} {key}\n")
+                    sink.flush()
+
+                await member.process(handler, concurrency=50, ordering="key")
+                await leaver
+                return
             async for partition, batch in member.batches(commit=mode == "auto"):
                 if stop.is_set():
                     break

@@ -7,6 +7,7 @@ translated into `aio_cluster.errors` here, and nothing here imports ZooKeeper or
 
 Modules::
 
+    dead_letters.py   DeadLetters: failed records written to a dead-letter topic, idempotently
     diagnosis.py      why a client could not connect: a refused handshake or credentials, or away
     fetcher.py        Fetcher: one topic's records from the partitions it is told to read
     group_offsets.py  KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets

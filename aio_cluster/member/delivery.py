@@ -19,14 +19,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from ..errors import BrokerError
 from ..kafka.fetcher import Fetcher, OffsetsOutOfRange
 from .claims import UNPOSITIONED, Batch, Claim
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "Watcher"]
 
 log = logging.getLogger(__name__)
+
+
+class Watcher(Protocol):
+    """Told when running batches must end early: a processor that keeps many records of a batch
+    in flight (`aio_cluster.member.processing`) stops taking them, or cancels them."""
+
+    def draining(self, partitions: list[int]) -> None:
+        """A handover waits for the running batches of ``partitions``."""
+
+    def abandoned(self, partitions: list[int]) -> None:
+        """The running batches of ``partitions`` were given up (see `Delivery.abandon()`)."""
 
 
 class Delivery:
@@ -82,6 +94,8 @@ class Delivery:
         self._changed = asyncio.Event()
         """Set whenever batches, claims or the state change: wakes waiting iterators."""
         self._batch_done = asyncio.Event()
+        self.watcher: Watcher | None = None
+        """Told when running batches must end early, if set."""
 
     @property
     def withheld(self) -> frozenset[int]:
@@ -267,6 +281,19 @@ class Delivery:
         self._batch_done.set()
         self._changed.set()
 
+    def progress(self, claim: Claim, offset: int) -> None:
+        """The records of a running batch before ``offset`` completed: ``offset`` becomes the
+        claim's pending offset (unless the batch was abandoned or overtaken by a seek)."""
+        partition = claim.partition
+        running = self._inflight.get(partition)
+        if (
+            running is not None
+            and running[0] is claim
+            and partition not in self._voided
+            and self._claims.get(partition) is claim
+        ):
+            claim.pending = offset
+
     async def drain(self, partitions: list[int]) -> None:
         """Stop handing out batches of ``partitions`` and wait until their bodies ended.
 
@@ -275,6 +302,8 @@ class Delivery:
         for partition in partitions:
             self._withheld.add(partition)
             self._drop(self._claims[partition])
+        if self.watcher is not None:
+            self.watcher.draining(partitions)
         while self._inflight.keys() & set(partitions):
             self._batch_done.clear()
             await self._batch_done.wait()
@@ -292,6 +321,8 @@ class Delivery:
                 abandoned[partition] = running[1]
                 self._voided.discard(partition)
         self._batch_done.set()
+        if abandoned and self.watcher is not None:
+            self.watcher.abandoned(sorted(abandoned))
         return abandoned
 
     def withhold(self, partitions: list[int]) -> None:

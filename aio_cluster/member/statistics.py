@@ -57,6 +57,13 @@ class GroupStatistics:
         last_rebalance: seconds the last finished rebalance took, None before the first.
         recent_rebalances: seconds each of the last (at most 100) finished rebalances took,
             oldest first: with ``rebalances``, what a histogram of them needs.
+        in_flight: records `process()` started and did not finish yet (in a handler, waiting
+            for a retry, or being written to the dead-letter topic).
+        retried: handler runs of `process()` that were retries.
+        dead_lettered: records `process()` wrote to the dead-letter topic.
+        oldest_in_flight: seconds since the oldest record in flight started, None when none is.
+        stopped: partitions `process()` paused after a record failed for good
+            (``on_failure="stop"``), sorted; they stay here until resumed.
     """
 
     member_id: str
@@ -72,6 +79,11 @@ class GroupStatistics:
     records: int
     last_rebalance: float | None
     recent_rebalances: tuple[float, ...] = ()
+    in_flight: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    oldest_in_flight: float | None = None
+    stopped: tuple[int, ...] = ()
 
     @property
     def lag(self) -> int:

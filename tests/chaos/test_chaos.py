@@ -133,3 +133,75 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"
     if kills == 0 and freezes == 0:
         assert set(counts.values()) == {1}, f"duplicates without a kill or freeze (seed {seed})"
+
+
+async def test_processing_with_kills_and_freezes_loses_nothing(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    tmp_path: Path,
+) -> None:
+    """The processing round: members running process() (handlers in flight at every moment)
+    join, leave, die by SIGKILL, or freeze (SIGSTOP) past their session and thaw. Nothing may be
+    lost; duplicates are allowed (kills and freezes)."""
+    rounds = int(os.environ.get("AIO_CLUSTER_CHAOS_ROUNDS", "12"))
+    seed = int(os.environ.get("AIO_CLUSTER_CHAOS_SEED", str(random.randrange(2**32))))
+    rng = random.Random(seed)
+    topic = await make_topic(6)
+    live: list[Worker] = []
+    dead: list[Worker] = []
+    produced = 0
+    faults = Counter[str]()
+
+    def consumed() -> Counter[str]:
+        return Counter(key for worker in live + dead for key in worker.consumed_keys())
+
+    async def join() -> None:
+        worker = Worker(tmp_path / f"worker{len(live) + len(dead)}.txt")
+        await worker.start(cluster, topic, group_name, "process", 3.0)
+        live.append(worker)
+
+    try:
+        for _ in range(3):
+            await join()
+        for _ in range(rounds):
+            produced += sum((await produce(topic, 300, start=produced)).values())
+            action = rng.choice(["join", "leave", "kill", "freeze"]) if len(live) > 1 else "join"
+            faults[action] += 1
+            if action == "join":
+                await join()
+            elif action == "freeze":
+                worker = rng.choice(live)
+                assert worker.process is not None
+                worker.process.send_signal(signal.SIGSTOP)
+                # The fault itself: frozen past its 3 s session, or within it.
+                await asyncio.sleep(rng.uniform(0.5, 5.0))
+                worker.process.send_signal(signal.SIGCONT)
+            else:
+                worker = live.pop(rng.randrange(len(live)))
+                if action == "leave":
+                    await worker.leave()
+                else:
+                    worker.kill()
+                    await worker.reap()
+                dead.append(worker)
+        await wait_until(
+            lambda: len(consumed()) >= produced,
+            timeout=120,
+            what=f"all {produced} messages (seed {seed})",
+        )
+        for worker in list(live):
+            await worker.leave()
+    finally:
+        for worker in live:
+            if worker.process is not None and worker.process.returncode is None:
+                worker.process.send_signal(signal.SIGCONT)
+            worker.kill()
+    counts = consumed()
+    twice = sum(1 for count in counts.values() if count > 1)
+    print(
+        f"seed {seed}: {rounds} rounds, faults {dict(faults)}, {produced} messages, "
+        f"{twice} handled more than once"
+    )
+    assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"

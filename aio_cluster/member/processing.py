@@ -1,0 +1,719 @@
+"""Processing: a handler run for every record of the claimed partitions, many records at once, in
+key order, with retries and a policy for records that fail for good.
+
+`Processor` takes batches from `aio_cluster.member.delivery` like the ``async for`` loop does,
+one running batch per partition, but keeps a batch running while up to ``concurrency`` of its
+records (over all partitions) are in a handler. The ordering decides which records may run side
+by side: ``"key"``: those with different keys (a key's records run one after another, in offset
+order; records without a key share one key); ``"partition"``: none of one partition; ``"none"``:
+any. The offset stored is the first record not yet finished (the completed prefix), never past it.
+
+A batch ends when all its records finished (it is committed, as a completed loop body), when its
+partition is handed over (the handover waits for the handlers in flight, no new record of it
+starts, and the first unfinished record is delivered again), or when the processor stops.
+
+A failing record is retried (tenacity: exponential back-off with jitter; a record waiting for its
+retry holds back only its own key and no handler slot), then, by policy, written to a dead-letter
+topic (`aio_cluster.kafka.dead_letters`) and passed, or its partition is paused (``"stop"``), or
+the error leaves `Processor.run()` (``"raise"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_never,
+    wait_exponential,
+    wait_random,
+)
+from tenacity.wait import wait_base
+
+from ..errors import AioClusterError, BrokerError, ConfigurationError
+from ..kafka.dead_letters import DeadLetters
+from ..kafka.records import Record
+from .claims import Batch, Claim
+from .delivery import Delivery
+
+__all__ = ["FAILURES", "ORDERINGS", "Handler", "Policy", "Processor", "check_handler"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Record], Awaitable[object]]
+"""``async def handler(record)``: what `Processor` runs for every record."""
+
+ORDERINGS = ("key", "partition", "none")
+FAILURES = ("dead_letter", "stop", "raise")
+
+_ONE_KEY = object()
+"""The key all records share with ``ordering="partition"``."""
+
+
+class _Interrupted(Exception):
+    """A record waiting for its retry belongs to a batch that stopped taking records."""
+
+
+def check_handler(handler: object) -> None:
+    """Raise ConfigurationError unless ``handler`` is an async callable.
+
+    Raises:
+        ConfigurationError: ``handler`` is not an ``async def`` function (or an object whose
+            ``__call__`` is one).
+    """
+    if inspect.iscoroutinefunction(handler):
+        return
+    if callable(handler) and inspect.iscoroutinefunction(type(handler).__call__):
+        return
+    raise ConfigurationError(
+        f"handler must be an async callable (async def handler(record)), not {handler!r}"
+    )
+
+
+def _count(label: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{label} must be an integer of at least 1, not {value!r}")
+    return value
+
+
+def _seconds(label: str, value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+        raise ConfigurationError(f"{label} must be a non-negative number, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How `Processor` runs the handler: checked when made, before any record is taken.
+
+    Attributes:
+        concurrency: the most handlers running at once, over all partitions.
+        ordering: ``"key"``, ``"partition"`` or ``"none"`` (see the module).
+        attempts: how often the handler runs for one record before it has failed for good.
+        retry_initial: seconds before the first retry; each further retry waits twice as long.
+        retry_max: the most seconds of the exponential part of a wait.
+        retry_jitter: up to this many random seconds added to each wait.
+        on_failure: ``"dead_letter"``, ``"stop"`` or ``"raise"``.
+        dead_letter_topic: where ``"dead_letter"`` writes failed records.
+        max_records: records taken and not yet finished beyond which no further batch is taken.
+    """
+
+    concurrency: int = 100
+    ordering: str = "key"
+    attempts: int = 3
+    retry_initial: float = 0.1
+    retry_max: float = 10.0
+    retry_jitter: float = 0.1
+    on_failure: str = "stop"
+    dead_letter_topic: str | None = None
+    max_records: int = 10_000
+
+    def __post_init__(self) -> None:
+        _count("concurrency", self.concurrency)
+        _count("attempts", self.attempts)
+        _count("max_records", self.max_records)
+        for label in ("retry_initial", "retry_max", "retry_jitter"):
+            _seconds(label, getattr(self, label))
+        if self.retry_initial > self.retry_max:
+            raise ConfigurationError(
+                f"retry_initial ({self.retry_initial}) must not exceed retry_max ({self.retry_max})"
+            )
+        if self.ordering not in ORDERINGS:
+            raise ConfigurationError(
+                f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}"
+            )
+        if self.on_failure not in FAILURES:
+            raise ConfigurationError(
+                f"unknown on_failure {self.on_failure!r}; use one of {', '.join(FAILURES)}"
+            )
+        if self.on_failure == "dead_letter" and (
+            not isinstance(self.dead_letter_topic, str) or not self.dead_letter_topic
+        ):
+            raise ConfigurationError(
+                'on_failure="dead_letter" needs a dead_letter_topic, not '
+                f"{self.dead_letter_topic!r}"
+            )
+
+    def waits(self) -> wait_base:
+        """The waits between attempts: exponential up to ``retry_max``, plus the jitter."""
+        return wait_exponential(multiplier=self.retry_initial, max=self.retry_max) + wait_random(
+            0, self.retry_jitter
+        )
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One record of a running batch that may start (or has started)."""
+
+    window: _Window
+    index: int
+    started: float = 0.0
+    """When its first attempt started (``time.monotonic()``)."""
+    scope: anyio.CancelScope | None = None
+    """The scope of its retries and dead-lettering, once it failed."""
+
+    @property
+    def record(self) -> Record:
+        return self.window.batch[self.index]
+
+
+@dataclass(eq=False)
+class _Window:
+    """The running batch of one partition and how far its records got."""
+
+    claim: Claim
+    batch: Batch
+    done: bytearray
+    keys: dict[Hashable, deque[int]] = field(default_factory=dict)
+    """Key -> the indices of its unfinished records in order; the first may run."""
+    prefix: int = 0
+    """The index of the first unfinished record."""
+    running: set[_Entry] = field(default_factory=set)
+    """Records started and not finished: in a handler, waiting for a retry, or being sent to the
+    dead-letter topic."""
+    taking: bool = True
+    """False once no new record of it may start (handover, stop, shutdown)."""
+    gone: bool = False
+    """True once it ended (settled or abandoned)."""
+
+    @property
+    def partition(self) -> int:
+        return self.claim.partition
+
+    def open(self) -> bool:
+        """True while new records of it may start."""
+        return self.taking and not self.gone
+
+
+@dataclass(eq=False)
+class _Seat:
+    """One worker: its cancel scope and the record it runs."""
+
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    entry: _Entry | None = None
+
+
+class Processor:
+    """Runs a handler for every record handed out by a member's delivery (see the module)."""
+
+    def __init__(
+        self,
+        delivery: Delivery,
+        handler: Handler,
+        policy: Policy,
+        *,
+        stopped: Callable[[], bool],
+        member_id: str,
+        dead_letters: DeadLetters | None = None,
+    ) -> None:
+        """Args:
+        delivery: the member's delivery; its batches are taken from here.
+        handler: ``async def handler(record)``.
+        policy: concurrency, ordering, retries and the failure policy.
+        stopped: True once the member closes (it may raise the member's failure).
+        member_id: named in log messages.
+        dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
+        """
+        self._delivery = delivery
+        self._handler = handler
+        self._policy = policy
+        self._stopped = stopped
+        self._id = member_id
+        self._dead_letters = dead_letters
+        self._windows: dict[int, _Window] = {}
+        self._ready: deque[_Entry] = deque()
+        self._kicking = False
+        self._parked: deque[asyncio.Future[_Entry]] = deque()
+        self._seats: list[_Seat] = []
+        self._own: set[asyncio.Task[Any]] = set()
+        """The tasks that run handlers (workers, retries)."""
+        self._busy = 0
+        """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
+        self._waits = policy.waits()
+        self._held = 0
+        """Records of the running batches not yet finished (started or not)."""
+        self._room = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._scope = anyio.CancelScope()
+        self._tasks: TaskGroup | None = None
+        self._failure: BaseException | None = None
+        self._ended = asyncio.Event()
+        self.running = False
+        """True from `run()` until it returned."""
+        self.retried = 0
+        """Handler runs that were retries."""
+        self.dead_lettered = 0
+        """Records written to the dead-letter topic."""
+        self.stopped: dict[int, int] = {}
+        """Partitions paused by ``on_failure="stop"`` -> the offset of the failed record."""
+
+    # -- what statistics() reads -------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Records started and not finished."""
+        return sum(len(window.running) for window in self._windows.values())
+
+    def oldest_in_flight(self) -> float | None:
+        """Seconds since the oldest record in flight started, or None when none is."""
+        starts = [entry.started for w in self._windows.values() for entry in w.running]
+        return time.monotonic() - min(starts) if starts else None
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process records until the member closes, `shutdown()`, or a failure.
+
+        Raises:
+            Exception: the handler's error, with ``on_failure="raise"``.
+            AioClusterError: the member failed, or the dead-letter topic is not usable.
+        """
+        self.running = True
+        self._delivery.watcher = self
+        try:
+            with self._scope:
+                if self._dead_letters is not None:
+                    await self._dead_letters.start()
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    for _ in range(self._policy.concurrency):
+                        tasks.start_soon(self._work)
+                    tasks.start_soon(self._take)
+        finally:
+            if self._delivery.watcher is self:
+                self._delivery.watcher = None
+            for window in list(self._windows.values()):
+                self._settle(window)
+            self._ready.clear()
+            if self._dead_letters is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+                    await self._dead_letters.stop()
+            self.running = False
+            self._ended.set()
+        if self._failure is not None:
+            raise self._failure
+
+    async def shutdown(self, bound: float) -> None:
+        """Stop taking records, wait for the handlers in flight (at most ``bound`` seconds;
+        then they are cancelled and their records delivered again), and end `run()`.
+
+        Args:
+            bound: the most seconds to wait for the handlers in flight."""
+        for window in list(self._windows.values()):
+            self._stop_taking(window)
+        if asyncio.current_task() in self._own:
+            # Called from a handler (close() inside one): waiting for it would never end.
+            self._scope.cancel()
+            return
+        with anyio.move_on_after(bound):
+            await self._idle.wait()
+        self._scope.cancel()
+        if self.running:
+            await self._ended.wait()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        self._scope.cancel()
+
+    async def _take(self) -> None:
+        """Take batches from the delivery while fewer than ``max_records`` are held."""
+        try:
+            while True:
+                while self._held >= self._policy.max_records:
+                    self._room.clear()
+                    await self._room.wait()
+                picked = await self._delivery.next_batch(self._stopped)
+                if picked is None:
+                    # The member closes: close() ends the processor once its handlers are done.
+                    for window in list(self._windows.values()):
+                        self._stop_taking(window)
+                    return
+                self._admit(*picked)
+        except AioClusterError as exc:
+            self._fail(exc)
+
+    def _admit(self, claim: Claim, batch: Batch) -> None:
+        window = _Window(claim, batch, bytearray(len(batch)))
+        self._windows[claim.partition] = window
+        self.stopped.pop(claim.partition, None)
+        self._held += len(batch)
+        self._idle.clear()
+        ordering = self._policy.ordering
+        if ordering == "none":
+            for index in range(len(batch)):
+                self._dispatch(_Entry(window, index))
+            return
+        keys = window.keys
+        for index, record in enumerate(batch):
+            key = record.key if ordering == "key" else _ONE_KEY
+            queue = keys.get(key)
+            if queue is None:
+                keys[key] = deque((index,))
+                self._dispatch(_Entry(window, index))
+            else:
+                queue.append(index)
+
+    def _dispatch(self, entry: _Entry) -> None:
+        """``entry`` may start: queue it, and wake idle workers once the running task yields.
+
+        A worker whose handler returned without waiting takes the next queued record itself,
+        so quick handlers cost no task switch per record.
+        """
+        self._ready.append(entry)
+        self._wake_idle()
+
+    def _requeue(self, entry: _Entry) -> None:
+        """``entry`` was taken but did not run (its worker was cancelled): first in line again."""
+        self._ready.appendleft(entry)
+        self._wake_idle()
+
+    def _wake_idle(self) -> None:
+        if self._parked and not self._kicking:
+            self._kicking = True
+            asyncio.get_running_loop().call_soon(self._kick)
+
+    def _kick(self) -> None:
+        """Hand the queued records to idle workers."""
+        self._kicking = False
+        while self._parked and self._ready:
+            waiter = self._parked.popleft()
+            if not waiter.done():
+                waiter.set_result(self._ready.popleft())
+
+    async def _park(self) -> _Entry:
+        """Wait for a record that may start."""
+        waiter: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
+        self._parked.append(waiter)
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._requeue(waiter.result())
+            waiter.cancel()
+            raise
+
+    async def _work(self) -> None:
+        """One worker: runs one record at a time; a record of an abandoned batch is cancelled
+        through the worker's scope, and the worker goes on."""
+        seat = _Seat()
+        self._seats.append(seat)
+        task = asyncio.current_task()
+        if task is not None:
+            self._own.add(task)
+        while True:
+            with seat.scope:
+                while True:
+                    entry = self._ready.popleft() if self._ready else await self._park()
+                    seat.entry = entry
+                    await self._run(entry)
+                    seat.entry = None
+            seat.entry = None
+            seat.scope = anyio.CancelScope()
+
+    async def _run(self, entry: _Entry) -> None:
+        window = entry.window
+        if not window.open():
+            return
+        window.running.add(entry)
+        entry.started = time.monotonic()
+        try:
+            if self._busy < self._policy.concurrency and not self._slot_waiters:
+                self._busy += 1
+            else:
+                await self._take_slot()
+            try:
+                await self._handler(window.batch[entry.index])
+            finally:
+                self._give_slot()
+        except Exception as exc:
+            if window.open():
+                assert self._tasks is not None
+                self._tasks.start_soon(self._recover, entry, exc)
+            else:
+                # Its partition is handed over or stopped: the record runs again later.
+                self._drop(entry)
+            return
+        except BaseException:
+            # Cancelled: its batch was abandoned (nothing to do), or another batch's record was
+            # meant and this one runs again later (the processor may be ending too).
+            if window.open():
+                window.running.discard(entry)
+                self._requeue(entry)
+            else:
+                self._drop(entry)
+            raise
+        self._complete(entry)
+
+    async def _take_slot(self) -> None:
+        """Wait for a handler slot (a plain count: cheaper than a semaphore on the hot path)."""
+        if self._busy < self._policy.concurrency and not self._slot_waiters:
+            self._busy += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._give_slot()
+            waiter.cancel()
+            raise
+
+    def _give_slot(self) -> None:
+        """A handler ended: its slot goes to the first waiter, if any."""
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._busy -= 1
+
+    def _drop(self, entry: _Entry) -> None:
+        """``entry`` ends unfinished: its batch is delivered again from its first unfinished
+        record once nothing of it runs."""
+        window = entry.window
+        window.running.discard(entry)
+        if not window.gone and not window.taking and not window.running:
+            self._settle(window)
+
+    async def _recover(self, entry: _Entry, error: Exception) -> None:
+        """Retry a failed record, then apply the failure policy."""
+        entry.scope = anyio.CancelScope()
+        task = asyncio.current_task()
+        if task is not None:
+            self._own.add(task)
+        try:
+            await self._settle_failure(entry, entry.scope, error)
+        finally:
+            self._own.discard(task)
+
+    async def _settle_failure(
+        self, entry: _Entry, scope: anyio.CancelScope, error: Exception
+    ) -> None:
+        with scope:
+            try:
+                if self._policy.attempts > 1:
+                    await self._retry(entry, error)
+                    self._complete(entry)
+                    return
+            except _Interrupted:
+                self._drop(entry)
+                return
+            except Exception as exc:
+                error = exc
+            await self._give_up(entry, error)
+        if scope.cancelled_caught:
+            self._drop(entry)
+
+    async def _retry(self, entry: _Entry, error: Exception) -> None:
+        """Run the handler again up to ``attempts`` in all; the failure that led here counts as
+        the first. Raises the last failure."""
+        replay: Exception | None = error
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._policy.attempts),
+            wait=self._waits,
+            retry=retry_if_exception(lambda exc: not isinstance(exc, _Interrupted)),
+            reraise=True,
+            before_sleep=lambda state: self._log_retry(entry, state),
+            sleep=anyio.sleep,
+        )
+        async for attempt in retrying:
+            with attempt:
+                if replay is not None:
+                    failure, replay = replay, None
+                    raise failure
+                if not entry.window.taking:
+                    # Handed over or stopping while it waited: the next owner tries again.
+                    raise _Interrupted
+                self.retried += 1
+                await self._take_slot()
+                try:
+                    await self._handler(entry.record)
+                finally:
+                    self._give_slot()
+
+    def _log_retry(self, entry: _Entry, state: RetryCallState) -> None:
+        record = entry.record
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "member %s: handler failed for the record at offset %d of partition %d "
+            "(attempt %d of %d): %r; retrying in %.3fs",
+            self._id,
+            record.offset,
+            record.partition,
+            state.attempt_number,
+            self._policy.attempts,
+            error,
+            wait,
+        )
+
+    async def _give_up(self, entry: _Entry, error: Exception) -> None:
+        record = entry.record
+        window = entry.window
+        policy = self._policy
+        if policy.on_failure == "dead_letter":
+            assert self._dead_letters is not None
+            await self._send_dead_letter(self._dead_letters, record, error)
+            self.dead_lettered += 1
+            log.warning(
+                "member %s: the record at offset %d of partition %d failed %d times (%r); "
+                "written to dead-letter topic %r",
+                self._id,
+                record.offset,
+                record.partition,
+                policy.attempts,
+                error,
+                self._dead_letters.topic,
+            )
+            self._complete(entry)
+            return
+        window.running.discard(entry)
+        if policy.on_failure == "raise":
+            log.error(
+                "member %s: the record at offset %d of partition %d failed %d times: %r",
+                self._id,
+                record.offset,
+                record.partition,
+                policy.attempts,
+                error,
+            )
+            self._fail(error)
+            return
+        log.error(
+            "member %s: the record at offset %d of partition %d failed %d times (%r); "
+            "partition %d is paused: resume() it to try again, or seek() past the record first",
+            self._id,
+            record.offset,
+            record.partition,
+            policy.attempts,
+            error,
+            record.partition,
+        )
+        self.stopped[window.partition] = record.offset
+        if not window.gone:
+            self._delivery.pause([window.partition])
+            self._stop_taking(window)
+
+    async def _send_dead_letter(
+        self, dead_letters: DeadLetters, record: Record, error: Exception
+    ) -> None:
+        """Send until the broker has it: the offset must not pass an unsent record."""
+        sending = AsyncRetrying(
+            stop=stop_never,
+            wait=self._waits,
+            retry=retry_if_exception_type(BrokerError),
+            reraise=True,
+            before_sleep=lambda state: log.warning(
+                "member %s: %s; trying again",
+                self._id,
+                state.outcome.exception() if state.outcome is not None else None,
+            ),
+            sleep=anyio.sleep,
+        )
+        await sending(dead_letters.send, record, error, self._policy.attempts)
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    def _complete(self, entry: _Entry) -> None:
+        """``entry`` finished: the next record of its key may start, the prefix may grow."""
+        window = entry.window
+        window.running.discard(entry)
+        if window.gone:
+            return
+        index = entry.index
+        window.done[index] = 1
+        if self._policy.ordering != "none":
+            record = window.batch[index]
+            key = record.key if self._policy.ordering == "key" else _ONE_KEY
+            queue = window.keys[key]
+            queue.popleft()
+            if not queue:
+                del window.keys[key]
+            elif window.taking:
+                self._dispatch(_Entry(window, queue[0]))
+        if index == window.prefix:
+            done, prefix, size = window.done, window.prefix + 1, len(window.batch)
+            while prefix < size and done[prefix]:
+                prefix += 1
+            self._held -= prefix - window.prefix
+            window.prefix = prefix
+            if self._held < self._policy.max_records:
+                self._room.set()
+            if prefix == size:
+                self._settle(window)
+                return
+            self._delivery.progress(window.claim, window.batch[prefix].offset)
+        if not window.taking and not window.running:
+            self._settle(window)
+
+    def _stop_taking(self, window: _Window) -> None:
+        window.taking = False
+        if not window.running:
+            self._settle(window)
+
+    def _settle(self, window: _Window) -> None:
+        """End a running batch: committed when all its records finished, else delivered again
+        from its first unfinished record."""
+        if window.gone:
+            return
+        window.gone = True
+        window.taking = False
+        if self._windows.get(window.partition) is window:
+            del self._windows[window.partition]
+        self._held -= len(window.batch) - window.prefix
+        if window.prefix == len(window.batch):
+            self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
+        else:
+            self._delivery.finish(
+                window.claim, window.batch[window.prefix :], completed=False, commit=False
+            )
+        self._room.set()
+        if not self._windows:
+            self._idle.set()
+
+    # -- the delivery's watcher --------------------------------------------------------------
+
+    def draining(self, partitions: list[int]) -> None:
+        """A handover waits for these partitions: start none of their records any more."""
+        for partition in partitions:
+            window = self._windows.get(partition)
+            if window is not None:
+                self._stop_taking(window)
+
+    def abandoned(self, partitions: list[int]) -> None:
+        """The handover stopped waiting: cancel the handlers of these partitions."""
+        for partition in partitions:
+            window = self._windows.get(partition)
+            if window is None:
+                continue
+            window.taking = False
+            window.gone = True
+            del self._windows[partition]
+            self._held -= len(window.batch) - window.prefix
+            for seat in self._seats:
+                if seat.entry is not None and seat.entry.window is window:
+                    seat.scope.cancel()
+            for entry in window.running:
+                if entry.scope is not None:
+                    entry.scope.cancel()
+            window.running.clear()
+        self._room.set()
+        if not self._windows:
+            self._idle.set()

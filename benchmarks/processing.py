@@ -1,0 +1,312 @@
+"""ConsumerGroup.process() on parallel-consumer's published workload: records on one partition,
+a handler that awaits a seeded random 0-5 ms, in every ordering, beside the plain ``async for``
+loop of the same run.
+
+Each mode reads its own topic (the same record count, keyed for the mode) with a fresh group;
+its time runs from the first handler call to the last handler's end. The ideal of a mode is the
+longest chain of handler delays its ordering forces, computed from the same seeds: partition
+order, the sum of all delays; key order, the largest sum of one key's delays; no order, the
+largest delay (the table shows ``sum / concurrency`` beside it, the bound the concurrency cap
+sets). parallel-consumer's published figures are for its own JVM run, shown for scale only.
+A no-op handler measures the records per second of `process()` against the plain loop.
+Results go to ``benchmarks/results/processing.md`` and ``processing.png``.
+
+    python benchmarks/processing.py [--records N] [--concurrency C] [--noop-records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+from common import RESULTS, create_topic, fresh, markdown_table
+from rich.console import Console
+from rich.table import Table
+
+from aio_cluster import ConsumerGroup, Record
+from aio_cluster.local import LocalCluster
+
+PUBLISHED = {
+    "partition": 22.2,
+    "key 1": 26.7,
+    "key 10": 3.3,
+    "key 100": 2.18,
+    "key 10000": 2.13,
+    "none": 2.83,
+}
+"""parallel-consumer's published seconds for 10,000 records (its README's benchmark)."""
+
+
+@dataclass
+class Mode:
+    label: str
+    ordering: str
+    keys: int
+
+
+def modes(records: int) -> list[Mode]:
+    found = [Mode("partition", "partition", 1)]
+    found += [Mode(f"key {n}", "key", n) for n in (1, 10, 100, 10_000) if n <= records]
+    found.append(Mode("none", "none", records))
+    return found
+
+
+def delays(records: int, seed: int) -> list[float]:
+    """The handler's delay for each offset: seeded, uniform in 0-5 ms."""
+    rng = random.Random(seed)
+    return [rng.uniform(0.0, 0.005) for _ in range(records)]
+
+
+def ideal(mode: Mode, waits: list[float]) -> float:
+    """The longest chain of delays the ordering forces."""
+    if mode.ordering == "partition":
+        return sum(waits)
+    if mode.ordering == "none":
+        return max(waits)
+    chains: dict[int, float] = defaultdict(float)
+    for offset, wait in enumerate(waits):
+        chains[offset % mode.keys] += wait
+    return max(chains.values())
+
+
+async def fill(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks=1)
+    await producer.start()
+    try:
+        for offset in range(records):
+            await producer.send(topic, key=f"k{offset % keys}".encode(), value=b"v", partition=0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+class Clock:
+    """From the first handler call (or, with ``from_join``, from the member's join, so that the
+    fetches count too) to the last handler's end."""
+
+    def __init__(self, records: int, *, from_join: bool = False) -> None:
+        self.records = records
+        self.from_join = from_join
+        self.done = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.finished = asyncio.Event()
+
+    def start(self) -> None:
+        if not self.first:
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        self.done += 1
+        if self.done == self.records:
+            self.last = time.perf_counter()
+            self.finished.set()
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.first
+
+
+def timed(clock: Clock, waits: list[float] | None) -> Callable[[Record], Awaitable[None]]:
+    async def handler(record: Record) -> None:
+        clock.start()
+        if waits is not None:
+            await asyncio.sleep(waits[record.offset])
+        clock.end()
+
+    return handler
+
+
+def member(cluster: LocalCluster, topic: str) -> ConsumerGroup:
+    return ConsumerGroup(
+        fresh("bench"), cluster.bootstrap, cluster.zookeeper, topic, loop_delay=0.1
+    )
+
+
+async def with_process(
+    cluster: LocalCluster, topic: str, clock: Clock, waits: list[float] | None, **options: object
+) -> float:
+    async with member(cluster, topic) as group:
+        if clock.from_join:
+            clock.start()
+        task = asyncio.create_task(group.process(timed(clock, waits), **options))  # type: ignore[arg-type]
+        try:
+            await clock.finished.wait()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return clock.seconds
+
+
+async def with_loop(
+    cluster: LocalCluster, topic: str, clock: Clock, waits: list[float] | None
+) -> float:
+    handler = timed(clock, waits)
+    async with member(cluster, topic) as group:
+        if clock.from_join:
+            clock.start()
+        async for _partition, batch in group:
+            for record in batch:
+                await handler(record)
+            if clock.finished.is_set():
+                break
+    return clock.seconds
+
+
+async def asyncio_floor(waits: list[float], concurrency: int) -> float:
+    """Seconds asyncio itself needs to await the delays, ``concurrency`` at a time: what no
+    consumer on this machine can beat when the ideal is a few milliseconds."""
+    pending = iter(waits)
+
+    async def worker() -> None:
+        for wait in pending:
+            await asyncio.sleep(wait)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+async def main(args: argparse.Namespace) -> None:
+    waits = delays(args.records, args.seed)
+    console = Console(width=180)
+    rows: list[list[str]] = []
+    chart: list[tuple[str, float, float]] = []
+    async with LocalCluster() as cluster:
+        topics = {}
+        for mode in modes(args.records):
+            topics[mode.label] = topic = await create_topic(cluster.bootstrap, 1)
+            await fill(cluster.bootstrap, topic, args.records, mode.keys)
+        noop = await create_topic(cluster.bootstrap, 1)
+        await fill(cluster.bootstrap, noop, args.noop_records, 1000)
+
+        floor = await asyncio_floor(waits, args.concurrency)
+        loop_seconds = await with_loop(cluster, topics["partition"], Clock(args.records), waits)
+        print(f"plain async for: {loop_seconds:.2f}s", file=sys.stderr)
+        for mode in modes(args.records):
+            seconds = await with_process(
+                cluster,
+                topics[mode.label],
+                Clock(args.records),
+                waits,
+                concurrency=args.concurrency,
+                ordering=mode.ordering,
+            )
+            best = ideal(mode, waits)
+            bound = max(best, sum(waits) / args.concurrency)
+            print(f"{mode.label}: {seconds:.3f}s (ideal {best:.3f}s)", file=sys.stderr)
+            published = PUBLISHED.get(mode.label) if args.records == 10_000 else None
+            rows.append(
+                [
+                    mode.label,
+                    f"{seconds:.3f}",
+                    f"{best:.3f}",
+                    f"{seconds / best:.2f}",
+                    f"{seconds / bound:.2f}",
+                    "yes" if seconds <= 1.5 * best else "no",
+                    f"{loop_seconds / seconds:.1f}",
+                    "-" if published is None else f"{published:.2f}",
+                ]
+            )
+            chart.append((mode.label, seconds, best))
+
+        noop_clock = Clock(args.noop_records, from_join=True)
+        loop_noop = await with_loop(cluster, noop, noop_clock, None)
+        process_noop = await with_process(
+            cluster,
+            noop,
+            Clock(args.noop_records, from_join=True),
+            None,
+            concurrency=args.concurrency,
+        )
+    loop_rate = args.noop_records / loop_noop
+    process_rate = args.noop_records / process_noop
+    headers = [
+        "mode",
+        "seconds",
+        "ideal (longest chain)",
+        "x ideal",
+        "x max(ideal, sum/concurrency)",
+        "within 1.5x ideal",
+        "speed-up over async for",
+        "parallel-consumer (published)",
+    ]
+    title = (
+        f"{args.records:,} records on one partition, handler awaits a seeded random 0-5 ms "
+        f"(seed {args.seed}), concurrency={args.concurrency}; plain async for: "
+        f"{loop_seconds:.2f}s"
+    )
+    floor_line = (
+        f"asyncio's own floor on this machine: {floor:.3f}s for the same {args.records:,} "
+        f"delays awaited {args.concurrency} at a time, no Kafka and no bookkeeping"
+    )
+    noop_line = (
+        f"No-op handler, {args.noop_records:,} records on one partition, from the join to the "
+        f"last record: plain async for {loop_rate:,.0f} rec/s, "
+        f"process() {process_rate:,.0f} rec/s, ratio {process_rate / loop_rate:.2f} "
+        "(goal >= 0.5)"
+    )
+    shown = Table(title=title)
+    for header in headers:
+        shown.add_column(header, justify="right")
+    for row in rows:
+        shown.add_row(*row)
+    console.print(shown)
+    console.print(floor_line)
+    console.print(noop_line)
+
+    RESULTS.mkdir(exist_ok=True)
+    command = "python benchmarks/processing.py " + " ".join(sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (RESULTS / "processing.md").write_text(
+        f"# Processing\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
+        + markdown_table(headers, rows)
+        + f"\n\n{floor_line}.\n\n{noop_line}.\n"
+    )
+    draw(chart, title)
+
+
+def draw(chart: list[tuple[str, float, float]], title: str) -> None:
+    import textwrap  # noqa: PLC0415
+
+    import matplotlib  # noqa: PLC0415 (the bench extra; only the report needs it)
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415
+
+    labels = [label for label, _, _ in chart]
+    figure, axes = pyplot.subplots(figsize=(9, 0.7 * len(labels) + 1.5))
+    ys = list(range(len(labels)))
+    axes.barh([y + 0.2 for y in ys], [m for _, m, _ in chart], 0.4, label="process()")
+    axes.barh([y - 0.2 for y in ys], [i for _, _, i in chart], 0.4, label="ideal")
+    axes.set_yticks(ys, labels)
+    axes.invert_yaxis()
+    axes.set_xscale("log")
+    axes.set_xlabel("seconds (log scale)")
+    axes.set_title(textwrap.fill(title, 90), fontsize=9)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(RESULTS / "processing.png", dpi=100)
+    pyplot.close(figure)
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--noop-records", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=18)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
