@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -142,6 +143,8 @@ def measure(name: str, run: Run, timeout: float) -> dict[str, float] | None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    # A fresh topic's leaders come a moment after its metadata: the producer's retries are noise.
+    logging.basicConfig(level=logging.ERROR)
     names = list(CONTENDERS)
     figures: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     loads = []
