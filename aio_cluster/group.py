@@ -69,6 +69,10 @@ __all__ = ["Batch", "ConsumerGroup", "GroupState"]
 log = logging.getLogger(__name__)
 
 _counter = itertools.count(1)
+
+DEFAULT_BUFFERED_BYTES = 32 * 1024 * 1024
+"""The default budget of buffered record bytes per member (``max_buffered_bytes``)."""
+
 _KAFKA_OFFSETS = ("off", "mirror", "migrate")
 
 
@@ -118,6 +122,7 @@ class ConsumerGroup:
         topic: str,
         *,
         max_bytes: int = 1_048_576,
+        max_buffered_bytes: int | None = DEFAULT_BUFFERED_BYTES,
         max_wait_ms: int = 100,
         min_bytes: int = 1,
         claim_timeout: float = 30.0,
@@ -150,6 +155,11 @@ class ConsumerGroup:
             zookeepers: ZooKeeper servers, ``"host:port"`` (the last may carry a ``/chroot``).
             topic: the topic to consume.
             max_bytes: the most bytes fetched from one partition at a time.
+            max_buffered_bytes: the budget of record bytes this member buffers, shared over its
+                partitions (librdkafka's ``queued.max.messages.kbytes``), so that its memory
+                does not grow with the partitions it owns; 32 MiB by default. Each partition's
+                fetch is bounded to its share (at most ``max_bytes``); the broker still returns
+                at least one whole record batch. None: only ``max_bytes`` per partition.
             max_wait_ms: how long the broker may wait for ``min_bytes``.
             min_bytes: the least data a fetch should return.
             claim_timeout: seconds to wait for a partition's previous owner to release it.
@@ -216,6 +226,14 @@ class ConsumerGroup:
         for label, value in (("min_bytes", min_bytes), ("loop_delay", loop_delay)):
             if not value >= 0:
                 raise ConfigurationError(f"{label} must not be negative, not {value!r}")
+        budget: object = max_buffered_bytes  # a caller's value of any type
+        if budget is not None and (
+            not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0
+        ):
+            raise ConfigurationError(
+                f"max_buffered_bytes must be a positive integer (bytes) or None, "
+                f"not {max_buffered_bytes!r}"
+            )
         try:
             self._strategy = Strategy(strategy)
         except ValueError:
@@ -265,6 +283,7 @@ class ConsumerGroup:
             isolation_level=isolation_level,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
+            max_buffered_bytes=max_buffered_bytes,
         )
         self._register_on_enter = register
         self._brokers = brokers
@@ -564,11 +583,7 @@ class ConsumerGroup:
         self._state = GroupState.JOINING
         joined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            await self._zk.start()
-            self._zk.on_state_change(self._on_session_state)
-            await self._fetcher.start()
-            await self._mirror.start()
-            await self._membership.prepare()
+            await self._start()
             self._runner = asyncio.create_task(self._run(joined), name=f"aio-cluster {self.id}")
             await joined
         except BaseException:
@@ -576,6 +591,38 @@ class ConsumerGroup:
             raise
         self._state = GroupState.JOINED
         log.info("member %s joined with partitions %s", self.id, self.claimed)
+
+    async def _start(self) -> None:
+        """Start the member's clients at once: the ZooKeeper session (then the group's paths),
+        the Kafka clients (then, if the member may not wait, the topic check) and the mirror.
+
+        Each start runs to its end even when another fails, so that no client is left half
+        started; the first failure (in that order) is raised, and `register()` closes them all.
+        """
+        failures: list[BaseException | None] = [None, None, None]
+
+        async def attempt(index: int, start: Callable[[], Awaitable[None]]) -> None:
+            try:
+                await start()
+            except Exception as exc:
+                failures[index] = exc
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(attempt, 0, self._start_zookeeper)
+            tasks.start_soon(attempt, 1, self._start_kafka)
+            tasks.start_soon(attempt, 2, self._mirror.start)
+        for failure in failures:
+            if failure is not None:
+                raise failure
+
+    async def _start_zookeeper(self) -> None:
+        await self._zk.start()
+        self._zk.on_state_change(self._on_session_state)
+        await self._membership.prepare()
+
+    async def _start_kafka(self) -> None:
+        await self._fetcher.start()
+        await self._membership.check_topic()
 
     async def close(self) -> None:
         """Leave the group: store the offsets of completed batches, release every claim, and

@@ -4,6 +4,7 @@ and a PNG chart; matplotlib comes with the ``bench`` extra)."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import textwrap
 import uuid
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -20,15 +21,47 @@ def fresh(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+STEP = 5_000
+"""Partitions created per request. A KRaft controller refuses a request of more than 10,000
+records (BoundedListTooLongException), and a topic takes one record for itself and one per
+partition: 10,000 partitions at once are refused, and aiokafka reports that only as an error
+code in the response. Members then wait for a topic that never comes."""
+
+
 async def create_topic(bootstrap: str, partitions: int) -> str:
+    """A fresh topic of ``partitions`` partitions, created in steps of `STEP`; returns once the
+    broker's metadata has all of them.
+
+    Raises:
+        RuntimeError: Kafka refused a step (its error code and message are named).
+    """
     name = fresh("bench")
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, partitions, 1)])
+        first = min(partitions, STEP)
+        response = await admin.create_topics([NewTopic(name, first, 1)], timeout_ms=120_000)
+        _check(response.topic_errors, f"create {name} with {first} partitions")
+        for step in range(first + STEP, partitions + STEP, STEP):
+            total = min(step, partitions)
+            response = await admin.create_partitions(
+                {name: NewPartitions(total)}, timeout_ms=120_000
+            )
+            _check(response.topic_errors, f"grow {name} to {total} partitions")
+        while True:
+            (described,) = await admin.describe_topics([name])
+            if not described["error_code"] and len(described["partitions"]) == partitions:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
     return name
+
+
+def _check(errors: Sequence[Sequence[object]], what: str) -> None:
+    for error in errors:
+        if error[1]:
+            raise RuntimeError(f"Kafka refused to {what}: error {error[1]} {error[2:]}")
 
 
 async def fill(bootstrap: str, topic: str, count: int, size: int) -> None:

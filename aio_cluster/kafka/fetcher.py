@@ -9,6 +9,14 @@ authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition 
 offset that cannot be read; the records before it are still returned first. Every other fetch
 error is a retriable `BrokerError`. Keys and values go through the deserializers here, so that one
 that fails names its record exactly.
+
+Memory: with a budget (``max_buffered_bytes``) the records buffered for the member, in aiokafka
+and after it, stay within the budget however many partitions are assigned, as librdkafka's
+``queued.max.messages.kbytes`` keeps them. Each partition holds at most one fetched chunk in
+aiokafka (it fetches a partition again only once its records were taken) and one taken and not
+yet handed out; so each partition's chunk is bounded to the budget shared over twice the
+partitions, and one fetch response to half the budget. The bound is soft as Kafka's own: a
+broker returns at least one whole record batch per partition, however small the bound.
 """
 
 from __future__ import annotations
@@ -96,6 +104,7 @@ class Fetcher:
         isolation_level: IsolationLevel = "read_uncommitted",
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
+        max_buffered_bytes: int | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
@@ -114,6 +123,8 @@ class Fetcher:
                 transaction; ``"read_uncommitted"`` hands out every record.
             key_deserializer: applied to each key that is not None.
             value_deserializer: applied to each value that is not None.
+            max_buffered_bytes: the budget of record bytes buffered over all partitions
+                (None: only ``max_bytes`` per partition bounds them).
 
         Raises:
             ConfigurationError: malformed servers or options.
@@ -124,13 +135,19 @@ class Fetcher:
             {"request_timeout_ms": request_timeout_ms, **(options or {})}
         )
         self._client_id = client_id
+        self._max_bytes = max_bytes
+        self._budget = max_buffered_bytes
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=servers,
             client_id=client_id,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            fetch_max_bytes=max(max_bytes, 52_428_800),
+            fetch_max_bytes=(
+                max(max_bytes, 52_428_800)
+                if max_buffered_bytes is None
+                else max(1, max_buffered_bytes // 2)
+            ),
             max_partition_fetch_bytes=max_bytes,
             fetch_max_wait_ms=max_wait_ms,
             fetch_min_bytes=min_bytes,
@@ -146,22 +163,28 @@ class Fetcher:
         self._value_deserializer = value_deserializer
 
     async def start(self) -> None:
-        """Connect to the cluster.
+        """Connect to the cluster: the fetching consumer and the offset reader at once.
+
+        Whatever fails, both are closed again before the error is raised.
 
         Raises:
             AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
             BrokerError: no broker answered.
         """
+        fetching, reading = await asyncio.gather(
+            self._start_consumer(), self._reader.start(track=self.topic), return_exceptions=True
+        )
+        failure = fetching if isinstance(fetching, BaseException) else reading
+        if isinstance(failure, BaseException):
+            await self.stop()
+            raise failure
+
+    async def _start_consumer(self) -> None:
         try:
             await self._consumer.start()
         except KafkaError as exc:
             await self._consumer.stop()
             raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
-        try:
-            await self._reader.start(track=self.topic)
-        except BaseException:
-            await self._consumer.stop()
-            raise
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
@@ -185,6 +208,14 @@ class Fetcher:
         """The partitions fetched from now."""
         return self._assigned
 
+    @property
+    def partition_fetch_bytes(self) -> int:
+        """The most bytes one fetch asks of one partition now: ``max_bytes``, or with a budget
+        its share over the assigned partitions (see the module)."""
+        if self._budget is None or not self._assigned:
+            return self._max_bytes
+        return max(1, min(self._max_bytes, self._budget // (2 * len(self._assigned))))
+
     def assign(self, positions: Mapping[int, int]) -> None:
         """Fetch from exactly these partitions, each from the given next offset.
 
@@ -192,6 +223,11 @@ class Fetcher:
         """
         self._assigned = frozenset(positions)
         self._positions = dict(positions)
+        # The share of the budget changes with the partitions; aiokafka reads it for every fetch
+        # request it builds, and has no public call to change it.
+        inner = getattr(self._consumer, "_fetcher", None)
+        if inner is not None and hasattr(inner, "_max_partition_fetch_bytes"):
+            inner._max_partition_fetch_bytes = self.partition_fetch_bytes
         self._consumer.assign([self._tp(partition) for partition in sorted(positions)])
         for partition, offset in positions.items():
             self._consumer.seek(self._tp(partition), offset)

@@ -7,6 +7,7 @@ command reads through another. Both therefore refresh stale metadata alike after
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -76,14 +77,25 @@ class OffsetReader:
             BrokerError: no broker answered.
         """
         try:
-            await self._consumer.start()
-            await self._admin.start()
-            if track is not None:
-                # aiokafka has no public call for this in assign() mode.
-                await self._consumer._client.add_topic(track)
+            # Both at once: each bootstraps on a connection of its own.
+            started = await asyncio.gather(
+                self._start_consumer(track), self._admin.start(), return_exceptions=True
+            )
+            for result in started:
+                if isinstance(result, BaseException):
+                    raise result
         except KafkaError as exc:
             await self.stop()
             raise await connect_failure(self.servers, self.options, self.client_id, exc) from exc
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_consumer(self, track: str | None) -> None:
+        await self._consumer.start()
+        if track is not None:
+            # aiokafka has no public call for this in assign() mode.
+            await self._consumer._client.add_topic(track)
 
     async def stop(self) -> None:
         """Close every connection."""

@@ -127,22 +127,33 @@ class Membership:
         return list(self._partitions)
 
     async def prepare(self) -> None:
-        """Before registering: the topic exists, the group's paths exist, the strategy agrees.
+        """Before registering, in ZooKeeper: the group's paths exist, the strategy agrees.
+
+        Needs only the ZooKeeper session, so that it runs while the Kafka clients start.
+
+        Raises:
+            StrategyMismatchError: the group uses another assignment strategy.
+        """
+        # Refuse before registering, so that the group never sees this member.
+        self._check_strategy(await self._while_session_lives(self._prepare_nodes))
+
+    async def check_topic(self) -> None:
+        """Before registering, in Kafka: a member that may not wait for its topic refuses to
+        join when it does not exist. A member that waits asks nothing here: its first rebalance
+        asks the partitions when it needs them (a sticky follower never does).
 
         Raises:
             ConfigurationError: the topic does not exist (and the member may not wait for it).
-            StrategyMismatchError: the group uses another assignment strategy.
         """
-        self._partitions = await self._topic_partitions()
-        # Refuse before registering, so that the group never sees this member.
-        self._check_strategy(await self._while_session_lives(self._prepare_nodes))
+        if not self._wait_for_topic:
+            self._partitions = await self._topic_partitions()
 
     async def _prepare_nodes(self) -> dict[str, tuple[MemberInfo, int]]:
         """The group's paths exist; returns the members registered now."""
         await self._zk.ensure_path(self._layout.root, shared=True)
         layout = self._layout
-        for path in (layout.ids, layout.owners, layout.offsets, layout.fences):
-            await self._zk.ensure_path(path)
+        paths = (layout.ids, layout.owners, layout.offsets, layout.fences)
+        await asyncio.gather(*(self._zk.ensure_path(path) for path in paths))
         return await self._read_members(watch=False)
 
     async def _while_session_lives(self, step: Callable[[], Awaitable[T]]) -> T:
@@ -195,11 +206,30 @@ class Membership:
         self._rebalance_requested.set()
 
     async def check_partitions(self) -> None:
-        """Ask for a rebalance when the topic's partitions changed."""
+        """Ask for a rebalance when the topic's partitions changed.
+
+        With the sticky strategy only the leader asks Kafka (it publishes the partitions in the
+        target, which the others follow): a topic's metadata costs every member that reads it
+        CPU in proportion to its partitions, and a hundred members asking every few seconds
+        would keep a machine busy with 10,000 partitions.
+        """
+        if self._strategy is Strategy.STICKY and not self._leads():
+            return
         partitions = await self._topic_partitions()
         if partitions != self._partitions:
             log.info("topic %r now has partitions %s", self._layout.topic, partitions)
+            self._partitions = partitions
             self.request_rebalance()
+
+    def _leads(self) -> bool:
+        """Whether this member was the sticky leader (the oldest member of this topic and
+        strategy) at the last rebalance."""
+        ours = [
+            (czxid, member)
+            for member, (info, czxid) in self._members.items()
+            if self._layout.topic in info.topics and info.strategy == self._strategy
+        ]
+        return bool(ours) and min(ours)[1] == self._id
 
     def lose(self) -> None:
         """The session expired: every claim and the registration are gone with it. Offsets not
@@ -283,9 +313,14 @@ class Membership:
             for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
             if self._layout.topic in info.topics and info.strategy == self._strategy
         ]
-        # A sticky follower takes the partitions from the published target: only the leader (and
-        # every member of the other strategies) asks Kafka.
-        if self._strategy is not Strategy.STICKY or ours[:1] == [self._id]:
+        # A sticky follower takes the partitions from the published target. The leader asks Kafka
+        # only while it knows none: a change of the members does not change the partitions, and
+        # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
+        # request (with 10,000 partitions, each costs a tenth of a second of CPU or more). Every
+        # member of the other strategies asks at each rebalance, so that all agree.
+        if self._strategy is not Strategy.STICKY or (
+            ours[:1] == [self._id] and not self._partitions
+        ):
             try:
                 partitions = await self._topic_partitions()
             except BrokerError as exc:
