@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -29,7 +28,7 @@ from aiokafka import AIOKafkaProducer
 from common import RESULTS, create_topic, fresh, markdown_table, median
 from rich.console import Console
 from rich.table import Table
-from throughput import Clock, Run, peak_rss_mb, raw_aiokafka
+from throughput import Clock, Run, measure, peak_rss_mb, raw_aiokafka
 
 from aio_cluster.local import LocalCluster
 
@@ -113,35 +112,6 @@ def worker(name: str, run: Run) -> None:
     print(json.dumps({"rate": clock.rate(), "rss_mb": peak_rss_mb()}))
 
 
-def measure(name: str, run: Run, timeout: float) -> dict[str, float] | None:
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        name,
-        "--bootstrap",
-        run.bootstrap,
-        "--zookeeper",
-        run.zookeeper,
-        "--topic",
-        run.topic,
-        "--partitions",
-        str(run.partitions),
-        "--messages",
-        str(run.total),
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        print(f"{name}: no result within {timeout:g}s", file=sys.stderr)
-        return None
-    if done.returncode:
-        print(f"{name} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
-        return None
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 async def main(args: argparse.Namespace) -> None:
     # A fresh topic's leaders come a moment after its metadata: the producer's retries are noise.
     logging.basicConfig(level=logging.ERROR)
@@ -156,7 +126,7 @@ async def main(args: argparse.Namespace) -> None:
             shift = round_ % len(names)
             for name in names[shift:] + names[:shift]:
                 loads.append(os.getloadavg()[0])
-                result = await asyncio.to_thread(measure, name, run, args.timeout)
+                result = await asyncio.to_thread(measure, name, run, args.timeout, __file__)
                 print(f"round {round_ + 1} {name}: {result}", file=sys.stderr)
                 if result is not None:
                     figures[name].append(result)

@@ -195,12 +195,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(name: str, run: Run, timeout: float) -> dict[str, float] | None:
-    """One contender's figures, or None when it failed or did not finish in ``timeout``
-    seconds (reported, so that one stuck peer does not void the others' rounds)."""
+def measure(name: str, run: Run, timeout: float, script: str = __file__) -> dict[str, float] | None:
+    """One contender's figures, measured by ``script --worker NAME`` in a process of its own, or
+    None when it failed or did not finish in ``timeout`` seconds (reported, so that one stuck
+    peer does not void the others' rounds)."""
     command = [
         sys.executable,
-        __file__,
+        script,
         "--worker",
         name,
         "--bootstrap",
