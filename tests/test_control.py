@@ -109,7 +109,7 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
         # The moving partition's body runs: the handover starts but revoked must wait for it.
         joining = asyncio.create_task(second.register())
         try:
-            await wait_until(lambda: moving in first._delivery.withheld, what="handover began")
+            await wait_until(lambda: moving in first._states.withheld, what="handover began")
             assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
             ending = asyncio.create_task(anext(batches))
             await joining

@@ -46,7 +46,14 @@ LAYERS: dict[str, set[str]] = {
     "errors": set(),
 }
 # Pure modules: computing, never waiting on a server.
-PURE = ["assign/strategies.py", "assign/target.py", "zookeeper/layout.py", "cli/plans.py"]
+PURE = [
+    "assign/strategies.py",
+    "assign/target.py",
+    "zookeeper/layout.py",
+    "cli/plans.py",
+    "member/claims.py",
+    "member/partitions.py",
+]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 
 

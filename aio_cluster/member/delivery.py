@@ -1,8 +1,10 @@
-"""Delivery: the claimed partitions' buffers, the batches in flight, the round-robin pick, and
-the commit rule (a batch whose body completed becomes its claim's pending offset).
+"""Delivery: the driver between the partitions' state and the Kafka fetcher. It fetches what the
+state says is fetchable, hands out the batch it picks, and wakes the iterators and handovers that
+wait on it.
 
-This part only fetches and hands out; it never writes to ZooKeeper. Which partitions are claimed
-is read from the claims mapping `aio_cluster.member.membership` keeps.
+Which batch goes next, what a finished batch commits, where a partition reads from: all of that is
+decided by `aio_cluster.member.partitions.PartitionStates`; this part only does the waiting and the
+I/O. It never writes to ZooKeeper.
 """
 
 from __future__ import annotations
@@ -10,15 +12,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from ..errors import BrokerError
-from ..kafka.fetcher import Fetcher, OffsetsOutOfRange
-from .claims import UNPOSITIONED, Batch, Claim
+from ..kafka.fetcher import OffsetsOutOfRange
+from .claims import Batch, Claim
+from .partitions import PartitionStates
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "FetcherLike"]
 
 log = logging.getLogger(__name__)
+
+
+class FetcherLike(Protocol):
+    """What delivery needs of the Kafka fetcher (`aio_cluster.kafka.fetcher.Fetcher`)."""
+
+    @property
+    def assigned(self) -> frozenset[int]: ...
+
+    def assign(self, positions: Mapping[int, int]) -> None: ...
+
+    def seek(self, partition: int, offset: int) -> None: ...
+
+    async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]: ...
+
+    async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]: ...
+
+    async def stop(self) -> None: ...
 
 
 class Delivery:
@@ -26,8 +47,8 @@ class Delivery:
 
     def __init__(
         self,
-        fetcher: Fetcher,
-        claims: Mapping[int, Claim],
+        fetcher: FetcherLike,
+        states: PartitionStates,
         *,
         member_id: str,
         loop_delay: float,
@@ -36,44 +57,23 @@ class Delivery:
     ) -> None:
         """Args:
         fetcher: the member's Kafka fetcher.
-        claims: the member's claims (read only here; their buffers and offsets are updated).
+        states: the member's partition states.
         member_id: named in log messages.
         loop_delay: seconds to pause after a fetch that returned nothing.
         max_wait_ms: how long a fetch may wait for records.
         trail: where no offset is stored, start at the latest offset instead of the earliest.
         """
         self._fetcher = fetcher
-        self._claims = claims
+        self._states = states
         self._id = member_id
         self._loop_delay = loop_delay
         self._max_wait_ms = max_wait_ms
         self._trail = trail
         self._fetch_lock = asyncio.Lock()
         """Serialises fetches with changes of the fetcher's assignment and positions."""
-        self._withheld: set[int] = set()
-        """Partitions no batch is handed out of: being handed over, or claimed and not yet
-        announced to the listener."""
-        self._paused: set[int] = set()
-        self._inflight: dict[int, tuple[Claim, int]] = {}
-        """Partition -> the claim and first offset of the batch whose body runs."""
-        self._voided: set[int] = set()
-        """Partitions whose running batch must not be committed (a seek came meanwhile)."""
-        self.batches = 0
-        """Batches handed out."""
-        self.records = 0
-        """Records handed out."""
-        self._seeks: dict[int, int] = {}
-        self._cursor = -1
-        self.suspended = False
-        """True while ZooKeeper is suspended or lost: no batch is handed out."""
         self._changed = asyncio.Event()
         """Set whenever batches, claims or the state change: wakes waiting iterators."""
         self._batch_done = asyncio.Event()
-
-    @property
-    def withheld(self) -> frozenset[int]:
-        """The partitions no batch is handed out of (see `withhold()`)."""
-        return frozenset(self._withheld)
 
     def wake(self) -> None:
         """Wake every waiting iterator and handover."""
@@ -95,44 +95,16 @@ class Delivery:
             if stopped():
                 return None
             timeout: float | None = None
-            if not self.suspended:
-                picked = self._pick()
-                if picked is not None:
-                    return picked
-                fetchable = [
-                    p
-                    for p, claim in self._claims.items()
-                    if self._available(p) and not claim.buffered
-                ]
-                if fetchable:
-                    if await self._fetch(fetchable):
-                        continue
-                    timeout = self._loop_delay
+            picked = self._states.pick()
+            if picked is not None:
+                return picked
+            fetchable = self._states.fetchable()
+            if fetchable:
+                if await self._fetch(fetchable):
+                    continue
+                timeout = self._loop_delay
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-
-    def _pick(self) -> tuple[Claim, Batch] | None:
-        ready = sorted(
-            p for p, claim in self._claims.items() if claim.buffered and self._available(p)
-        )
-        if not ready:
-            return None
-        partition = next((p for p in ready if p > self._cursor), ready[0])
-        self._cursor = partition
-        claim = self._claims[partition]
-        batch = claim.buffered.popleft()
-        claim.next_offset = batch[-1].offset + 1
-        self._inflight[partition] = (claim, batch[0].offset)
-        self.batches += 1
-        self.records += len(batch)
-        return claim, batch
-
-    def _available(self, partition: int) -> bool:
-        return (
-            partition not in self._inflight
-            and partition not in self._withheld
-            and partition not in self._paused
-        )
 
     async def _fetch(self, partitions: list[int]) -> bool:
         """Fetch into the claims' buffers; True when anything arrived."""
@@ -148,77 +120,42 @@ class Delivery:
                 return False
         arrived = False
         for partition, records in fetched.items():
-            claim = self._claims.get(partition)
-            if claim is None:
-                continue
-            if partition in self._withheld or partition in self._seeks:
-                self._drop(claim)
-                continue
-            claim.buffered.append(records)
-            arrived = True
+            arrived = self._states.fetched(partition, records) or arrived
         return arrived
 
-    async def _reset_out_of_range(self, partitions: dict[int, int]) -> None:
+    async def _reset_out_of_range(self, partitions: Mapping[int, int]) -> None:
         """Restart partitions whose position the broker no longer holds at their earliest offset."""
         bounds = await self._fetcher.bounds(list(partitions))
         for partition, (earliest, _latest) in bounds.items():
-            claim = self._claims.get(partition)
-            if claim is None:
-                continue
-            log.warning(
-                "member %s: offset %d of partition %d is out of range; resetting to earliest %d",
-                self._id,
-                partitions[partition],
-                partition,
-                earliest,
-            )
-            claim.next_offset = earliest
-            self._drop(claim)
+            if self._states.out_of_range(partition, earliest):
+                log.warning(
+                    "member %s: offset %d of partition %d is out of range; resetting to "
+                    "earliest %d",
+                    self._id,
+                    partitions[partition],
+                    partition,
+                    earliest,
+                )
         self._apply_seeks()
 
-    def _drop(self, claim: Claim) -> None:
-        """Forget a claim's buffered records; reading resumes at its next offset."""
-        claim.buffered.clear()
-        self._seeks[claim.partition] = claim.next_offset
-
     def _apply_seeks(self) -> None:
-        # Only the fetcher's partitions can seek; a claim not yet handed to it starts at its
-        # next offset when reassign() hands it over.
-        for partition, offset in self._seeks.items():
+        for partition, offset in self._states.seeks().items():
             if partition in self._fetcher.assigned:
                 self._fetcher.seek(partition, offset)
-        self._seeks.clear()
 
     def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> None:
-        """A batch's body ended: commit it when it completed, else deliver it again.
-
-        A batch abandoned at a handover or overtaken by a seek is neither.
-        """
-        partition = claim.partition
-        running = self._inflight.get(partition)
-        if running is None or running[0] is not claim:
-            return
-        del self._inflight[partition]
-        if partition in self._voided:
-            self._voided.discard(partition)
-        elif self._claims.get(partition) is claim:
-            if not completed:
-                claim.next_offset = batch[0].offset
-                self._drop(claim)
-            elif commit:
-                claim.pending = batch[-1].offset + 1
-        self._batch_done.set()
-        self._changed.set()
+        """A batch's body ended: commit it when it completed, else deliver it again (see
+        `PartitionStates.finished`)."""
+        if self._states.finished(claim, batch, completed=completed, commit=commit):
+            self.wake()
 
     async def drain(self, partitions: list[int]) -> None:
         """Stop handing out batches of ``partitions`` and wait until their bodies ended.
 
         The partitions stay withheld until `hand_out()`.
         """
-        for partition in partitions:
-            self._withheld.add(partition)
-            self._drop(self._claims[partition])
-        while self._inflight.keys() & set(partitions):
+        self._states.drain(partitions)
+        while self._states.running(partitions):
             self._batch_done.clear()
             await self._batch_done.wait()
 
@@ -228,54 +165,13 @@ class Delivery:
         Returns:
             Partition -> the first offset of its abandoned batch.
         """
-        abandoned = {}
-        for partition in partitions:
-            running = self._inflight.pop(partition, None)
-            if running is not None:
-                abandoned[partition] = running[1]
-                self._voided.discard(partition)
+        abandoned = self._states.abandoned(partitions)
         self._batch_done.set()
         return abandoned
 
-    def withhold(self, partitions: list[int]) -> None:
-        """Hand out no batch of ``partitions`` until `hand_out()`."""
-        self._withheld.update(partitions)
-
     def hand_out(self, partitions: list[int]) -> None:
-        """Hand out batches of ``partitions`` again (undoes `withhold()` and `drain()`)."""
-        self._withheld.difference_update(partitions)
-        self._changed.set()
-
-    def forget_paused(self, gone: list[int]) -> None:
-        """``gone`` are no longer claimed: their pause ended with their claim."""
-        self._paused.difference_update(gone)
-
-    @property
-    def paused(self) -> list[int]:
-        """The paused partitions, sorted."""
-        return sorted(self._paused)
-
-    def pause(self, partitions: list[int]) -> None:
-        """Hand out no batch of ``partitions`` (claimed) until `resume()`."""
-        self._paused.update(partitions)
-
-    def resume(self, partitions: list[int]) -> None:
-        """Hand out batches of ``partitions`` again, from where they stopped."""
-        self._paused.difference_update(partitions)
-        self._changed.set()
-
-    def seek(self, partition: int, offset: int) -> None:
-        """Start the next batch of the claimed ``partition`` at ``offset``.
-
-        Buffered records and a completed offset not yet stored are dropped; a batch whose body
-        runs now will not be committed.
-        """
-        claim = self._claims[partition]
-        claim.next_offset = offset
-        claim.pending = None
-        if partition in self._inflight:
-            self._voided.add(partition)
-        self._drop(claim)
+        """Hand out batches of ``partitions`` again (undoes withholding and `drain()`)."""
+        self._states.hand_out(partitions)
         self._changed.set()
 
     async def position(self) -> None:
@@ -284,47 +180,29 @@ class Delivery:
         A stored offset is taken as it is: one the broker no longer holds is reset to the
         earliest at the first fetch.
         """
-        fresh = [p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED]
+        fresh = self._states.unpositioned()
         if not fresh:
             return
         for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
-            claim = self._claims[partition]
-            claim.earliest = earliest
-            claim.next_offset = latest if self._trail else earliest
-            if self._trail:
-                # A trailing start is stored at once, so the next owner goes on from here.
-                claim.pending = claim.next_offset
+            # A trailing start is stored at once, so the next owner goes on from here.
+            self._states.positioned(
+                partition, latest if self._trail else earliest, earliest=earliest, store=self._trail
+            )
 
     async def reassign(self) -> bool:
-        """Hand the claims to the fetcher when they differ from what it fetches.
+        """Give the fetcher the claims' positions when it does not have them.
 
         Returns:
             True when the fetcher's partitions changed.
         """
-        if set(self._claims) == self._fetcher.assigned:
-            return False
         async with self._fetch_lock:
-            self._seeks.clear()
-            positions: dict[int, int] = {}
-            for partition, claim in self._claims.items():
-                if partition in self._fetcher.assigned and claim.buffered:
-                    # Staying: keep what is buffered and fetch on after it, so a rebalance
-                    # does not pause the partitions it leaves in place.
-                    positions[partition] = claim.buffered[-1][-1].offset + 1
-                else:
-                    claim.buffered.clear()
-                    positions[partition] = claim.next_offset
+            before = self._fetcher.assigned
+            positions = self._states.assignment()
+            if positions is None:
+                return False
             self._fetcher.assign(positions)
         self._changed.set()
-        return True
-
-    def lose(self) -> None:
-        """Every claim is gone (the session expired): forget what was withheld or sought."""
-        self.suspended = True
-        self._withheld.clear()
-        self._paused.clear()
-        self._seeks.clear()
-        self._batch_done.set()
+        return before != self._fetcher.assigned
 
     async def stop(self) -> None:
         """Close the fetcher once no fetch runs."""

@@ -30,6 +30,7 @@ from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .handover import Handover
 from .offsets import Offsets
+from .partitions import PartitionStates
 from .target_node import TargetNode
 
 __all__ = ["Membership"]
@@ -50,6 +51,7 @@ class Membership:
         layout: GroupLayout,
         fetcher: Fetcher,
         offsets: Offsets,
+        states: PartitionStates,
         *,
         member_id: str,
         strategy: Strategy,
@@ -61,6 +63,7 @@ class Membership:
         layout: the group's paths.
         fetcher: asked for the topic's partitions.
         offsets: read for the start of each new claim.
+        states: the member's partition states: told of each claim made, released or lost.
         member_id: this member's id.
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
@@ -82,7 +85,8 @@ class Membership:
         self.last_rebalance: float | None = None
         """How long the last finished rebalance took, in seconds."""
         self._partitions: list[int] = []
-        self._claims: dict[int, Claim] = {}
+        self._states = states
+        self._claims: Mapping[int, Claim] = states.claims
         self._epoch = 0
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
@@ -164,7 +168,7 @@ class Membership:
                 sorted(self._claims),
             )
         self._epoch += 1
-        self._claims.clear()
+        self._states.lost()
         self._registered_session = None
 
     async def run(
@@ -245,6 +249,7 @@ class Membership:
                 # Kafka is away: agree on the partitions known, so claims can move meanwhile.
                 log.warning("member %s: using the partitions known, %s", self._id, exc)
         target = await self._target_of_mine(ours)
+        self._states.expected(target)
         leaving = sorted(set(self._claims) - target)
         if leaving:
             try:
@@ -253,7 +258,7 @@ class Membership:
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        if await handover.assigned(sorted(self._claims)):
+        if await handover.assigned():
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
         return complete
 
@@ -320,7 +325,7 @@ class Membership:
             )
 
     async def _release_node(self, partition: int) -> None:
-        claim = self._claims.pop(partition, None)
+        claim = self._states.released(partition)
         if claim is not None:
             await self._nodes.release(partition, claim.node_version)
 
@@ -344,18 +349,21 @@ class Membership:
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._offsets.stored(partition)
-        self._claims[partition] = Claim(
-            partition=partition,
-            node_version=version,
-            next_offset=UNPOSITIONED if stored is None else stored,
-            stored=stored,
+        self._states.claimed(
+            Claim(
+                partition=partition,
+                node_version=version,
+                next_offset=UNPOSITIONED if stored is None else stored,
+                stored=stored,
+            )
         )
         return True
 
     async def leave(self, handover: Handover) -> None:
-        """Store the pending offsets, release every claim and delete the registration."""
+        """Give up every claim (the listener hears of them, their pending offsets are stored),
+        release them and delete the registration."""
         async with self._lock:
-            await handover.store(list(self._claims))
+            await handover.give_up(sorted(self._claims))
             # All at once: with many partitions, one round trip instead of one per claim.
             await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
             if self._registered_session is not None:
@@ -364,4 +372,4 @@ class Membership:
 
     def forget(self) -> None:
         """The member closed: whatever was not released goes with the session."""
-        self._claims.clear()
+        self._states.forget()

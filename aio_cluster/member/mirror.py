@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from ..errors import BrokerError
 from ..kafka.group_offsets import KafkaGroupOffsets
-from .claims import UNPOSITIONED, Claim
+from .claims import Claim
 
 __all__ = ["KafkaMirror"]
 
@@ -99,21 +99,21 @@ class KafkaMirror:
                 if self._due.get(partition) == offset:
                     del self._due[partition]
 
-    async def take_over(self, claims: Mapping[int, Claim]) -> None:
-        """With ``"migrate"``: claims without a stored offset start at the offset the Kafka group
-        committed, stored at once (ZooKeeper is the truth from then on).
+    async def take_over(self, partitions: Collection[int]) -> dict[int, int]:
+        """With ``"migrate"``: where the given claimed partitions (without a stored offset) start,
+        from the offsets the Kafka group committed; the caller positions and stores them
+        (ZooKeeper is the truth from then on).
+
+        Returns:
+            Partition -> offset, of those the Kafka group committed (none unless migrating).
 
         Raises:
             BrokerError: Kafka did not tell (the rebalance is tried again: starting anywhere
                 else could read messages twice).
         """
-        fresh = [p for p, claim in claims.items() if claim.next_offset == UNPOSITIONED]
-        if self._kafka is None or not self._migrate or not fresh:
-            return
-        taken = await self._kafka.committed(fresh, self._timeout)
+        if self._kafka is None or not self._migrate or not partitions:
+            return {}
+        taken = await self._kafka.committed(list(partitions), self._timeout)
         if taken:
             log.info("member %s goes on from Kafka's offsets %s", self._id, taken)
-        for partition, offset in taken.items():
-            claim = claims.get(partition)
-            if claim is not None and claim.next_offset == UNPOSITIONED:
-                claim.next_offset = claim.pending = offset
+        return dict(taken)

@@ -8,30 +8,31 @@ never overwrites the offset its next owner stores.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import anyio
 
 from ..zookeeper.client import Check, Create, NodeExistsError, NoNodeError, SetData, ZooKeeper
 from ..zookeeper.layout import GroupLayout, decode_offset
 from .claims import Claim
-from .mirror import KafkaMirror
+from .partitions import PartitionStates
 
 __all__ = ["Offsets"]
 
 
 class Offsets:
-    """The offsets of one group's topic in ZooKeeper."""
+    """The offsets of one group's topic in ZooKeeper: the driver that stores what the partition
+    states hold pending."""
 
-    def __init__(self, zk: ZooKeeper, layout: GroupLayout, mirror: KafkaMirror) -> None:
+    def __init__(self, zk: ZooKeeper, layout: GroupLayout, states: PartitionStates) -> None:
         """Args:
         zk: the member's ZooKeeper client.
         layout: the group's paths.
-        mirror: told of every offset stored, to commit it to Kafka too.
+        states: the member's partition states: asked what is due, told what was stored.
         """
         self._zk = zk
         self._layout = layout
-        self._mirror = mirror
+        self._states = states
         self._flush_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
 
@@ -48,27 +49,23 @@ class Offsets:
             return None
         return decode_offset(path, data)
 
-    async def flush(self, claims: Mapping[int, Claim], partitions: Iterable[int]) -> None:
+    async def flush(self, partitions: Iterable[int]) -> dict[int, int]:
         """Store the pending offsets of the given owned partitions in one transaction, fenced
         by their claim nodes: nothing is written for a partition that is no longer ours.
 
         Args:
-            claims: the member's claims now; a partition not among them is skipped.
-            partitions: the partitions whose pending offsets to store.
+            partitions: the partitions whose pending offsets to store; one not owned is skipped.
+
+        Returns:
+            Partition -> offset stored, of the partitions still owned (for the mirror).
 
         The write is shielded from cancellation (and bounded by the request timeout), so that
         what this member believes is stored is what ZooKeeper stored.
         """
         async with self._flush_lock:
-            due = [
-                claim
-                for partition in partitions
-                if (claim := claims.get(partition)) is not None
-                and claim.pending is not None
-                and claim.pending != claim.stored
-            ]
+            due = self._states.due(partitions)
             if not due:
-                return
+                return {}
             with anyio.CancelScope(shield=True):
                 try:
                     written = await self._write(due)
@@ -76,13 +73,9 @@ class Offsets:
                     # An offset node appeared or vanished behind our back (another tool):
                     # learn what is stored now and write once more.
                     for claim in due:
-                        claim.stored = await self.stored(claim.partition)
+                        self._states.learned(claim, await self.stored(claim.partition))
                     written = await self._write(due)
-            for claim, offset in written.items():
-                claim.stored = offset
-                if claim.pending == offset:
-                    claim.pending = None
-            self._mirror.stored({claim.partition: offset for claim, offset in written.items()})
+            return self._states.stored(written)
 
     async def _write(self, claims: list[Claim]) -> dict[Claim, int]:
         written = {claim: claim.pending for claim in claims if claim.pending is not None}
