@@ -406,3 +406,30 @@ async def test_a_hanging_listener_is_bounded_by_rebalance_timeout(
     ):
         assert len(two.claimed) == 1, "the join completed despite the hanging listener"
         assert await settled(zk, [one, two])
+
+
+async def test_after_an_expiry_a_pause_holds_and_uncommitted_batches_come_again(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    sent = await produce(topic, 30)
+    async with member(
+        cluster, group_name, topic, session_timeout=4.0, commit_interval=600.0
+    ) as group:
+        group.pause(0)
+        batches = group.batches()
+        first = await pull(batches, sent[1])
+        assert {p for p, _o in first} == {1}
+        old = group._zk.session_id
+        assert old is not None
+        assert group._zk.session_password is not None
+        await cluster.expire_session(old, group._zk.session_password)
+        await wait_until(lambda: group._zk.session_id not in (None, old), what="new session")
+        await wait_until(lambda: group.claimed == [0, 1], what="claims back")
+        assert group.paused() == [0], "the pause survives the expiry"
+        again = await pull(batches, sent[1])
+        assert sorted(again) == [(1, o) for o in range(sent[1])], (
+            "nothing was stored: the regained partition starts again at the start, not where the "
+            "fetcher was"
+        )
+        await batches.aclose()
