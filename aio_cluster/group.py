@@ -511,6 +511,8 @@ class ConsumerGroup:
             await joined
         except BaseException:
             await self.close()
+            if joined.done() and not joined.cancelled():
+                joined.exception()  # retrieved: the error raised here says it all
             raise
         if self._state is GroupState.JOINING:
             self._state = GroupState.JOINED
