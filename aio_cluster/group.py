@@ -13,16 +13,17 @@ Handover happens at batch boundaries: a partition whose batch is being processed
 after the loop body finished, and after its offset was stored, so graceful joins and leaves neither
 lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandoned, uncommitted).
 
-`ConsumerGroup` is the facade; the work is done by its parts in `aio_cluster.member`, each owning
-its state: `membership` (registration, the rebalance, claims, with `claiming`), `delivery`
-(buffers, batches in flight, pause and seek), `offsets` (the fenced offset writes), and `handover`
-(what a rebalance asks of them, and the listener).
+`ConsumerGroup` is the facade; the work is done by its parts in `aio_cluster.member`. One part
+owns the state of every partition (`partitions`: claims, positions, buffers, batches in flight,
+pauses, seeks, pending and stored offsets) and decides which transitions are legal; the others are
+drivers that ask it and tell it: `membership` (registration, the rebalance, owner nodes, with
+`claiming`), `delivery` (the fetcher), `offsets` (the fenced offset writes), `mirror` (Kafka's
+copy of the offsets) and `handover` (the order of a rebalance's steps, and the listener).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -58,6 +59,7 @@ from .member.listener import RebalanceListener
 from .member.membership import Membership
 from .member.mirror import KafkaMirror
 from .member.offsets import Offsets
+from .member.partitions import PartitionStates
 from .member.processing import Policy, Processor, check_handler
 from .member.statistics import GroupStatistics, partition_statistics
 from .zookeeper.client import SessionState, ZooKeeper
@@ -302,13 +304,15 @@ class ConsumerGroup:
             # At most half the close bound, so that an absent Kafka leaves time to release.
             timeout=min(request_timeout, close_timeout / 2),
         )
+        self._states = PartitionStates()
         # A claim found gone at a write is dropped by the rebalance this asks for.
-        self._offsets = Offsets(self._zk, self._layout, self._mirror, on_fenced=self._wake)
+        self._offsets = Offsets(self._zk, self._layout, self._states, on_fenced=self._fenced)
         self._membership = Membership(
             self._zk,
             self._layout,
             self._fetcher,
             self._offsets,
+            self._states,
             member_id=self._id,
             strategy=self._strategy,
             claim_timeout=claim_timeout,
@@ -317,16 +321,16 @@ class ConsumerGroup:
         )
         self._delivery = Delivery(
             self._fetcher,
-            self._membership.claims,
+            self._states,
             member_id=self._id,
             loop_delay=loop_delay,
             max_wait_ms=max_wait_ms,
             trail=trail,
         )
         self._handover = Handover(
+            self._states,
             self._delivery,
             self._offsets,
-            self._membership.claims,
             self._mirror,
             member_id=self._id,
             listener=listener,
@@ -334,12 +338,14 @@ class ConsumerGroup:
         )
         self._state = GroupState.NEW
         self._failure: AioClusterError | None = None
-        self._closed = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._processor: Processor | None = None
         """The processor of the running (or the last) `process()` call."""
         self._iterating = 0
         """Batch iterations running now (see `batches()`)."""
+        self._joined: asyncio.Future[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
+        """The one closing of this member, awaited by every close()."""
 
     # -- what a user reads -------------------------------------------------------------------
 
@@ -382,17 +388,16 @@ class ConsumerGroup:
     @property
     def claimed(self) -> list[int]:
         """The partition ids this member owns now, sorted."""
-        return sorted(self._membership.claims)
+        return sorted(self._states.claims)
 
     async def offset(self, partition: int) -> int | None:
         """The stored next offset of ``partition``, or None when none is stored.
 
         A completed batch's offset that is still waiting to be stored is stored first.
         """
-        self._check_open()
-        claims = self._membership.claims
-        if partition in claims:
-            await self._offsets.flush(claims, [partition])
+        self._check_not_closed()
+        if self._states.owned(partition):
+            await self._handover.flush([partition])
         return await self._offsets.stored(partition)
 
     async def commit(self, partition: int, offset: int) -> None:
@@ -405,13 +410,12 @@ class ConsumerGroup:
             ConfigurationError: the offset is not a non-negative integer.
             CoordinationError: ZooKeeper did not store it.
         """
-        self._check_open()
+        self._check_not_closed()
         _check_offset(offset)
-        claims = self._membership.claims
-        claim = claims.get(partition)
+        claim = self._states.claims.get(partition)
         if claim is not None and not claim.fenced:
-            claim.pending = offset
-            await self._offsets.flush(claims, [partition])
+            self._states.committed(partition, offset)
+            await self._handover.flush([partition])
         if claim is None or claim.fenced:
             raise NotOwnedError(
                 f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
@@ -423,11 +427,10 @@ class ConsumerGroup:
     def _owned(self, partitions: tuple[int, ...]) -> list[int]:
         """The given partitions (all claimed ones when none is given), each checked to be ours."""
         self._check_open()
-        claims = self._membership.claims
         if not partitions:
-            return sorted(claims)
+            return sorted(self._states.claims)
         for partition in partitions:
-            if partition not in claims:
+            if not self._states.owned(partition):
                 raise NotOwnedError(
                     f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
                 )
@@ -436,23 +439,25 @@ class ConsumerGroup:
     def pause(self, *partitions: int) -> None:
         """Hand out no batch of these partitions until `resume()`; they stay claimed.
 
-        A pause lasts across rebalances that leave the partition to this member.
+        A pause lasts across rebalances that leave the partition to this member, and across a
+        lost ZooKeeper session after which the member claims the partition again.
 
         Raises:
             NotOwnedError: a partition is not owned by this member.
         """
         if not partitions:
             return
-        self._delivery.pause(self._owned(partitions))
+        self._states.pause(self._owned(partitions))
 
     def resume(self, *partitions: int) -> None:
         """Hand out batches of these partitions again, from where they stopped; partitions not
         paused (or no longer owned) are ignored."""
-        self._delivery.resume(list(partitions))
+        self._states.resume(partitions)
+        self._delivery.wake()
 
     def paused(self) -> list[int]:
         """The paused partitions, sorted."""
-        return self._delivery.paused
+        return self._states.paused
 
     async def seek(self, partition: int, offset: int) -> None:
         """Start the next batch of ``partition`` at ``offset``.
@@ -467,7 +472,8 @@ class ConsumerGroup:
         """
         _check_offset(offset)
         (owned,) = self._owned((partition,))
-        self._delivery.seek(owned, offset)
+        self._states.sought(owned, offset)
+        self._delivery.wake()
 
     async def seek_to_beginning(self, *partitions: int) -> None:
         """Seek to the earliest offset the broker holds (all claimed partitions when none given).
@@ -505,10 +511,10 @@ class ConsumerGroup:
         self._seek_all({p: ends[p] if offset is None else offset for p, offset in found.items()})
 
     def _seek_all(self, offsets: dict[int, int]) -> None:
-        claims = self._membership.claims
         for partition, offset in offsets.items():
-            if partition in claims:
-                self._delivery.seek(partition, offset)
+            if self._states.owned(partition):
+                self._states.sought(partition, offset)
+        self._delivery.wake()
 
     async def statistics(self) -> GroupStatistics:
         """A snapshot of where this member stands; one ListOffsets round trip to Kafka.
@@ -516,8 +522,8 @@ class ConsumerGroup:
         Raises:
             BrokerError: Kafka did not answer.
         """
-        claims = self._membership.claims
-        paused = self._delivery.paused
+        claims = self._states.claims
+        paused = self._states.paused
         ends = await self._fetcher.ends(sorted(claims))
         processor = self._processor
         return GroupStatistics(
@@ -530,8 +536,8 @@ class ConsumerGroup:
             rebalances=self._membership.rebalances,
             claim_timeouts=self._membership.claim_timeouts,
             unowned_nodes=self._membership.unowned_nodes,
-            batches=self._delivery.batches,
-            records=self._delivery.records,
+            batches=self._states.batches,
+            records=self._states.records,
             last_rebalance=self._membership.last_rebalance,
             recent_rebalances=tuple(self._membership.recent_rebalances),
             in_flight=0 if processor is None else processor.in_flight,
@@ -581,15 +587,20 @@ class ConsumerGroup:
                 "clients belong to that loop"
             )
         self._state = GroupState.JOINING
-        joined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._joined = joined = asyncio.get_running_loop().create_future()
         try:
             await self._start()
+            if self._state is not GroupState.JOINING:
+                raise GroupClosedError(f"member {self.id} was closed while it joined")
             self._runner = asyncio.create_task(self._run(joined), name=f"aio-cluster {self.id}")
             await joined
         except BaseException:
             await self.close()
+            if joined.done() and not joined.cancelled():
+                joined.exception()  # retrieved: the error raised here says it all
             raise
-        self._state = GroupState.JOINED
+        if self._state is GroupState.JOINING:
+            self._state = GroupState.JOINED
         log.info("member %s joined with partitions %s", self.id, self.claimed)
 
     async def _start(self) -> None:
@@ -625,12 +636,15 @@ class ConsumerGroup:
         await self._membership.check_topic()
 
     async def close(self) -> None:
-        """Leave the group: store the offsets of completed batches, release every claim, and
-        close the connections. Idempotent.
+        """Leave the group: tell the listener which partitions are revoked, store the offsets of
+        completed batches, release every claim, and close the connections. Idempotent.
 
-        The final commit and release are shielded from cancellation and bounded by
-        ``close_timeout``; whatever is not released by then goes with the ZooKeeper session.
-        A batch still being processed is not committed, so it is delivered again.
+        Everything, the final client closes included, is bounded by ``close_timeout``; whatever
+        is not released by then goes with the ZooKeeper session. A batch still being processed
+        is not committed, so it is delivered again. The closing is not interrupted by
+        cancellation: a cancelled ``close()`` waits until it is done and then raises
+        `asyncio.CancelledError`. A listener may await ``close()`` too; called from the closing's
+        own ``on_partitions_revoked`` it returns at once.
         """
         if self._state is GroupState.CLOSED:
             return
@@ -641,38 +655,90 @@ class ConsumerGroup:
             await self._fetcher.stop()
             await self._mirror.stop()
             return
-        if self._state is GroupState.CLOSING:
-            await self._closed.wait()
+        if self._closer is None:
+            self._state = GroupState.CLOSING
+            self._wake()
+            self._closer = asyncio.create_task(self._leave(), name=f"aio-cluster close {self.id}")
+        closer = self._closer
+        current = asyncio.current_task()
+        if current is closer:
             return
-        self._state = GroupState.CLOSING
-        self._wake()
-        with anyio.CancelScope(shield=True):
-            if self._processor is not None and self._processor.running:
-                # Handlers in flight finish first (bounded), so their offsets are stored below.
-                await self._processor.shutdown(min(self._rebalance_timeout, self._close_timeout))
-            if self._runner is not None:
-                self._runner.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._runner
+        if self._processor is not None and self._processor.handles(current):
+            # close() inside a process() handler: the handlers stop, this one with them (its
+            # record is delivered again), while the closing goes on in its own task.
+            await self._processor.shutdown(0.0)
+            await asyncio.shield(closer)
+            return
+        if current is not None and current is self._runner:
+            # A listener called from a rebalance: the closing cancels this very task first.
+            await asyncio.shield(closer)
+            return
+        cancelled = False
+        while True:
             try:
-                with anyio.move_on_after(self._close_timeout) as scope:
+                await asyncio.shield(closer)
+                break
+            except asyncio.CancelledError:
+                if closer.done():
+                    raise
+                # The closing is bounded: finish it, then let the cancellation through.
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _leave(self) -> None:
+        """The closing itself, in its own task: ends the background, gives up the claims, closes
+        the clients; all within ``close_timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._close_timeout
+        # A share of the bound is kept for the client closes, so they happen even when leaving
+        # took all the rest.
+        reserve = self._close_timeout / 4
+        if self._joined is not None and not self._joined.done():
+            # register() (or a listener it awaits) closed the member before it joined.
+            self._joined.set_exception(
+                GroupClosedError(f"member {self.id} was closed while it joined")
+            )
+        try:
+            with anyio.move_on_after(deadline - reserve - loop.time()) as scope:
+                if self._processor is not None and self._processor.running:
+                    # Handlers in flight finish first (bounded), so their offsets are stored.
+                    await self._processor.shutdown(self._rebalance_timeout)
+                if self._runner is not None:
+                    self._runner.cancel()
+                    await asyncio.wait({self._runner})
+                try:
                     await self._membership.leave(self._handover)
-                if scope.cancelled_caught:
-                    log.warning("member %s: leaving took over %gs", self.id, self._close_timeout)
-            except AioClusterError as exc:
-                log.warning("member %s: leaving failed: %s", self.id, exc)
-            finally:
-                self._membership.forget()
-                await self._zk.close()
-                await self._delivery.stop()
-                await self._mirror.stop()
-                self._state = GroupState.CLOSED
-                self._closed.set()
-                self._wake()
-        log.info("member %s left", self.id)
+                except AioClusterError as exc:
+                    log.warning("member %s: leaving failed: %s", self.id, exc)
+            if scope.cancelled_caught:
+                log.warning("member %s: leaving took over %gs", self.id, self._close_timeout)
+        finally:
+            self._membership.forget()
+            with anyio.move_on_after(max(deadline - loop.time(), 0.0)) as scope:
+                results = await asyncio.gather(
+                    self._zk.close(),
+                    self._delivery.stop(),
+                    self._mirror.stop(),
+                    return_exceptions=True,
+                )
+                for result in results:
+                    if isinstance(result, Exception):
+                        log.warning("member %s: closing a client failed: %r", self.id, result)
+            if scope.cancelled_caught:
+                log.warning("member %s: closing the clients took too long", self.id)
+            self._state = GroupState.CLOSED
+            self._wake()
+            log.info("member %s left", self.id)
 
     def _check_open(self) -> None:
         if self._state in (GroupState.CLOSING, GroupState.CLOSED):
+            raise GroupClosedError(f"member {self.id} of group {self.name!r} is closed")
+
+    def _check_not_closed(self) -> None:
+        """Offsets may still be read and stored while closing (the listener's
+        ``on_partitions_revoked`` commits what the application finished)."""
+        if self._state is GroupState.CLOSED:
             raise GroupClosedError(f"member {self.id} of group {self.name!r} is closed")
 
     # -- consuming ---------------------------------------------------------------------------
@@ -815,6 +881,12 @@ class ConsumerGroup:
         self._delivery.wake()
         self._membership.request_rebalance()
 
+    def _fenced(self, partitions: list[int]) -> None:
+        """Writes found the claims of ``partitions`` gone: their offsets are never mirrored, and
+        the rebalance this asks for drops them (and claims them again where the target says)."""
+        self._mirror.forget(partitions)
+        self._wake()
+
     # -- the background: rebalancing, storing offsets, watching metadata ----------------------
 
     async def _run(self, joined: asyncio.Future[None]) -> None:
@@ -826,7 +898,7 @@ class ConsumerGroup:
                 tasks.start_soon(
                     self._every, self._metadata_interval, self._membership.check_partitions
                 )
-                tasks.start_soon(self._mirror.run, self._membership.claims)
+                tasks.start_soon(self._mirror.run, self._states.claims)
         except Exception as exc:
             # Errors the loops expect are handled there; this is a failure nobody foresaw, or
             # credentials the servers refused. It must not pass silently: register() or the
@@ -855,20 +927,17 @@ class ConsumerGroup:
                 log.warning("member %s: %s", self.id, exc)
 
     async def _flush_all(self) -> None:
-        claims = self._membership.claims
-        await self._offsets.flush(claims, list(claims))
+        await self._handover.flush(list(self._states.claims))
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.SUSPENDED:
-            self._delivery.suspended = True
+            self._states.suspended = True
         elif state is SessionState.LOST:
             self._membership.lose()
-            self._delivery.lose()
-            self._handover.lose()
             self._membership.request_rebalance()
             self._mirror.forget()
-        elif state is SessionState.CONNECTED and self._delivery.suspended:
+        elif state is SessionState.CONNECTED and self._states.suspended:
             # Back after a suspension or a loss: what happened meanwhile is unknown.
-            self._delivery.suspended = False
+            self._states.suspended = False
             self._membership.request_rebalance()
         self._delivery.wake()

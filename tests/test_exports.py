@@ -53,6 +53,8 @@ PURE = [
     "zookeeper/layout.py",
     "cli/plans.py",
     "cli/health.py",
+    "member/claims.py",
+    "member/partitions.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 

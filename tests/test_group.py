@@ -344,7 +344,7 @@ async def test_handover_waits_for_the_batch_being_processed(
         tasks: list[asyncio.Future[Any]] = [joining]
         try:
             await wait_until(
-                lambda: moving in first._delivery.withheld, what="first starts to hand over"
+                lambda: moving in first._states.withheld, what="first starts to hand over"
             )
             # A second in which a wrong handover would happen: the join must not finish.
             with pytest.raises(asyncio.TimeoutError):

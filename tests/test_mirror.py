@@ -11,6 +11,7 @@ import pytest
 from aio_cluster import BrokerError
 from aio_cluster.member.claims import UNPOSITIONED, Claim
 from aio_cluster.member.mirror import KafkaMirror
+from aio_cluster.member.partitions import PartitionStates
 
 pytestmark = pytest.mark.asyncio
 
@@ -73,7 +74,9 @@ async def test_off_does_nothing() -> None:
     side.stored({0: 1})
     owned = claims(0, next_offset=UNPOSITIONED)
     await side.push(owned, [0])
-    await side.take_over(owned)
+    states = PartitionStates()
+    states.claimed(owned[0])
+    assert await side.take_over(states.claims, states.migrated) == {}
     await side.run(owned)  # returns at once
     assert owned[0].next_offset == UNPOSITIONED
 
@@ -81,13 +84,18 @@ async def test_off_does_nothing() -> None:
 @pytest.mark.parametrize("migrate", [True, False])
 async def test_migrate_starts_unpositioned_claims_at_kafkas_offsets(migrate: bool) -> None:
     side = mirror(FakeKafka({0: 40, 1: 50}), migrate=migrate)
-    owned = {**claims(0, 2, next_offset=UNPOSITIONED), **claims(1, next_offset=9)}
-    await side.take_over(owned)
+    states = PartitionStates()
+    for claim in claims(0, 1, 2, next_offset=UNPOSITIONED).values():
+        states.claimed(claim)
+    states.sought(1, 9)
+    taken = await side.take_over(states.claims, states.migrated)
+    assert taken == ({0: 40} if migrate else {})
+    owned = states.claims
     if migrate:
         assert (owned[0].next_offset, owned[0].pending) == (40, 40)
     else:
         assert (owned[0].next_offset, owned[0].pending) == (UNPOSITIONED, None)
-    assert (owned[1].next_offset, owned[1].pending) == (9, None), "a stored offset wins"
+    assert (owned[1].next_offset, owned[1].pending) == (9, None), "a seek came first"
     assert owned[2].next_offset == UNPOSITIONED, "no Kafka offset: positioned as usual"
 
 
@@ -95,15 +103,18 @@ async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
     """The last owner's commit may have failed at the handover: the next owner sends it."""
     kafka = FakeKafka()
     side = mirror(kafka)
-    owned = {0: Claim(0, 0, 7, 7), 1: Claim(1, 0, UNPOSITIONED, None)}
-    await side.take_over(owned)
+    states = PartitionStates()
+    states.claimed(Claim(0, 0, 7, 7))
+    states.claimed(Claim(1, 0, UNPOSITIONED, None))
+    owned = states.claims
+    await side.take_over(owned, states.migrated)
     await side.push(owned, [0, 1])
     assert kafka.commits == [{0: 7}]
-    await side.take_over(owned)
+    await side.take_over(owned, states.migrated)
     await side.push(owned, [0, 1])
     assert kafka.commits == [{0: 7}], "only a new claim is mirrored on its own"
     side.forget([0])
-    await side.take_over(owned)
+    await side.take_over(owned, states.migrated)
     await side.push(owned, [0, 1])
     assert kafka.commits == [{0: 7}, {0: 7}], "claimed again after a release: new again"
 
@@ -113,8 +124,11 @@ async def test_migrating_again_goes_on_from_the_further_offset() -> None:
     is further than the one ZooKeeper kept, and is taken; one behind ZooKeeper's is not."""
     kafka = FakeKafka({0: 40, 1: 10})
     side = mirror(kafka, migrate=True)
-    owned = {0: Claim(0, 0, 20, 20), 1: Claim(1, 0, 30, 30)}
-    await side.take_over(owned)
+    states = PartitionStates()
+    states.claimed(Claim(0, 0, 20, 20))
+    states.claimed(Claim(1, 0, 30, 30))
+    owned = states.claims
+    assert await side.take_over(owned, states.migrated) == {0: 40}
     assert (owned[0].next_offset, owned[0].pending) == (40, 40)
     assert (owned[1].next_offset, owned[1].pending) == (30, None)
     await side.push(owned, [0, 1])

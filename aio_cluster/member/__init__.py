@@ -14,6 +14,7 @@ Modules::
     membership.py   registration, members, the rebalance under the lock, making claims
     mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py      stored offsets and the fenced transaction
+    partitions.py   PartitionStates: every partition's state and its legal transitions (pure)
     processing.py   Processor: many records in flight, in key order, retries, dead letters
     statistics.py   GroupStatistics: an immutable snapshot of a member
     target_node.py  the sticky target's node: reading it, publishing the next one

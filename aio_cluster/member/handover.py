@@ -1,24 +1,27 @@
-"""The handover of partitions at a rebalance: what happens to their batches and offsets while
-`membership` releases and makes claims, and what the rebalance listener hears of it.
+"""The handover of partitions at a rebalance and at leaving: the order of the steps the drivers
+take while `membership` releases and makes claims, and what the rebalance listener hears of it.
 
 A partition leaves at a batch boundary: no new batch of it is handed out, its running body is
 awaited (at most ``rebalance_timeout``), the listener hears of it, its completed offset is stored,
 and only then is its claim deleted. A new claim is positioned and handed to the fetcher; its first
-batch waits until the listener heard of it.
+batch waits until the listener heard of it. When the member leaves, running bodies are not awaited
+(their batches go to the next owner), but the listener hears of every partition it gives up.
+
+The partitions' state is `aio_cluster.member.partitions.PartitionStates`; this part holds none.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 import anyio
 
-from .claims import Claim
 from .delivery import Delivery
 from .listener import RebalanceListener
 from .mirror import KafkaMirror
 from .offsets import Offsets
+from .partitions import PartitionStates
 
 __all__ = ["Handover"]
 
@@ -26,13 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class Handover:
-    """Composes a member's delivery, offsets and listener into the steps a rebalance takes."""
+    """The steps of a rebalance, over a member's partition states and its drivers."""
 
     def __init__(
         self,
+        states: PartitionStates,
         delivery: Delivery,
         offsets: Offsets,
-        claims: Mapping[int, Claim],
         mirror: KafkaMirror,
         *,
         member_id: str,
@@ -40,25 +43,21 @@ class Handover:
         rebalance_timeout: float,
     ) -> None:
         """Args:
-        delivery: the member's delivery.
-        offsets: the member's offsets.
-        claims: the member's claims now.
+        states: the member's partition states.
+        delivery: the member's fetching and handing out.
+        offsets: the member's offsets in ZooKeeper.
         mirror: the member's offsets in Kafka.
         member_id: named in log messages.
         listener: told of partitions that move, if given.
         rebalance_timeout: the bound on a running body and on each listener call.
         """
+        self._states = states
         self._delivery = delivery
         self._offsets = offsets
-        self._claims = claims
+        self._mirror = mirror
         self._id = member_id
         self._listener = listener
         self._timeout = rebalance_timeout
-        self._mirror = mirror
-        self._announced: set[int] = set()
-        """The partitions the listener was told were assigned."""
-        self._lost: list[int] = []
-        """Partitions lost with the session, not yet reported to the listener."""
 
     async def revoke(self, partitions: list[int]) -> None:
         """Before the claims of ``partitions`` are deleted: end their batches, tell the listener,
@@ -75,56 +74,64 @@ class Handover:
                 partition,
                 self._timeout,
             )
-        told = [p for p in partitions if p in self._announced]
+        await self._told_revoked(partitions)
+
+    async def give_up(self, partitions: list[int]) -> None:
+        """The member leaves: hand out no more batches of ``partitions``, leave the running
+        bodies uncommitted (they may be the caller's own), tell the listener, store the
+        offsets."""
+        owned = [p for p in partitions if self._states.owned(p)]
+        self._states.drain(owned)
+        self._delivery.abandon(owned)
+        await self._told_revoked(owned)
+
+    async def _told_revoked(self, partitions: list[int]) -> None:
+        told = self._states.revoking(partitions)
         if told:
             await self._tell("on_partitions_revoked", told)
-        await self._offsets.flush(self._claims, partitions)
-        await self._mirror.push(self._claims, partitions)
+        await self.store(partitions)
 
     def released(self, partitions: list[int]) -> None:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
-        gone = [p for p in partitions if p not in self._claims]
-        self._announced.difference_update(gone)
+        gone = [p for p in partitions if not self._states.owned(p)]
         self._delivery.hand_out(partitions)
-        self._delivery.forget_paused(gone)
         self._mirror.forget(gone)
 
-    async def assigned(self, claimed: list[int]) -> bool:
+    async def assigned(self) -> bool:
         """After claims were made: position them, hand them to the fetcher, and tell the
         listener of the new ones before any of their batches is handed out.
 
         Returns:
             True when the fetched partitions changed.
         """
-        new = [p for p in claimed if p not in self._announced]
-        self._delivery.withhold(new)
+        new = self._states.unannounced()
+        self._states.withhold(new)
         try:
-            await self._mirror.take_over(self._claims)
+            await self._mirror.take_over(self._states.claims, self._states.migrated)
             await self._delivery.position()
             changed = await self._delivery.reassign()
             if new:
                 await self._tell("on_partitions_assigned", new)
-                self._announced.update(new)
+                self._states.announced(new)
         finally:
             self._delivery.hand_out(new)
         return changed
 
-    def lose(self) -> None:
-        """The session expired: what the listener was told is ours is lost."""
-        self._lost.extend(sorted(self._announced))
-        self._announced.clear()
-
     async def report_lost(self) -> None:
         """Tell the listener of the partitions lost since the last report."""
-        lost, self._lost = self._lost, []
+        lost = self._states.take_lost()
         if lost:
-            await self._tell("on_partitions_lost", sorted(set(lost)))
+            await self._tell("on_partitions_lost", lost)
+
+    async def flush(self, partitions: list[int]) -> None:
+        """Store the pending offsets of ``partitions``; the mirror commits them soon after."""
+        self._mirror.stored(await self._offsets.flush(partitions))
 
     async def store(self, partitions: list[int]) -> None:
-        """Store the pending offsets of ``partitions`` (when leaving), in Kafka too when
-        mirrored."""
-        await self._offsets.flush(self._claims, partitions)
-        await self._mirror.push(self._claims, partitions)
+        """Store the pending offsets of ``partitions`` now, in Kafka too when mirrored (before a
+        handover and when leaving)."""
+        await self.flush(partitions)
+        await self._mirror.push(self._states.claims, partitions)
 
     async def _tell(self, method: str, partitions: list[int]) -> None:
         """Await the listener's method, bounded by ``rebalance_timeout``; a failure is logged."""

@@ -14,8 +14,9 @@ class RebalanceListener:
     """Hooks around a rebalance; the defaults do nothing.
 
     Only partitions that actually move are passed: a partition that stays this member's is
-    neither revoked nor assigned again. Leaving the group with ``close()`` calls none of them:
-    close stores the completed offsets itself.
+    neither revoked nor assigned again. Leaving the group with ``close()`` awaits
+    `on_partitions_revoked` for every partition it gives up (running batch bodies are not awaited
+    then). A method may ``await group.close()`` itself without deadlocking the member.
     """
 
     async def on_partitions_revoked(self, partitions: list[int]) -> None:

@@ -32,6 +32,7 @@ from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .handover import Handover
 from .offsets import Offsets
+from .partitions import PartitionStates
 from .target_node import TargetNode
 
 __all__ = ["Membership"]
@@ -54,6 +55,7 @@ class Membership:
         layout: GroupLayout,
         fetcher: Fetcher,
         offsets: Offsets,
+        states: PartitionStates,
         *,
         member_id: str,
         strategy: Strategy,
@@ -66,6 +68,7 @@ class Membership:
         layout: the group's paths.
         fetcher: asked for the topic's partitions.
         offsets: read for the start of each new claim.
+        states: the member's partition states: told of each claim made, released or lost.
         member_id: this member's id.
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
@@ -91,7 +94,8 @@ class Membership:
         self.recent_rebalances: collections.deque[float] = collections.deque(maxlen=100)
         """How long the last (at most 100) finished rebalances took, oldest first (metrics)."""
         self._partitions: list[int] = []
-        self._claims: dict[int, Claim] = {}
+        self._states = states
+        self._claims: Mapping[int, Claim] = states.claims
         self._epoch = 0
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
@@ -242,7 +246,7 @@ class Membership:
                 sorted(self._claims),
             )
         self._epoch += 1
-        self._claims.clear()
+        self._states.lost()
         self._registered_session = None
 
     async def run(
@@ -341,14 +345,15 @@ class Membership:
                         self._partitions,
                     )
         target = await self._target_of_mine(ours)
-        fenced = {p for p, claim in self._claims.items() if claim.fenced}
+        self._states.expected(target)
+        fenced = self._states.fenced
         if fenced:
             log.warning(
                 "member %s: claims of partitions %s are gone; dropping them",
                 self._id,
-                sorted(fenced),
+                fenced,
             )
-        leaving = sorted((set(self._claims) - target) | fenced)
+        leaving = sorted((set(self._claims) - target) | set(fenced))
         if leaving:
             try:
                 await handover.revoke(leaving)
@@ -356,7 +361,7 @@ class Membership:
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        if await handover.assigned(sorted(self._claims)):
+        if await handover.assigned():
             log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
         await self._nodes.reconcile(self._claims)
         return complete
@@ -438,7 +443,7 @@ class Membership:
             )
 
     async def _release_node(self, partition: int) -> None:
-        claim = self._claims.pop(partition, None)
+        claim = self._states.released(partition)
         if claim is not None:
             await self._nodes.release(partition, claim.node_version, claim.epoch)
 
@@ -462,19 +467,22 @@ class Membership:
         if self._epoch != epoch:
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         stored = await self._offsets.stored(partition)
-        self._claims[partition] = Claim(
-            partition=partition,
-            node_version=taken.node_version,
-            next_offset=UNPOSITIONED if stored is None else stored,
-            stored=stored,
-            epoch=taken.epoch,
+        self._states.claimed(
+            Claim(
+                partition=partition,
+                node_version=taken.node_version,
+                next_offset=UNPOSITIONED if stored is None else stored,
+                stored=stored,
+                epoch=taken.epoch,
+            )
         )
         return True
 
     async def leave(self, handover: Handover) -> None:
-        """Store the pending offsets, release every claim and delete the registration."""
+        """Give up every claim (the listener hears of them, their pending offsets are stored),
+        release them and delete the registration."""
         async with self._lock:
-            await handover.store(list(self._claims))
+            await handover.give_up(sorted(self._claims))
             # All at once: with many partitions, one round trip instead of one per claim.
             await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
             if self._registered_session is not None:
@@ -483,5 +491,5 @@ class Membership:
 
     def forget(self) -> None:
         """The member closed: whatever was not released goes with the session."""
-        self._claims.clear()
+        self._states.forget()
         self._target.close()

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import BrokerError
 from ..kafka.group_offsets import KafkaGroupOffsets
-from .claims import UNPOSITIONED, Claim
+from .claims import Claim
 
 __all__ = ["KafkaMirror"]
 
@@ -110,11 +110,21 @@ class KafkaMirror:
                 if self._due.get(partition) == offset:
                     del self._due[partition]
 
-    async def take_over(self, claims: Mapping[int, Claim]) -> None:
-        """For the claims new since the last call: mirror the stored offset each starts from
-        (a commit of its last owner may have failed), and with ``"migrate"`` start it at the
-        Kafka group's offset where that is further than the stored one, storing it at once
-        (ZooKeeper is the truth from then on).
+    async def take_over(
+        self, claims: Mapping[int, Claim], start: Callable[[int, int], bool]
+    ) -> dict[int, int]:
+        """For the claims new since the last call: with ``"migrate"`` offer each the Kafka
+        group's offset through ``start`` (the partition states' `migrated` transition, which
+        takes it where it is further than the stored one and stores it at once: ZooKeeper is the
+        truth from then on), and mirror the stored offset each of the others starts from (a
+        commit of its last owner may have failed).
+
+        Args:
+            claims: the member's claims now (read only).
+            start: offers a partition the Kafka group's offset; True when it starts there.
+
+        Returns:
+            Partition -> offset, of the claims that start at the Kafka group's offset.
 
         Raises:
             BrokerError: Kafka did not tell (the rebalance is tried again: starting anywhere
@@ -122,18 +132,11 @@ class KafkaMirror:
         """
         new = [p for p in claims if p not in self._seen]
         if self._kafka is None or not new:
-            return
+            return {}
         taken: dict[int, int] = {}
         if self._migrate:
             committed = await self._kafka.committed(new, self._timeout)
-            for partition, offset in committed.items():
-                claim = claims.get(partition)
-                if claim is None or claim.next_offset != (
-                    UNPOSITIONED if claim.stored is None else claim.stored
-                ):
-                    continue  # already delivering from elsewhere (a seek)
-                if claim.stored is None or offset > claim.stored:
-                    claim.next_offset = claim.pending = taken[partition] = offset
+            taken = {p: offset for p, offset in committed.items() if start(p, offset)}
         if taken:
             log.info("member %s goes on from Kafka's offsets %s", self._id, taken)
         for partition in new:
@@ -142,3 +145,4 @@ class KafkaMirror:
                 self._due.setdefault(partition, claim.stored)
                 self._wanted.set()
         self._seen.update(new)
+        return taken

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 import anyio
 
@@ -28,7 +28,7 @@ from ..zookeeper.client import (
 )
 from ..zookeeper.layout import GroupLayout, decode_offset
 from .claims import Claim
-from .mirror import KafkaMirror
+from .partitions import PartitionStates
 
 __all__ = ["Offsets"]
 
@@ -36,25 +36,28 @@ log = logging.getLogger(__name__)
 
 
 class Offsets:
-    """The offsets of one group's topic in ZooKeeper."""
+    """The offsets of one group's topic in ZooKeeper: the driver that stores what the partition
+    states hold pending."""
 
     def __init__(
         self,
         zk: ZooKeeper,
         layout: GroupLayout,
-        mirror: KafkaMirror,
+        states: PartitionStates,
         *,
-        on_fenced: Callable[[], None] = lambda: None,
+        on_fenced: Callable[[list[int]], None] = lambda partitions: None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
         layout: the group's paths.
-        mirror: told of every offset stored, to commit it to Kafka too.
-        on_fenced: called when a write found a claim gone (its claim is marked ``fenced``).
+        states: the member's partition states: asked what is due, told what was stored and
+            which claims a write found gone.
+        on_fenced: called with the partitions whose claims a write found gone (the states mark
+            them ``fenced``): their offsets must not be mirrored, and a rebalance drops them.
         """
         self._zk = zk
         self._layout = layout
-        self._mirror = mirror
+        self._states = states
         self._on_fenced = on_fenced
         self._flush_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
@@ -72,14 +75,16 @@ class Offsets:
             return None
         return decode_offset(path, data)
 
-    async def flush(self, claims: Mapping[int, Claim], partitions: Iterable[int]) -> None:
+    async def flush(self, partitions: Iterable[int]) -> dict[int, int]:
         """Store the pending offsets of the given owned partitions in one transaction, fenced
         by their claims: nothing is written for a partition that is no longer ours.
 
         Args:
-            claims: the member's claims now; a partition not among them, or whose claim is
-                ``fenced``, is skipped.
-            partitions: the partitions whose pending offsets to store.
+            partitions: the partitions whose pending offsets to store; one not owned, or whose
+                claim is ``fenced``, is skipped.
+
+        Returns:
+            Partition -> offset stored, of the partitions still owned (for the mirror).
 
         A claim the write finds gone is marked ``fenced`` (its offset is not stored; the caller
         can tell); the others are stored. The write is shielded from cancellation (and bounded by
@@ -87,16 +92,9 @@ class Offsets:
         stored.
         """
         async with self._flush_lock:
-            due = [
-                claim
-                for partition in partitions
-                if (claim := claims.get(partition)) is not None
-                and not claim.fenced
-                and claim.pending is not None
-                and claim.pending != claim.stored
-            ]
+            due = self._states.due(partitions)
             if not due:
-                return
+                return {}
             with anyio.CancelScope(shield=True):
                 try:
                     written = await self._write(due)
@@ -106,13 +104,9 @@ class Offsets:
                     # and write the others once more.
                     due = await self._still_ours(due)
                     for claim in due:
-                        claim.stored = await self.stored(claim.partition)
+                        self._states.learned(claim, await self.stored(claim.partition))
                     written = await self._write(due)
-            for claim, offset in written.items():
-                claim.stored = offset
-                if claim.pending == offset:
-                    claim.pending = None
-            self._mirror.stored({claim.partition: offset for claim, offset in written.items()})
+            return self._states.stored(written)
 
     async def _still_ours(self, claims: list[Claim]) -> list[Claim]:
         """The claims that still hold: their owner node of this session at its version, their
@@ -120,17 +114,14 @@ class Offsets:
         held = await asyncio.gather(*(self._holds(claim) for claim in claims))
         gone = [claim for claim, holds in zip(claims, held, strict=True) if not holds]
         if gone:
-            for claim in gone:
-                claim.fenced = True
-            partitions = sorted(claim.partition for claim in gone)
+            partitions = self._states.fenced_off(gone)
             log.warning(
                 "partitions %s of %r: the claims are gone (their owner node was replaced, or a "
                 "newer claim or an offset reset moved their fence); their offsets are not stored",
                 partitions,
                 self._layout.topic,
             )
-            self._mirror.forget(partitions)
-            self._on_fenced()
+            self._on_fenced(partitions)
         return [claim for claim, holds in zip(claims, held, strict=True) if holds]
 
     async def _holds(self, claim: Claim) -> bool:

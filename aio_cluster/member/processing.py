@@ -308,6 +308,10 @@ class Processor:
         if self._failure is not None:
             raise self._failure
 
+    def handles(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether ``task`` runs one of this processor's handlers."""
+        return task in self._own
+
     async def shutdown(self, bound: float) -> None:
         """Stop taking records, wait for the handlers in flight (at most ``bound`` seconds;
         then they are cancelled and their records delivered again), and end `run()`.

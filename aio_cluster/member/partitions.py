@@ -1,0 +1,583 @@
+"""PartitionStates: the one owner of every partition's state in a member, without I/O.
+
+Each partition this member deals with has a claim (`aio_cluster.member.claims.Claim`: its owner
+node, position, buffered batches, pending and stored offsets) and a place in a few sets: withheld
+(being handed over, or not yet announced), paused, in flight (a batch whose body runs), voided (a
+running batch that must not be committed), sought (the fetcher must move), announced (the listener
+was told it is ours). Only this class changes them. Its methods are the transitions; each checks
+that it is legal and returns what the driver must do. The drivers (`delivery` for the fetcher,
+`offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener,
+`membership` for the owner nodes) ask it and tell it, and never each other's state.
+
+The life of one partition::
+
+    claimed --positioned--> fed to the fetcher --fetched--> buffered --handed out--> in flight
+    in flight --finished(completed)--> pending --stored--> stored
+    in flight --finished(not completed) | sought--> buffers dropped, fetched again
+    any --sought--> position moved, pending dropped, the running batch voided
+    any --released | lost--> not owned; a batch still in flight never commits
+    lost --claimed again--> restarts at the stored offset, fed to the fetcher afresh
+
+Rules kept (checked by ``tests/test_partition_states.py``):
+
+- an offset to store never passes the first offset of a batch whose body still runs;
+- only owned partitions have anything to store;
+- a batch overtaken by a seek, a release, a loss or an abandon never becomes pending;
+- a pause lasts until `resume()`, across a loss and the claim that regains the partition; it ends
+  when the partition is released to another member or the assignment no longer gives it to us;
+- a partition claimed again restarts at its claim's offset, never at the fetcher's old position;
+- a partition moves on to the fetcher's position (past transaction markers, aborted records and
+  compaction gaps) only when nothing of it is buffered, in flight, withheld or waiting on a seek,
+  and only from a position set for its claim; that is stored only when everything before was;
+- a fenced claim (a write found it gone) stores nothing more, until a rebalance drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
+
+from ..errors import AioClusterError, NotOwnedError
+from ..kafka.records import Record
+from .claims import UNPOSITIONED, Batch, Claim
+
+__all__ = ["IllegalTransition", "PartitionStates"]
+
+
+class IllegalTransition(AioClusterError):
+    """A driver asked for a transition the state of the partition does not allow (a bug)."""
+
+
+class PartitionStates:
+    """Every partition's state in one member, and the legal transitions between states."""
+
+    def __init__(self) -> None:
+        self._claims: dict[int, Claim] = {}
+        self._view = MappingProxyType(self._claims)
+        self._withheld: set[int] = set()
+        """Partitions no batch is handed out of: being handed over, or claimed and not yet
+        announced to the listener."""
+        self._paused: set[int] = set()
+        """Paused partitions, owned or lost and maybe coming back (a pause survives a loss)."""
+        self._inflight: dict[int, tuple[Claim, int]] = {}
+        """Partition -> the claim and first offset of the batch whose body runs."""
+        self._voided: set[int] = set()
+        """Partitions whose running batch must not be committed (a seek came meanwhile)."""
+        self._seeks: dict[int, int] = {}
+        """Partition -> the offset the fetcher must read from next (its buffers were dropped)."""
+        self._fed: dict[int, Claim] = {}
+        """The fetcher's partitions, each with the claim whose position it was given (assigned
+        or sought): its position says something about that claim's records only."""
+        self._announced: set[int] = set()
+        """The partitions the listener was told were assigned."""
+        self._lost: set[int] = set()
+        """Partitions lost with the session, not yet reported to the listener."""
+        self._cursor = -1
+        self.suspended = False
+        """True while ZooKeeper is suspended or lost: no batch is handed out."""
+        self.batches = 0
+        """Batches handed out."""
+        self.records = 0
+        """Records handed out."""
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def claims(self) -> Mapping[int, Claim]:
+        """The claims this member holds now, by partition (a read-only view)."""
+        return self._view
+
+    def owned(self, partition: int) -> bool:
+        """Whether this member holds a claim of ``partition``."""
+        return partition in self._claims
+
+    @property
+    def withheld(self) -> frozenset[int]:
+        """The partitions no batch is handed out of now."""
+        return frozenset(self._withheld)
+
+    @property
+    def paused(self) -> list[int]:
+        """The paused partitions, sorted (a lost one that may come back included)."""
+        return sorted(self._paused)
+
+    @property
+    def fed(self) -> frozenset[int]:
+        """The partitions the fetcher was given."""
+        return frozenset(self._fed)
+
+    @property
+    def fenced(self) -> list[int]:
+        """The held partitions whose claims a write found gone, sorted: a rebalance drops them."""
+        return sorted(p for p, claim in self._claims.items() if claim.fenced)
+
+    def running(self, partitions: Collection[int]) -> bool:
+        """Whether a batch of any of ``partitions`` is in flight."""
+        return any(partition in self._inflight for partition in partitions)
+
+    def _claim(self, partition: int) -> Claim:
+        claim = self._claims.get(partition)
+        if claim is None:
+            raise NotOwnedError(f"partition {partition} is not owned by this member")
+        return claim
+
+    # -- owning ------------------------------------------------------------------------------
+
+    def claimed(self, claim: Claim) -> None:
+        """The claim's owner node was created: the partition is this member's.
+
+        Its first batch waits until the fetcher was given the claim's position (see
+        `assignment()`), so a partition claimed again never goes on from the fetcher's old one.
+
+        Raises:
+            IllegalTransition: the partition is claimed already.
+        """
+        if claim.partition in self._claims:
+            raise IllegalTransition(f"partition {claim.partition} is claimed already")
+        claim.buffered.clear()
+        self._claims[claim.partition] = claim
+        self._seeks.pop(claim.partition, None)
+
+    def released(self, partition: int) -> Claim | None:
+        """The partition goes to another member (its owner node is deleted next): its pause,
+        withholding and announcement end with it.
+
+        Returns:
+            The claim whose node the driver deletes, or None when none was held.
+        """
+        self._forget(partition)
+        claim = self._claims.pop(partition, None)
+        self._withheld.discard(partition)
+        self._paused.discard(partition)
+        self._announced.discard(partition)
+        return claim
+
+    def lost(self) -> list[int]:
+        """The session expired: every claim is gone with it. Pending offsets are dropped (the
+        partitions may have new owners); running batches will not commit. Pauses are kept for the
+        partitions this member claims again.
+
+        Returns:
+            The partitions that were owned, sorted.
+        """
+        gone = sorted(self._claims)
+        self._lost.update(self._announced)
+        self._announced.clear()
+        for partition in gone:
+            self._claims[partition].pending = None
+            self._forget(partition)
+        self._claims.clear()
+        self._withheld.clear()
+        self.suspended = True
+        return gone
+
+    def expected(self, partitions: Collection[int]) -> None:
+        """The assignment gives this member ``partitions``: pauses of others (lost ones that do
+        not come back) end."""
+        self._paused.intersection_update(set(partitions) | set(self._claims))
+
+    def forget(self) -> None:
+        """The member closed: whatever was not released goes with the session."""
+        for partition in list(self._claims):
+            self._forget(partition)
+        self._claims.clear()
+        self._withheld.clear()
+
+    def _forget(self, partition: int) -> None:
+        """The claim of ``partition`` ends: its buffers, seek and running batch go with it."""
+        claim = self._claims.get(partition)
+        if claim is not None:
+            claim.buffered.clear()
+        self._seeks.pop(partition, None)
+        self._voided.discard(partition)
+
+    # -- positioning -------------------------------------------------------------------------
+
+    def unpositioned(self) -> list[int]:
+        """The claimed partitions whose start is not known yet (nothing is stored), sorted."""
+        return sorted(p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED)
+
+    def positioned(
+        self, partition: int, offset: int, *, earliest: int | None = None, store: bool = False
+    ) -> bool:
+        """An unpositioned claim starts at ``offset``.
+
+        Args:
+            partition: the claimed partition.
+            offset: its first offset to hand out.
+            earliest: the partition's earliest offset now (for the lag while nothing is stored).
+            store: store ``offset`` at once (a trailing start, or one taken over from Kafka), so
+                the next owner goes on from here.
+
+        Returns:
+            False when the partition is not claimed or was positioned already: nothing changed.
+        """
+        claim = self._claims.get(partition)
+        if claim is None or claim.next_offset != UNPOSITIONED or offset < 0:
+            return False
+        claim.next_offset = offset
+        if earliest is not None:
+            claim.earliest = earliest
+        if store:
+            claim.pending = offset
+        return True
+
+    def migrated(self, partition: int, offset: int) -> bool:
+        """A new claim is offered the offset a Kafka consumer group committed (``"migrate"``): it
+        starts there, stored at once, when that is further than its stored offset (or none is
+        stored) and it has not moved from its start yet (a seek came first).
+
+        Returns:
+            True when the claim starts at ``offset``.
+        """
+        claim = self._claims.get(partition)
+        if claim is None or offset < 0:
+            return False
+        start = UNPOSITIONED if claim.stored is None else claim.stored
+        if claim.next_offset != start or (claim.stored is not None and offset <= claim.stored):
+            return False
+        claim.next_offset = claim.pending = offset
+        return True
+
+    def assignment(self) -> dict[int, int] | None:
+        """What the fetcher must be given: the claimed, positioned partitions, each from its next
+        offset (a staying partition with buffered records from after them), or None when it has
+        them already. Once the driver gave the fetcher these positions, they are its own."""
+        wanted = {p: claim for p, claim in self._claims.items() if claim.next_offset >= 0}
+        if wanted.keys() == self._fed.keys() and all(
+            self._fed[p] is claim for p, claim in wanted.items()
+        ):
+            return None
+        positions: dict[int, int] = {}
+        for partition, claim in wanted.items():
+            if self._fed.get(partition) is claim and claim.buffered:
+                # Staying: keep what is buffered and fetch on after it, so a rebalance does not
+                # pause the partitions it leaves in place.
+                positions[partition] = claim.buffered[-1][-1].offset + 1
+            else:
+                claim.buffered.clear()
+                positions[partition] = claim.next_offset
+        self._seeks.clear()
+        self._fed = dict(wanted)
+        return positions
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def fetchable(self) -> list[int]:
+        """The partitions to fetch now: fed, available and with nothing buffered (none while
+        suspended)."""
+        if self.suspended:
+            return []
+        return [
+            p
+            for p, claim in self._claims.items()
+            if self._fed.get(p) is claim and not claim.buffered and self._available(p)
+        ]
+
+    def seeks(self) -> dict[int, int]:
+        """The fetcher's partitions that must be read from another offset before the next fetch
+        (partition -> offset); each is returned once."""
+        seeks = {p: offset for p, offset in self._seeks.items() if p in self._fed}
+        for partition in seeks:
+            claim = self._claims.get(partition)
+            if claim is not None:
+                # The fetcher's position is now set from this claim.
+                self._fed[partition] = claim
+        self._seeks.clear()
+        return seeks
+
+    def fetched(self, partition: int, records: list[Record]) -> bool:
+        """The fetcher returned ``records`` of ``partition``.
+
+        Returns:
+            True when they were buffered; records of a partition not owned, withheld, sought
+            meanwhile, or read for an earlier claim are dropped.
+        """
+        claim = self._claims.get(partition)
+        if not records or claim is None or self._fed.get(partition) is not claim:
+            return False
+        if partition in self._withheld or partition in self._seeks:
+            self._drop(claim)
+            return False
+        claim.buffered.append(records)
+        return True
+
+    def out_of_range(
+        self, partition: int, offset: int, earliest: int, latest: int, *, trail: bool
+    ) -> int | None:
+        """The broker does not hold the partition's position ``offset``; it holds
+        ``earliest`` .. ``latest``.
+
+        Before the earliest offset (retention deleted the records): restart at the earliest.
+        Past the log end (the topic was made again, or an offset was set by hand): as where none
+        is stored, at the earliest or with ``trail`` at the log end. The new start becomes
+        pending at once (unless a batch runs), so that neither the next owner nor the lag goes on
+        from an offset that is not.
+
+        Returns:
+            The new start, or None when the partition is not owned.
+        """
+        claim = self._claims.get(partition)
+        if claim is None:
+            return None
+        start = latest if trail and offset > latest else earliest
+        claim.next_offset = start
+        if partition not in self._inflight:
+            claim.pending = start
+        self._drop(claim)
+        return start
+
+    def stepped_over(self, partition: int, position: int | None) -> bool:
+        """The fetcher reads ``partition`` from ``position`` next: when every record it returned
+        was handed out and finished, the claim moves on there, past what follows them without
+        being a record (transaction markers, aborted records, compaction gaps); that is pending
+        when everything before was committed. Nothing moves while records are buffered, a batch
+        runs, the partition is withheld or waits on a seek, or the position was not set for the
+        claim held now.
+
+        Returns:
+            True when the claim moved on.
+        """
+        claim = self._claims.get(partition)
+        if (
+            claim is None
+            or position is None
+            or claim.buffered
+            or partition in self._inflight
+            or partition in self._seeks
+            or partition in self._withheld
+            or self._fed.get(partition) is not claim
+            or position <= claim.next_offset
+        ):
+            return False
+        committed = claim.pending if claim.pending is not None else claim.stored
+        if committed is None:
+            committed = claim.earliest  # nothing stored: the start needs no commit
+        if committed == claim.next_offset and not claim.fenced:
+            claim.pending = position
+        claim.next_offset = position
+        return True
+
+    def _drop(self, claim: Claim) -> None:
+        """Forget a claim's buffered records; reading resumes at its next offset."""
+        claim.buffered.clear()
+        self._seeks[claim.partition] = claim.next_offset
+
+    # -- handing out -------------------------------------------------------------------------
+
+    def _available(self, partition: int) -> bool:
+        return (
+            partition not in self._inflight
+            and partition not in self._withheld
+            and partition not in self._paused
+        )
+
+    def pick(self) -> tuple[Claim, Batch] | None:
+        """Hand out the next batch, round-robin over the partitions that may hand one out.
+
+        Returns:
+            The claim and its batch, now in flight; None when no batch may be handed out.
+        """
+        if self.suspended:
+            return None
+        ready = sorted(
+            p
+            for p, claim in self._claims.items()
+            if claim.buffered and self._fed.get(p) is claim and self._available(p)
+        )
+        if not ready:
+            return None
+        partition = next((p for p in ready if p > self._cursor), ready[0])
+        self._cursor = partition
+        claim = self._claims[partition]
+        batch = claim.buffered.popleft()
+        claim.next_offset = batch[-1].offset + 1
+        self._inflight[partition] = (claim, batch[0].offset)
+        self.batches += 1
+        self.records += len(batch)
+        return claim, batch
+
+    def finished(
+        self,
+        claim: Claim,
+        batch: Batch,
+        *,
+        completed: bool,
+        commit: bool,
+        position: int | None = None,
+    ) -> bool:
+        """A batch's body ended: when it completed, its end becomes pending (with ``commit``)
+        and the claim may move on to the fetcher's ``position`` (see `stepped_over`); when not,
+        the partition reads it again.
+
+        A batch abandoned, overtaken by a seek, or of a claim no longer held is neither.
+
+        Returns:
+            False when the batch was no longer in flight (abandoned, or its claim ended).
+        """
+        partition = claim.partition
+        running = self._inflight.get(partition)
+        if running is None or running[0] is not claim:
+            return False
+        del self._inflight[partition]
+        if partition in self._voided:
+            self._voided.discard(partition)
+        elif self._claims.get(partition) is claim:
+            if not completed:
+                claim.next_offset = batch[0].offset
+                self._drop(claim)
+            else:
+                if commit:
+                    claim.pending = batch[-1].offset + 1
+                self.stepped_over(partition, position)
+        return True
+
+    def progressed(self, claim: Claim, offset: int) -> None:
+        """The records of ``claim``'s running batch before ``offset`` completed (a processor keeps
+        many of them in flight): ``offset`` becomes pending, unless the batch was abandoned or
+        overtaken by a seek, or ``claim`` is no longer the partition's claim."""
+        partition = claim.partition
+        running = self._inflight.get(partition)
+        if (
+            running is not None
+            and running[0] is claim
+            and partition not in self._voided
+            and self._claims.get(partition) is claim
+        ):
+            claim.pending = offset
+
+    def withhold(self, partitions: Iterable[int]) -> None:
+        """Hand out no batch of ``partitions`` until `hand_out()`."""
+        self._withheld.update(partitions)
+
+    def drain(self, partitions: Iterable[int]) -> None:
+        """Hand out no more batch of ``partitions`` (they are being handed over); what is
+        buffered is dropped."""
+        for partition in partitions:
+            claim = self._claim(partition)
+            self._withheld.add(partition)
+            self._drop(claim)
+
+    def hand_out(self, partitions: Iterable[int]) -> None:
+        """Hand out batches of ``partitions`` again (undoes `withhold()` and `drain()`)."""
+        self._withheld.difference_update(partitions)
+
+    def abandoned(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Waiting for the bodies of ``partitions`` was given up: their batches never commit.
+
+        Returns:
+            Partition -> the first offset of its abandoned batch.
+        """
+        abandoned = {}
+        for partition in partitions:
+            running = self._inflight.pop(partition, None)
+            if running is not None:
+                abandoned[partition] = running[1]
+                self._voided.discard(partition)
+        return abandoned
+
+    def pause(self, partitions: Iterable[int]) -> None:
+        """Hand out no batch of ``partitions`` until `resume()`.
+
+        Raises:
+            NotOwnedError: a partition is not owned.
+        """
+        partitions = list(partitions)
+        for partition in partitions:
+            self._claim(partition)
+        self._paused.update(partitions)
+
+    def resume(self, partitions: Iterable[int]) -> None:
+        """Hand out batches of ``partitions`` again, from where they stopped."""
+        self._paused.difference_update(partitions)
+
+    def sought(self, partition: int, offset: int) -> None:
+        """The next batch of ``partition`` starts at ``offset``: buffers and the pending offset
+        are dropped, and the batch whose body runs will not be committed.
+
+        Raises:
+            NotOwnedError: the partition is not owned.
+        """
+        claim = self._claim(partition)
+        claim.next_offset = offset
+        claim.pending = None
+        if partition in self._inflight:
+            self._voided.add(partition)
+        self._drop(claim)
+
+    # -- storing -----------------------------------------------------------------------------
+
+    def committed(self, partition: int, offset: int) -> None:
+        """The application asks to store ``offset`` for ``partition`` (its own word).
+
+        Raises:
+            NotOwnedError: the partition is not owned, or its claim is fenced (gone).
+        """
+        claim = self._claim(partition)
+        if claim.fenced:
+            raise NotOwnedError(f"partition {partition}: its claim is gone, nothing is stored")
+        claim.pending = offset
+
+    def due(self, partitions: Iterable[int]) -> list[Claim]:
+        """The owned claims among ``partitions`` whose pending offset is not stored yet."""
+        return [
+            claim
+            for partition in dict.fromkeys(partitions)
+            if (claim := self._claims.get(partition)) is not None
+            and not claim.fenced
+            and claim.pending is not None
+            and claim.pending != claim.stored
+        ]
+
+    def fenced_off(self, claims: Iterable[Claim]) -> list[int]:
+        """A write found these claims gone (their owner node replaced, or their fence moved):
+        nothing is stored for them again, and the next rebalance drops them.
+
+        Returns:
+            Their partitions, sorted.
+        """
+        partitions = set()
+        for claim in claims:
+            claim.fenced = True
+            partitions.add(claim.partition)
+        return sorted(partitions)
+
+    def learned(self, claim: Claim, stored: int | None) -> None:
+        """ZooKeeper holds ``stored`` for the claim's partition (read after a write failed)."""
+        claim.stored = stored
+
+    def stored(self, written: Mapping[Claim, int]) -> dict[int, int]:
+        """ZooKeeper stored these offsets.
+
+        Returns:
+            Partition -> offset of those whose claim is still held (for the mirror).
+        """
+        held = {}
+        for claim, offset in written.items():
+            claim.stored = offset
+            if claim.pending == offset:
+                claim.pending = None
+            if self._claims.get(claim.partition) is claim:
+                held[claim.partition] = offset
+        return held
+
+    # -- the listener ------------------------------------------------------------------------
+
+    def unannounced(self) -> list[int]:
+        """The claimed partitions the listener has not been told of, sorted."""
+        return sorted(set(self._claims) - self._announced)
+
+    def announced(self, partitions: Iterable[int]) -> None:
+        """The listener was told ``partitions`` (still claimed) are assigned."""
+        self._announced.update(p for p in partitions if p in self._claims)
+
+    def revoking(self, partitions: Iterable[int]) -> list[int]:
+        """Of ``partitions``, those the listener must hear are revoked (it heard they were
+        assigned), sorted."""
+        return sorted(p for p in set(partitions) if p in self._announced)
+
+    def take_lost(self) -> list[int]:
+        """The partitions lost since the last call, to report to the listener, sorted."""
+        lost = sorted(self._lost)
+        self._lost.clear()
+        return lost

@@ -1,0 +1,528 @@
+"""The partitions' state machine without servers: hypothesis drives `PartitionStates` through any
+order of claims, fetches, batches, seeks, pauses, releases and session losses, against a stand-in
+fetcher that keeps its positions the way Kafka's consumer does, and checks the rules the module
+promises after every step."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from aio_cluster import NotOwnedError
+from aio_cluster.member.claims import UNPOSITIONED, Batch, Claim
+from aio_cluster.member.partitions import IllegalTransition, PartitionStates
+
+PARTITIONS = 3
+LOG_END = 40
+"""Every partition's log holds offsets 0 .. LOG_END - 1."""
+
+partitions = st.integers(0, PARTITIONS - 1)
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int = 0
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class FakeFetcher:
+    """Positions per assigned partition, kept across everything but assign() and seek(), like
+    aiokafka's consumer: it knows nothing of claims."""
+
+    def __init__(self) -> None:
+        self.positions: dict[int, int] = {}
+
+    def assign(self, positions: Mapping[int, int]) -> None:
+        self.positions = dict(positions)
+
+    def seek(self, partition: int, offset: int) -> None:
+        assert partition in self.positions
+        self.positions[partition] = offset
+
+    def fetch(self, partitions: Collection[int]) -> dict[int, list[FakeRecord]]:
+        fetched = {}
+        for partition in partitions:
+            if partition not in self.positions:
+                continue
+            start = self.positions[partition]
+            end = min(start + 3, LOG_END)
+            if start < end:
+                fetched[partition] = [FakeRecord("t", partition, o) for o in range(start, end)]
+                self.positions[partition] = end
+        return fetched
+
+
+@dataclass(eq=False)
+class Body:
+    """A batch handed out whose loop body still runs."""
+
+    claim: Claim
+    batch: Batch
+    overtaken: bool = False
+    """A seek, a loss or an abandon came while it ran: it must never commit."""
+    abandoned: bool = False
+    """The handover gave up waiting for it (the body itself may still run)."""
+    partition: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.partition = self.claim.partition
+
+
+class PartitionStatesMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.states = PartitionStates()
+        self.fetcher = FakeFetcher()
+        self.zookeeper: dict[int, int] = {}
+        """The offsets stored, as ZooKeeper holds them."""
+        self.paused: set[int] = set()
+        """What the application paused and did not resume (and no release ended)."""
+        self.next: dict[int, int] = {}
+        """Owned, positioned partition -> the offset its next batch must start at."""
+        self.bodies: list[Body] = []
+        self.fetching: dict[int, list[FakeRecord]] | None = None
+        """A fetch sent to the broker whose answer has not come yet."""
+        self.revoking: set[int] = set()
+
+    @initialize(owned=st.sets(partitions))
+    def start(self, owned: set[int]) -> None:
+        for partition in sorted(owned):
+            self.claim(partition)
+        self.position(0, store=False)
+
+    def _live(self, partition: int) -> list[Body]:
+        return [b for b in self.bodies if b.partition == partition and not b.abandoned]
+
+    # -- owning ------------------------------------------------------------------------------
+
+    @rule(partition=partitions)
+    def claim(self, partition: int) -> None:
+        if self.states.owned(partition):
+            with pytest.raises(IllegalTransition):
+                self.states.claimed(Claim(partition, 0, 0, None))
+            return
+        stored = self.zookeeper.get(partition)
+        self.states.claimed(Claim(partition, 0, UNPOSITIONED if stored is None else stored, stored))
+        if stored is not None:
+            self.next[partition] = stored
+
+    @rule(start=st.integers(0, 5), store=st.booleans())
+    def position(self, start: int, store: bool) -> None:
+        for partition in self.states.unpositioned():
+            assert self.states.positioned(partition, start, earliest=0, store=store)
+            self.next[partition] = start
+            assert not self.states.positioned(partition, start + 1), "positioned only once"
+
+    @precondition(lambda self: self.fetching is None)
+    @rule()
+    def assign(self) -> None:
+        # Under the fetch lock: never while a fetch is out.
+        positions = self.states.assignment()
+        if positions is not None:
+            self.fetcher.assign(positions)
+        assert self.states.assignment() is None, "the fetcher has what the claims say"
+        for partition, offset in (positions or {}).items():
+            claim = self.states.claims[partition]
+            assert offset == (claim.buffered[-1][-1].offset + 1 if claim.buffered else offset)
+            assert claim.buffered or offset == claim.next_offset, (
+                "the fetcher reads a claim from its position, never from an earlier one's"
+            )
+        fetchable = set(self.states.fetchable())
+        for partition, claim in self.states.claims.items():
+            if (
+                claim.next_offset != UNPOSITIONED
+                and not claim.buffered
+                and not self.states.suspended
+                and partition not in self.paused | set(self.states.withheld)
+                and not self.states.running([partition])
+            ):
+                assert partition in fetchable, "a claim the fetcher has is fetched"
+
+    @rule(partition=partitions)
+    def revoke_begin(self, partition: int) -> None:
+        if not self.states.owned(partition):
+            with pytest.raises(NotOwnedError):
+                self.states.drain([partition])
+            return
+        self.states.drain([partition])
+        self.revoking.add(partition)
+
+    @precondition(lambda self: self.revoking)
+    @rule(data=st.data())
+    def revoke_end(self, data: st.DataObject) -> None:
+        partition = data.draw(st.sampled_from(sorted(self.revoking)))
+        self.revoking.discard(partition)
+        self._abandon(partition)
+        self.flush()
+        claim = self.states.released(partition)
+        self.states.hand_out([partition])
+        if claim is not None:
+            self.zookeeper_release(partition)
+
+    @rule(partition=partitions)
+    def give_up(self, partition: int) -> None:
+        """What close() does: no waiting for bodies, the offsets stored, the claim released."""
+        if not self.states.owned(partition):
+            return
+        self.states.drain([partition])
+        self._abandon(partition)
+        self.flush()
+        assert self.states.released(partition) is not None
+        self.zookeeper_release(partition)
+
+    def _abandon(self, partition: int) -> None:
+        abandoned = self.states.abandoned([partition])
+        for body in self._live(partition):
+            if body.claim is self.states.claims.get(partition) or partition in abandoned:
+                body.abandoned = body.overtaken = True
+        assert not self.states.running([partition])
+
+    def zookeeper_release(self, partition: int) -> None:
+        self.paused.discard(partition)
+        self.next.pop(partition, None)
+        self.revoking.discard(partition)
+
+    @rule()
+    def lose(self) -> None:
+        self.states.lost()
+        assert self.states.suspended
+        for body in self.bodies:
+            body.overtaken = True
+        self.next.clear()
+        self.revoking.clear()
+
+    @rule(store=st.booleans())
+    def expire_and_rejoin(self, store: bool) -> None:
+        """The session expires and the rebalance on the new one gives back the same partitions
+        (the usual case after a long pause of the process)."""
+        owned = sorted(self.states.claims)
+        self.lose()
+        self.reconnect()
+        for partition in owned:
+            self.claim(partition)
+        self.position(0, store=store)
+
+    @rule()
+    def reconnect(self) -> None:
+        self.states.suspended = False
+
+    @rule(assigned=st.sets(partitions))
+    def expect(self, assigned: set[int]) -> None:
+        self.states.expected(assigned)
+        self.paused &= assigned | set(self.states.claims)
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self.fetching is None)
+    @rule()
+    def fetch_send(self) -> None:
+        for partition, offset in self.states.seeks().items():
+            self.fetcher.seek(partition, offset)
+        self.fetching = self.fetcher.fetch(self.states.fetchable())
+
+    @precondition(lambda self: self.fetching is not None)
+    @rule()
+    def fetch_answer(self) -> None:
+        assert self.fetching is not None
+        for partition, records in self.fetching.items():
+            self.states.fetched(partition, list(records))
+        self.fetching = None
+
+    # -- handing out -------------------------------------------------------------------------
+
+    @rule(picks=st.integers(1, 3))
+    def deliver(self, picks: int) -> None:
+        """The usual way round: the fetcher gets its positions, fetches, and batches go out."""
+        if self.fetching is None:
+            self.assign()
+            self.fetch_send()
+        self.fetch_answer()
+        for _ in range(picks):
+            self.pick()
+
+    @rule()
+    def pick(self) -> None:
+        picked = self.states.pick()
+        if picked is None:
+            return
+        claim, batch = picked
+        partition = claim.partition
+        assert self.states.claims.get(partition) is claim
+        assert not self.states.suspended
+        assert partition not in self.paused, "a paused partition hands out nothing"
+        assert partition not in self.revoking, "a partition being handed over hands out nothing"
+        assert not self._live(partition), "one batch in flight per partition"
+        assert [r.offset for r in batch] == list(range(batch[0].offset, batch[-1].offset + 1))
+        assert batch[0].offset == self.next[partition], (
+            "a batch starts at the partition's position: a claim made again starts at the stored "
+            "offset, a seek where it asked, a failed body where it began"
+        )
+        self.next[partition] = batch[-1].offset + 1
+        self.bodies.append(Body(claim, batch))
+
+    @precondition(lambda self: self.bodies)
+    @rule(data=st.data(), completed=st.booleans(), commit=st.booleans())
+    def finish(self, data: st.DataObject, completed: bool, commit: bool) -> None:
+        body = data.draw(st.sampled_from(self.bodies))
+        self.bodies.remove(body)
+        claim, batch = body.claim, body.batch
+        before = claim.pending
+        self.states.finished(claim, batch, completed=completed, commit=commit)
+        current = self.states.claims.get(body.partition) is claim
+        if body.overtaken or not current:
+            assert claim.pending == before, "an overtaken batch never commits"
+        elif completed and commit:
+            assert claim.pending == batch[-1].offset + 1
+        elif completed:
+            assert claim.pending == before
+        else:
+            self.next[body.partition] = batch[0].offset
+
+    @rule(partition=partitions, offset=st.integers(0, LOG_END))
+    def seek(self, partition: int, offset: int) -> None:
+        if not self.states.owned(partition):
+            with pytest.raises(NotOwnedError):
+                self.states.sought(partition, offset)
+            return
+        self.states.sought(partition, offset)
+        self.next[partition] = offset
+        for body in self._live(partition):
+            body.overtaken = True
+
+    @rule(partition=partitions)
+    def pause(self, partition: int) -> None:
+        if not self.states.owned(partition):
+            with pytest.raises(NotOwnedError):
+                self.states.pause([partition])
+            return
+        self.states.pause([partition])
+        self.paused.add(partition)
+
+    @rule(partition=partitions)
+    def resume(self, partition: int) -> None:
+        self.states.resume([partition])
+        self.paused.discard(partition)
+
+    @rule(partition=partitions, past_end=st.booleans(), trail=st.booleans())
+    def out_of_range(self, partition: int, past_end: bool, trail: bool) -> None:
+        """The broker no longer holds the partition's position (here: log 10 .. LOG_END)."""
+        claim = self.states.claims.get(partition)
+        if claim is None or claim.next_offset == UNPOSITIONED:
+            return
+        offset = LOG_END + 5 if past_end else 3
+        running = self.states.running([partition])
+        start = self.states.out_of_range(partition, offset, 10, LOG_END, trail=trail)
+        assert start == (LOG_END if past_end and trail else 10)
+        self.next[partition] = start
+        if not running:
+            assert claim.pending == start, "the new start is stored at once"
+
+    @rule(partition=partitions)
+    def fence(self, partition: int) -> None:
+        """A write found the claim gone: it stores nothing more; the rebalance drops it."""
+        claim = self.states.claims.get(partition)
+        if claim is None:
+            return
+        assert self.states.fenced_off([claim]) == [partition]
+        assert partition in self.states.fenced
+        with pytest.raises(NotOwnedError):
+            self.states.committed(partition, 0)
+
+    # -- storing -----------------------------------------------------------------------------
+
+    @rule()
+    def flush(self) -> None:
+        due = self.states.due(range(PARTITIONS))
+        written = {}
+        for claim in due:
+            assert claim.pending is not None
+            assert self.states.claims.get(claim.partition) is claim, (
+                "nothing is written for a partition not owned"
+            )
+            assert not claim.fenced, "nothing is written for a fenced claim"
+            for body in self._live(claim.partition):
+                if body.claim is claim and not body.overtaken:
+                    assert claim.pending <= body.batch[0].offset, (
+                        "an offset stored never passes a batch not finished"
+                    )
+            written[claim] = claim.pending
+        self.zookeeper.update({claim.partition: offset for claim, offset in written.items()})
+        held = self.states.stored(written)
+        assert held == {claim.partition: offset for claim, offset in written.items()}
+
+    # -- what holds after every step ---------------------------------------------------------
+
+    @invariant()
+    def pauses_last_until_resumed(self) -> None:
+        assert self.states.paused == sorted(self.paused), (
+            "a pause lasts until resume(), across a loss and the claim that regains it"
+        )
+
+    @invariant()
+    def claims_are_their_partitions(self) -> None:
+        for partition, claim in self.states.claims.items():
+            assert claim.partition == partition
+            if claim.next_offset != UNPOSITIONED:
+                assert self.next.get(partition, claim.next_offset) == claim.next_offset
+
+    @invariant()
+    def nothing_fetchable_that_is_not_owned(self) -> None:
+        assert set(self.states.fetchable()) <= set(self.states.claims)
+        assert self.states.withheld <= set(self.states.claims)
+
+
+PartitionStatesMachine.TestCase.settings = settings(
+    max_examples=400, stateful_step_count=80, deadline=None
+)
+test_partition_states = PartitionStatesMachine.TestCase
+
+
+def test_a_pause_survives_a_loss_and_the_claim_that_regains_it() -> None:
+    states = PartitionStates()
+    states.claimed(Claim(0, 0, 5, 5))
+    states.pause([0])
+    states.lost()
+    assert states.paused == [0]
+    states.claimed(Claim(0, 0, 5, 5))
+    states.expected({0})
+    assert states.paused == [0]
+    states.suspended = False
+    assert states.assignment() == {0: 5}
+    assert states.fetchable() == [], "still paused"
+
+
+def test_a_partition_regained_restarts_at_its_stored_offset() -> None:
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(0, 0, 3, 3))
+    positions = states.assignment()
+    assert positions == {0: 3}
+    fetcher.assign(positions)
+    for records in fetcher.fetch([0]).values():
+        states.fetched(0, list(records))
+    picked = states.pick()
+    assert picked is not None
+    assert [r.offset for r in picked[1]] == [3, 4, 5]
+    states.lost()
+    states.suspended = False
+    states.claimed(Claim(0, 0, 3, 3))
+    assert fetcher.fetch(states.fetchable()) == {}, "nothing fetched before the fetcher moves"
+    positions = states.assignment()
+    assert positions == {0: 3}, "the fetcher is moved back to the stored offset"
+
+
+def _fed(states: PartitionStates, fetcher: FakeFetcher) -> None:
+    positions = states.assignment()
+    if positions is not None:
+        fetcher.assign(positions)
+
+
+def test_a_partition_consumed_to_its_end_moves_past_what_is_no_record() -> None:
+    """The fetcher's position passed transaction markers after the last record: once that
+    record's batch is committed, the claim goes on (and stores) from there."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(0, 0, 3, 3))
+    _fed(states, fetcher)
+    states.fetched(0, [FakeRecord("t", 0, 3), FakeRecord("t", 0, 4)])
+    assert not states.stepped_over(0, 7), "records buffered: nothing moves"
+    picked = states.pick()
+    assert picked is not None
+    claim, batch = picked
+    assert not states.stepped_over(0, 7), "a batch runs: nothing moves"
+    assert states.finished(claim, batch, completed=True, commit=True, position=7)
+    assert (claim.next_offset, claim.pending) == (7, 7)
+
+
+def test_an_uncommitted_partition_moves_on_without_storing() -> None:
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(0, 0, 3, 3))
+    _fed(states, fetcher)
+    states.fetched(0, [FakeRecord("t", 0, 3)])
+    picked = states.pick()
+    assert picked is not None
+    states.finished(*picked, completed=True, commit=False, position=6)
+    assert (picked[0].next_offset, picked[0].pending) == (6, None), (
+        "a record before was not committed: the position is not stored"
+    )
+
+
+def test_a_claim_made_anew_never_moves_to_the_old_claims_position() -> None:
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(0, 0, 3, 3))
+    _fed(states, fetcher)
+    states.lost()
+    states.suspended = False
+    states.claimed(Claim(0, 0, 3, 3))
+    assert not states.stepped_over(0, 30), "the fetcher's position belongs to the lost claim"
+    assert states.claims[0].next_offset == 3
+    states.sought(0, 8)
+    assert states.seeks() == {0: 8}
+    assert states.assignment() is None, "the seek set the fetcher's position from this claim"
+    assert states.stepped_over(0, 9)
+
+
+@pytest.mark.parametrize(
+    ("offset", "trail", "start"), [(50, False, 10), (50, True, 40), (3, True, 10)]
+)
+def test_out_of_range_restarts_where_none_is_stored_or_at_the_earliest(
+    offset: int, trail: bool, start: int
+) -> None:
+    states = PartitionStates()
+    states.claimed(Claim(0, 0, offset, offset))
+    assert states.out_of_range(0, offset, 10, 40, trail=trail) == start
+    assert (states.claims[0].next_offset, states.claims[0].pending) == (start, start)
+    assert states.out_of_range(1, offset, 10, 40, trail=trail) is None, "not owned"
+
+
+def test_a_fenced_claim_stores_nothing_more() -> None:
+    states = PartitionStates()
+    claim = Claim(0, 0, 3, 3)
+    states.claimed(claim)
+    states.committed(0, 5)
+    assert states.fenced_off([claim]) == [0]
+    assert states.fenced == [0]
+    assert states.due([0]) == []
+    with pytest.raises(NotOwnedError):
+        states.committed(0, 6)
+    assert states.released(0) is claim, "the rebalance drops it"
+    assert states.fenced == []
+
+
+def test_migrate_takes_kafkas_offset_only_when_further_and_unmoved() -> None:
+    states = PartitionStates()
+    states.claimed(Claim(0, 0, UNPOSITIONED, None))
+    states.claimed(Claim(1, 0, 20, 20))
+    states.claimed(Claim(2, 0, 20, 20))
+    states.claimed(Claim(3, 0, 20, 20))
+    states.sought(3, 25)
+    assert states.migrated(0, 40)
+    assert states.migrated(1, 30)
+    assert not states.migrated(2, 10), "behind the stored offset"
+    assert not states.migrated(3, 30), "a seek came first"
+    assert not states.migrated(4, 30), "not owned"
+    claims = states.claims
+    assert [(c.next_offset, c.pending) for c in claims.values()] == [
+        (40, 40),
+        (30, 30),
+        (20, None),
+        (25, None),
+    ]
