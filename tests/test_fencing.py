@@ -136,20 +136,21 @@ async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_
         claim_timeout=claim_timeout,
     )
     restarted = asyncio.Event()
-    start_fetcher = group._fetcher.start
+    ensure_path = group._zk.ensure_path
 
     async def restart() -> None:
         await cluster.start_zookeeper()
         restarted.set()
 
-    async def stop_zookeeper_then_start_fetcher() -> None:
+    async def stop_zookeeper_then_ensure_path(path: str, *, shared: bool = False) -> None:
         # The session exists; ZooKeeper goes away just before register() first writes to it.
-        await cluster.stop_zookeeper()
-        tasks.append(asyncio.create_task(restart()))
-        await start_fetcher()
+        if not tasks:
+            await cluster.stop_zookeeper()
+            tasks.append(asyncio.create_task(restart()))
+        await ensure_path(path, shared=shared)
 
     tasks: list[asyncio.Task[None]] = []
-    monkeypatch.setattr(group._fetcher, "start", stop_zookeeper_then_start_fetcher)
+    monkeypatch.setattr(group._zk, "ensure_path", stop_zookeeper_then_ensure_path)
     join = asyncio.create_task(group.register())
     try:
         await wait_until(restarted.is_set, timeout=120, what="ZooKeeper restarted")
