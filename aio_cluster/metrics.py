@@ -30,6 +30,11 @@ where per partition)::
     aio_cluster_batches_total                    counter    batches handed out
     aio_cluster_rebalances_total                 counter    rebalances finished
     aio_cluster_claim_timeouts_total             counter    claims not made within claim_timeout
+    aio_cluster_unowned_nodes_total              counter    of those, given up on a node nobody owns
+    aio_cluster_processing_in_flight             gauge      records process() started, not finished
+    aio_cluster_processing_oldest_seconds        gauge      age of the oldest record in flight
+    aio_cluster_processing_retries_total         counter    handler runs that were retries
+    aio_cluster_dead_letters_total               counter    records written to the dead-letter topic
     aio_cluster_rebalance_duration_seconds       histogram  how long each rebalance took
     aio_cluster_session_state{state=...}         gauge      1 for the ZooKeeper session's state
     aio_cluster_member_state{state=...}          gauge      1 for the member's lifecycle state
@@ -233,6 +238,31 @@ class GroupMetrics(Collector):
             "Claims not made within claim_timeout (a previous owner held on).",
             labels=_MEMBER,
         )
+        unowned = CounterMetricFamily(
+            "aio_cluster_unowned_nodes",
+            "Claims given up on an owner node that no registered member holds.",
+            labels=_MEMBER,
+        )
+        in_flight = GaugeMetricFamily(
+            "aio_cluster_processing_in_flight",
+            "Records process() started and did not finish yet.",
+            labels=_MEMBER,
+        )
+        oldest = GaugeMetricFamily(
+            "aio_cluster_processing_oldest_seconds",
+            "Seconds since the oldest record in flight in process() started (0 when none).",
+            labels=_MEMBER,
+        )
+        retries = CounterMetricFamily(
+            "aio_cluster_processing_retries",
+            "Handler runs of process() that were retries.",
+            labels=_MEMBER,
+        )
+        dead_letters = CounterMetricFamily(
+            "aio_cluster_dead_letters",
+            "Records process() wrote to the dead-letter topic.",
+            labels=_MEMBER,
+        )
         durations = HistogramMetricFamily(
             "aio_cluster_rebalance_duration_seconds",
             "How long the member's rebalances took.",
@@ -268,6 +298,11 @@ class GroupMetrics(Collector):
             batches.add_metric(who, snapshot.batches)
             rebalances.add_metric(who, snapshot.rebalances)
             timeouts.add_metric(who, snapshot.claim_timeouts)
+            unowned.add_metric(who, snapshot.unowned_nodes)
+            in_flight.add_metric(who, snapshot.in_flight)
+            oldest.add_metric(who, snapshot.oldest_in_flight or 0.0)
+            retries.add_metric(who, snapshot.retried)
+            dead_letters.add_metric(who, snapshot.dead_lettered)
             buckets = [(repr(b), n) for b, n in zip(self._bounds, member.buckets, strict=True)]
             buckets.append(("+Inf", member.observed))
             durations.add_metric(who, buckets, member.duration_sum)
@@ -276,4 +311,5 @@ class GroupMetrics(Collector):
             for stage in GroupState:
                 lifecycle.add_metric([*who, stage.value], 1 if snapshot.state is stage else 0)
         yield from (lag, stored, position, end, paused, claimed)
-        yield from (records, batches, rebalances, timeouts, durations, session, lifecycle)
+        yield from (records, batches, rebalances, timeouts, unowned, durations, session, lifecycle)
+        yield from (in_flight, oldest, retries, dead_letters)

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from aio_cluster import ConfigurationError, ConsumerGroup, Record
 from aio_cluster.kafka.dead_letters import HEADERS
 from aio_cluster.local import LocalCluster
+from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
 
 from conftest import MakeTopic
@@ -375,8 +377,24 @@ async def test_poison_record_goes_to_the_dead_letter_topic(
                 lambda: stored_is(group, 0, 10), what="the partition goes on past the poison"
             )
             stats = await group.statistics()
+            registry = CollectorRegistry()
+            metrics = GroupMetrics(group, registry=registry)
+            await metrics.refresh()
+            who = {"group": group_name, "topic": topic, "member": group.id}
+            scraped = {
+                name: registry.get_sample_value(name, who)
+                for name in (
+                    "aio_cluster_dead_letters_total",
+                    "aio_cluster_processing_retries_total",
+                )
+            }
+            metrics.unregister()
         assert stats.dead_lettered == 1
         assert stats.retried == 3
+        assert scraped == {
+            "aio_cluster_dead_letters_total": 1,
+            "aio_cluster_processing_retries_total": 3,
+        }
     assert tries == 4
     waits = [
         float(match.group(1))
