@@ -289,7 +289,7 @@ class ConsumerGroup:
         )
         self._register_on_enter = register
         self._brokers = brokers
-        self._kafka_options = kafka_options
+        self._kafka_options = options
         self._rebalance_timeout = rebalance_timeout
         self._commit_interval = commit_interval
         self._metadata_interval = metadata_interval
@@ -298,7 +298,7 @@ class ConsumerGroup:
         self._mirror = KafkaMirror(
             None
             if kafka_offsets == "off"
-            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id, options=kafka_options),
+            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id, options=options),
             member_id=self._id,
             migrate=kafka_offsets == "migrate",
             # At most half the close bound, so that an absent Kafka leaves time to release.

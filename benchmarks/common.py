@@ -64,10 +64,13 @@ def _check(errors: Sequence[Sequence[object]], what: str) -> None:
             raise RuntimeError(f"Kafka refused to {what}: error {error[1]} {error[2:]}")
 
 
-async def fill(bootstrap: str, topic: str, count: int, size: int) -> None:
-    """Produce ``count`` messages of ``size`` bytes, spread over the partitions by key."""
+async def fill(
+    bootstrap: str, topic: str, count: int, size: int, *, batch_size: int = 1_048_576
+) -> None:
+    """Produce ``count`` messages of ``size`` bytes, spread over the partitions by key, in
+    producer batches of ``batch_size`` bytes."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1_048_576, acks=1
+        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=batch_size, acks=1
     )
     await producer.start()
     try:

@@ -24,8 +24,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from aiokafka import AIOKafkaProducer
-from common import RESULTS, create_topic, fresh, markdown_table, median
+from common import RESULTS, create_topic, fill, fresh, markdown_table, median
 from rich.console import Console
 from rich.table import Table
 from throughput import Clock, Run, measure, peak_rss_mb, raw_aiokafka
@@ -89,22 +88,6 @@ CONTENDERS: dict[str, tuple[str, Callable[[Run, Clock], Awaitable[None]]]] = {
 }
 
 
-async def fill(bootstrap: str, topic: str, count: int, size: int) -> None:
-    """Produce the backlog. Batches of 64 KB: with ``common.fill``'s 1 MB batches over 200
-    partitions one produce request would pass the broker's 100 MB request limit."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=65_536, acks=1
-    )
-    await producer.start()
-    try:
-        payload = b"x" * size
-        for i in range(count):
-            await producer.send(topic, key=str(i).encode(), value=payload)
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 def worker(name: str, run: Run) -> None:
     """Run one contender in this process and print its figures as one JSON line."""
     clock = Clock(run.total)
@@ -120,7 +103,9 @@ async def main(args: argparse.Namespace) -> None:
     loads = []
     async with LocalCluster() as cluster:
         topic = await create_topic(cluster.bootstrap, args.partitions)
-        await fill(cluster.bootstrap, topic, args.messages, args.size)
+        # Batches of 64 KB: with 1 MB batches over 200 partitions one produce request would
+        # pass the broker's 100 MB request limit.
+        await fill(cluster.bootstrap, topic, args.messages, args.size, batch_size=65_536)
         run = Run(cluster.bootstrap, cluster.zookeeper, topic, args.partitions, args.messages)
         for round_ in range(args.rounds):
             shift = round_ % len(names)
