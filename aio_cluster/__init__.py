@@ -43,6 +43,7 @@ from .errors import DeserializationError as DeserializationError
 from .errors import FetchError as FetchError
 from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
+from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
 from .errors import SessionLostError as SessionLostError
 from .errors import StrategyMismatchError as StrategyMismatchError
@@ -74,6 +75,7 @@ __all__ = [
     "GroupStatistics",
     "KafkaOptions",
     "LocalClusterError",
+    "MemberReplacedError",
     "NotOwnedError",
     "PartitionStatistics",
     "RebalanceListener",

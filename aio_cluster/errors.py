@@ -12,6 +12,7 @@ are translated where they enter the library, with the original kept as ``__cause
     │   ├── SessionLostError        the ZooKeeper session expired: every claim is gone
     │   └── CorruptOffsetError      an offset node holds no offset (not retriable: reset it)
     ├── StrategyMismatchError       the group's members use another assignment strategy
+    ├── MemberReplacedError         a newer member took this named member's name and partitions
     ├── NotOwnedError               commit, pause or seek of a partition this member does not own
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
@@ -36,6 +37,7 @@ __all__ = [
     "FetchError",
     "GroupClosedError",
     "LocalClusterError",
+    "MemberReplacedError",
     "NotOwnedError",
     "SessionLostError",
     "StrategyMismatchError",
@@ -99,6 +101,25 @@ class CorruptOffsetError(CoordinationError):
 
 class StrategyMismatchError(AioClusterError):
     """The group's live members publish another assignment strategy than this member's."""
+
+
+class MemberReplacedError(AioClusterError):
+    """Another member registered under this member's ``member_name`` and took over its
+    partitions (a restart came back while this one still ran). This member stops and never
+    registers again on its own: the newer member is the name's owner now. Not retriable.
+
+    Attributes:
+        name: the member name taken over.
+    """
+
+    retriable = False
+
+    def __init__(self, group: str, name: str) -> None:
+        super().__init__(
+            f"member {name!r} of group {group!r} was taken over by a newer member registered "
+            "under the same name; this one stops (run one member per name)"
+        )
+        self.name = name
 
 
 class NotOwnedError(AioClusterError):

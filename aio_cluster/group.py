@@ -63,7 +63,7 @@ from .member.partitions import PartitionStates
 from .member.processing import Policy, Processor, check_handler
 from .member.statistics import GroupStatistics, partition_statistics
 from .zookeeper.client import SessionState, ZooKeeper
-from .zookeeper.layout import GroupLayout
+from .zookeeper.layout import GroupLayout, check_member_name
 from .zookeeper.security import Acl, ZooKeeperTLS
 
 __all__ = ["Batch", "ConsumerGroup", "GroupState"]
@@ -148,6 +148,8 @@ class ConsumerGroup:
         isolation_level: IsolationLevel = "read_uncommitted",
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
+        member_name: str | None = None,
+        rejoin_grace: float | None = None,
     ) -> None:
         """Configure a member; it joins in ``async with`` (or `register()`).
 
@@ -206,6 +208,17 @@ class ConsumerGroup:
                 hand out what it returns. One that raises makes the iteration raise
                 [DeserializationError][aio_cluster.DeserializationError] for that record.
             value_deserializer: the same for each value (not for a None one, a tombstone).
+            member_name: a name for this member, stable across its restarts (a StatefulSet
+                pod's name, say), used as its member id. A member started under a name that a
+                live member holds takes that member's registration and partitions over at once
+                (a restart that came back before its old session expired); the older member
+                stops with [MemberReplacedError][aio_cluster.MemberReplacedError]. Run one
+                member per name. None (the default): a unique id is made.
+            rejoin_grace: with ``member_name`` and the sticky strategy, how many seconds a
+                member's partitions wait for it once it left or died: back under the same name
+                within it, it gets exactly its partitions back and no other member's move.
+                They are not consumed meanwhile (Kafka's static membership makes the same
+                trade). Past it, they are spread as at any leave. None or 0: no grace.
 
         Raises:
             ConfigurationError: an argument is not valid (the message names it), or no event
@@ -255,7 +268,8 @@ class ConsumerGroup:
         ):
             if deserializer is not None and not callable(deserializer):
                 raise ConfigurationError(f"{label} must be callable, not {deserializer!r}")
-        self._id = _member_id(name)
+        self._check_name(member_name, rejoin_grace)
+        self._id = member_name if member_name is not None else _member_id(name)
         self._zk = ZooKeeper(
             zookeepers,
             session_timeout=session_timeout,
@@ -318,6 +332,8 @@ class ConsumerGroup:
             claim_timeout=claim_timeout,
             wait_for_topic=wait_for_topic,
             rebalance_timeout=rebalance_timeout,
+            named=member_name is not None,
+            rejoin_grace=rejoin_grace or None,
         )
         self._delivery = Delivery(
             self._fetcher,
@@ -346,6 +362,32 @@ class ConsumerGroup:
         self._joined: asyncio.Future[None] | None = None
         self._closer: asyncio.Task[None] | None = None
         """The one closing of this member, awaited by every close()."""
+
+    def _check_name(self, member_name: object, rejoin_grace: object) -> None:
+        """A member name is one ZooKeeper node name; a grace needs a name and the sticky target
+        (which keeps the partitions of a member in its grace)."""
+        if member_name is not None:
+            check_member_name(member_name)
+        if rejoin_grace is None:
+            return
+        if (
+            isinstance(rejoin_grace, bool)
+            or not isinstance(rejoin_grace, (int, float))
+            or not rejoin_grace >= 0
+        ):
+            raise ConfigurationError(
+                f"rejoin_grace must be a non-negative number of seconds, not {rejoin_grace!r}"
+            )
+        if rejoin_grace and member_name is None:
+            raise ConfigurationError(
+                "rejoin_grace needs a member_name: a member comes back to its partitions under "
+                "the same name"
+            )
+        if rejoin_grace and self._strategy is not Strategy.STICKY:
+            raise ConfigurationError(
+                f"rejoin_grace needs the sticky strategy, not {self._strategy.value!r}: its "
+                "published target is what keeps a member's partitions for it"
+            )
 
     # -- what a user reads -------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """One consumer-group member in a process of its own, for the multi-process tests.
 
 Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual|process
-    [SESSION_S]
+    [SESSION_S [MEMBER_NAME REJOIN_GRACE_S]]
 
 Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
 to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
@@ -24,14 +24,29 @@ from aio_cluster import ConsumerGroup, Record
 
 
 async def main(
-    bootstrap: str, zookeeper: str, topic: str, group: str, out: str, mode: str, session: str
+    bootstrap: str,
+    zookeeper: str,
+    topic: str,
+    group: str,
+    out: str,
+    mode: str,
+    session: str,
+    name: str | None = None,
+    grace: str | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, time.sleep, 60.0)
     member = ConsumerGroup(
-        group, [bootstrap], [zookeeper], topic, loop_delay=0.1, session_timeout=float(session)
+        group,
+        [bootstrap],
+        [zookeeper],
+        topic,
+        loop_delay=0.1,
+        session_timeout=float(session),
+        member_name=name,
+        rejoin_grace=None if grace is None else float(grace),
     )
     async with member:
         print("joined", flush=True)
@@ -69,4 +84,4 @@ async def main(
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7], *(sys.argv[7:8] or ["10"])))
+    asyncio.run(main(*sys.argv[1:7], *(sys.argv[7:8] or ["10"]), *sys.argv[8:10]))

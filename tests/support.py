@@ -245,8 +245,19 @@ class Worker:
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(
-        self, cluster: LocalCluster, topic: str, group: str, mode: str, session: float = 10.0
+        self,
+        cluster: LocalCluster,
+        topic: str,
+        group: str,
+        mode: str,
+        session: float = 10.0,
+        *,
+        name: str | None = None,
+        grace: float = 0.0,
     ) -> None:
+        """Start the member process and wait for it to join; ``name`` and ``grace`` make it a
+        named member (``member_name``, ``rejoin_grace``)."""
+        named = [] if name is None else [name, str(grace)]
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(WORKER),
@@ -257,6 +268,7 @@ class Worker:
             str(self.out),
             mode,
             str(session),
+            *named,
             stdout=asyncio.subprocess.PIPE,
         )
         assert self.process.stdout is not None

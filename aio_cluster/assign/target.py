@@ -8,11 +8,11 @@ The same page says how one leader holds after an expiry, a lost target and a stu
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .strategies import sticky
 
-__all__ = ["StickyTarget", "follows", "leader", "next_target", "publishes"]
+__all__ = ["StickyTarget", "follows", "grace_ends", "leader", "next_target", "publishes"]
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,22 @@ class StickyTarget:
         version: counts the targets published for this group and topic; each one is the last + 1.
         members: the live members it was computed for, oldest (by registration) first.
         owners: partition -> the member that should own it.
+        graces: named member -> its ``rejoin_grace`` in seconds, for the members it counts that
+            asked for one (copied from their registrations, so that any later leader knows it).
+        absent: named member -> until when (Unix milliseconds) its partitions wait for it: a
+            member in its grace, gone from the registrations but still counted in ``members``.
     """
 
     version: int
     members: tuple[str, ...]
     owners: dict[int, str]
+    graces: dict[str, float] = field(default_factory=dict)
+    absent: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def present(self) -> tuple[str, ...]:
+        """The members counted that were registered when it was computed (not in their grace)."""
+        return tuple(member for member in self.members if member not in self.absent)
 
     def partitions_of(self, member: str) -> list[int]:
         """The sorted partitions the target gives ``member``."""
@@ -40,8 +51,9 @@ def leader(members: Sequence[str]) -> str | None:
 
 
 def follows(published: StickyTarget | None, members: Sequence[str]) -> bool:
-    """Whether the published target was computed for exactly these members (oldest first)."""
-    return published is not None and published.members == tuple(dict.fromkeys(members))
+    """Whether the published target was computed for exactly these live members (oldest first);
+    members it keeps in their grace do not count."""
+    return published is not None and published.present == tuple(dict.fromkeys(members))
 
 
 def publishes(member: str, members: Sequence[str], waited: float, takeover_after: float) -> bool:
@@ -66,6 +78,9 @@ def next_target(
     partitions: Collection[int],
     members: Sequence[str],
     owned: Mapping[int, str] | None = None,
+    *,
+    graces: Mapping[str, float] | None = None,
+    now_ms: int = 0,
 ) -> StickyTarget | None:
     """The target to publish next, or None when the published one already fits.
 
@@ -74,26 +89,65 @@ def next_target(
     owners. None is also returned for no partitions at all while the published target has some:
     an empty answer from Kafka is a blip, never a reason to release everything.
 
+    A named member with a grace that is gone from ``members`` stays counted, with its partitions,
+    until its grace has passed since the target first found it gone (``absent``): nothing moves
+    when it leaves, and nothing when it comes back under the same name. Once the grace passed,
+    its partitions are spread as any leaver's.
+
     Args:
         published: the target in ZooKeeper now, or None when none is there (or none readable).
         partitions: the topic's partition ids.
         members: the live members of this topic and strategy, oldest first.
         owned: with no published target, who owns each partition now (its claim node), so that
             a lost target is republished moving nothing.
+        graces: live member -> its ``rejoin_grace`` in seconds, for those that have one.
+        now_ms: the time now, in Unix milliseconds: when a grace begins and whether it ended
+            (needed only where a member has a grace).
     """
-    ordered = tuple(dict.fromkeys(members))
+    live = tuple(dict.fromkeys(members))
     wanted = set(partitions)
     if published is not None and not wanted and published.owners:
         return None
+    kept: dict[str, int] = {}
+    granted = {member: grace for member, grace in (graces or {}).items() if member in live}
+    ordered = live
+    if published is not None:
+        kept = _waiting(published, live, now_ms)
+        granted.update((member, published.graces[member]) for member in kept)
+        ordered += tuple(member for member in published.members if member in kept)
     if (
         published is not None
         and published.members == ordered
         and set(published.owners) == wanted
         and set(published.owners.values()) <= set(ordered)
+        and published.absent == kept
+        and published.graces == granted
     ):
         return None
     previous = dict(owned or {}) if published is None else published.owners
     assigned = sticky(wanted, ordered, previous)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
-    return StickyTarget(version=version, members=ordered, owners=owners)
+    return StickyTarget(
+        version=version, members=ordered, owners=owners, graces=granted, absent=kept
+    )
+
+
+def _waiting(published: StickyTarget, live: tuple[str, ...], now_ms: int) -> dict[str, int]:
+    """The members of ``published`` gone from ``live`` whose grace has not passed, each with
+    the end of its grace (kept from ``published``, or starting now for a member just gone)."""
+    waiting = {}
+    for member in published.members:
+        grace = published.graces.get(member)
+        if member in live or not grace:
+            continue
+        until = published.absent.get(member, now_ms + int(grace * 1000))
+        if until > now_ms:
+            waiting[member] = until
+    return waiting
+
+
+def grace_ends(target: StickyTarget) -> int | None:
+    """The earliest end of a grace in ``target`` (Unix milliseconds), or None: when its
+    publisher looks again."""
+    return min(target.absent.values(), default=None)

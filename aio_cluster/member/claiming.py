@@ -14,7 +14,9 @@ version and the fence's in the same transaction as the write, so a member whose 
 session expired, its node was replaced, its request was queued across a reconnect, an offset reset
 bumped the fence) can never store an offset or delete a node of that partition again. A node of
 this member's own session met when claiming is adopted: the fence is bumped over it, which gives
-the adoption an epoch of its own.
+the adoption an epoch of its own. A named member (``member_name``) also replaces at once a node
+that names it but belongs to another session: its own older run, restarted before that run's
+session expired; the fence bumped in the same transaction fences the older run off.
 
 **Nodes nobody owns.** A create that timed out on the client may still happen on the server
 (kazoo sends a request queued during a disconnection once it reconnects), and a delete may fail:
@@ -75,15 +77,20 @@ class Taken:
 class ClaimNodes:
     """One member's owner nodes of one group's topic."""
 
-    def __init__(self, zk: ZooKeeper, layout: GroupLayout, member_id: str) -> None:
+    def __init__(
+        self, zk: ZooKeeper, layout: GroupLayout, member_id: str, *, takes_over: bool = False
+    ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
         layout: the group's paths.
         member_id: written into each owner node.
+        takes_over: the id is a member name, and an owner node naming it but held by another
+            session is an older run's of this member: it is replaced at once, not waited for.
         """
         self._zk = zk
         self._layout = layout
         self._id = member_id
+        self._takes_over = takes_over
         self.timeouts = 0
         """Claims not made within their bound (and not given up for a newer rebalance)."""
         self.unowned = 0
@@ -121,6 +128,11 @@ class ClaimNodes:
                 except (BadVersionError, NoNodeError):
                     continue
                 return Taken(stat.version, epoch)
+            if self._takes_over and data == self._id.encode():
+                try:
+                    return await self._replace(partition, stat.version)
+                except (BadVersionError, NoNodeError, NodeExistsError):
+                    continue
             remaining = deadline - loop.time()
             if remaining > 0 and await self._wait_released(path, remaining, newer):
                 continue
@@ -177,6 +189,24 @@ class ClaimNodes:
         epoch = await self._bump(
             partition, [Create(owner, data, ephemeral=True), SetData(owner, data)]
         )
+        return Taken(CLAIMED_VERSION, epoch)
+
+    async def _replace(self, partition: int, node_version: int) -> Taken:
+        """Take over the owner node of an older run of this named member (its session may
+        live on for ``session_timeout`` after a SIGKILL): delete it and claim, in one
+        transaction that bumps the fence, so that the older run, if it is alive, can store no
+        offset and delete no node of the partition again."""
+        owner = self._layout.owner(partition)
+        data = self._id.encode()
+        epoch = await self._bump(
+            partition,
+            [
+                Delete(owner, node_version),
+                Create(owner, data, ephemeral=True),
+                SetData(owner, data),
+            ],
+        )
+        log.info("member %s: took partition %d over from its older run", self._id, partition)
         return Taken(CLAIMED_VERSION, epoch)
 
     async def _bump(self, partition: int, ops: list[Op]) -> int:

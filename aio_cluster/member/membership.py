@@ -22,11 +22,18 @@ from ..errors import (
     ConfigurationError,
     CoordinationError,
     CorruptOffsetError,
+    MemberReplacedError,
     SessionLostError,
     StrategyMismatchError,
 )
 from ..kafka.fetcher import Fetcher
-from ..zookeeper.client import NodeExistsError, NoNodeError, SessionState, ZooKeeper
+from ..zookeeper.client import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    SessionState,
+    ZooKeeper,
+)
 from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, encode_member
 from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
@@ -62,6 +69,8 @@ class Membership:
         claim_timeout: float,
         wait_for_topic: bool,
         rebalance_timeout: float = 60.0,
+        named: bool = False,
+        rejoin_grace: float | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -75,6 +84,10 @@ class Membership:
         wait_for_topic: a topic that does not exist yet has no partitions (instead of failing).
         rebalance_timeout: how long the sticky target may not follow the registrations before
             a member other than the leader publishes it (see `aio_cluster.assign.target`).
+        named: ``member_id`` is the user's ``member_name``: a member registering under it takes
+            the registration and the claims of an older one (its restart), and this member,
+            once taken over, stops with `MemberReplacedError`.
+        rejoin_grace: for a named member, how long its partitions wait for it once it is gone.
         """
         self._zk = zk
         self._layout = layout
@@ -83,7 +96,9 @@ class Membership:
         self._id = member_id
         self._strategy = strategy
         self._claim_timeout = claim_timeout
-        self._nodes = ClaimNodes(zk, layout, member_id)
+        self._named = named
+        self._rejoin_grace = rejoin_grace
+        self._nodes = ClaimNodes(zk, layout, member_id, takes_over=named)
         self._wait_for_topic = wait_for_topic
         self._waiting = False
         """True while the topic does not exist (logged once)."""
@@ -99,6 +114,9 @@ class Membership:
         self._epoch = 0
         """Counts session losses: a rebalance that began before one must not record claims."""
         self._registered_session: int | None = None
+        self._registration_czxid: int | None = None
+        """The creation zxid of this member's registration: another one under the same name
+        (a named member's newer self) has a later one."""
         self._members: dict[str, tuple[MemberInfo, int]] = {}
         self._ids_read: tuple[frozenset[str], int] | None = None
         """The registration names last listed, and the ``ids`` node's child version then."""
@@ -277,8 +295,9 @@ class Membership:
                 self.rebalances += 1
                 self.last_rebalance = loop.time() - started
                 self.recent_rebalances.append(self.last_rebalance)
-            except CorruptOffsetError as exc:
+            except (CorruptOffsetError, MemberReplacedError) as exc:
                 log.error("member %s: %s", self._id, exc)
+                await handover.report_lost()
                 if not joined.done():
                     joined.set_exception(exc)
                 else:
@@ -307,7 +326,11 @@ class Membership:
         if self._registered_session != self._zk.session_id:
             await self._register_node()
         members = await self._read_members()
-        if self._id not in members:
+        mine = members.get(self._id)
+        if self._named and (mine is None or mine[1] != self._registration_czxid):
+            # Another member took the name (its registration replaced ours, or did and left).
+            self._replaced()
+        if mine is None:
             # Our registration went behind our back (deleted by a tool): register again.
             await self._register_node()
             members = await self._read_members()
@@ -371,7 +394,14 @@ class Membership:
         if self._strategy is not Strategy.STICKY:
             self._in_target = True
             return set(assign(self._strategy, self._partitions, members).get(self._id, []))
-        target = await self._target.follow(members, self._partitions, self.request_rebalance)
+        graces = {
+            member: info.rejoin_grace
+            for member, (info, _czxid) in self._members.items()
+            if member in members and info.rejoin_grace
+        }
+        target = await self._target.follow(
+            members, self._partitions, self.request_rebalance, graces
+        )
         self._in_target = target is not None and self._id in target.members
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the
@@ -381,17 +411,44 @@ class Membership:
         return set(target.partitions_of(self._id))
 
     async def _register_node(self) -> None:
+        """Create this member's registration. A named member's first registration takes the
+        name over from an older registration (its own previous run, whose session may live
+        on after a SIGKILL); once registered, a named member that finds the name taken was
+        replaced, and stops."""
         path = self._layout.member(self._id)
-        data = encode_member(self._layout.topic, self._strategy, int(time.time() * 1000))
-        try:
-            await self._zk.create(path, data, ephemeral=True)
-        except NodeExistsError:
-            _data, stat = await self._zk.get(path)
-            if stat.ephemeral_owner != self._zk.session_id:
-                raise CoordinationError(
-                    f"registration {path} still belongs to an expired session"
-                ) from None
-        self._registered_session = self._zk.session_id
+        data = encode_member(
+            self._layout.topic,
+            self._strategy,
+            int(time.time() * 1000),
+            name=self._id if self._named else None,
+            rejoin_grace=self._rejoin_grace,
+        )
+        session = self._zk.session_id
+        while True:
+            with contextlib.suppress(NodeExistsError):
+                await self._zk.create(path, data, ephemeral=True)
+            stat = await self._zk.exists(path)
+            if stat is None:
+                continue  # deleted at once (by a member taking the name over): look again
+            if stat.ephemeral_owner == session:
+                break
+            if not self._named:
+                raise CoordinationError(f"registration {path} still belongs to an expired session")
+            if self._registration_czxid is not None:
+                self._replaced()
+            log.warning(
+                "member %s: taking the name over from session %#x", self._id, stat.ephemeral_owner
+            )
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                await self._zk.delete(path, version=stat.version)
+        self._registration_czxid = stat.czxid
+        self._registered_session = session
+
+    def _replaced(self) -> None:
+        """A newer member holds this member's name: stop, and leave its nodes alone."""
+        self._registered_session = None
+        self._states.lost()
+        raise MemberReplacedError(self._layout.group, self._id)
 
     async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[MemberInfo, int]]:
         """The live members, each with its registration's info and creation zxid. ``watch`` asks
@@ -486,8 +543,16 @@ class Membership:
             # All at once: with many partitions, one round trip instead of one per claim.
             await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
             if self._registered_session is not None:
-                with contextlib.suppress(NoNodeError):
-                    await self._zk.delete(self._layout.member(self._id))
+                await self._delete_registration()
+
+    async def _delete_registration(self) -> None:
+        """Delete this member's registration, unless it is not this session's any more (a named
+        member's newer self holds the name)."""
+        path = self._layout.member(self._id)
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            _data, stat = await self._zk.get(path)
+            if stat.ephemeral_owner == self._zk.session_id:
+                await self._zk.delete(path, version=stat.version)
 
     def forget(self) -> None:
         """The member closed: whatever was not released goes with the session."""

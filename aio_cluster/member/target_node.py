@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-from ..assign.target import StickyTarget, follows, leader, next_target, publishes
+from ..assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
 from ..errors import CoordinationError
 from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ..zookeeper.layout import GroupLayout, decode_target, encode_target
@@ -47,12 +48,15 @@ class TargetNode:
         only once it fits again, so members that keep coming and going cannot put off a
         takeover for ever."""
         self._timer: asyncio.TimerHandle | None = None
+        self._grace_timer: asyncio.TimerHandle | None = None
+        """The publisher's wake-up at the end of the earliest grace of its target."""
 
     async def follow(
         self,
         members: Sequence[str],
         partitions: Collection[int],
         on_change: Callable[[], None],
+        graces: Mapping[str, float] | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -68,6 +72,9 @@ class TargetNode:
             partitions: the topic's partitions (as the leader asked Kafka; another member
                 passes those it knows).
             on_change: asks for a rebalance.
+            graces: live member -> its ``rejoin_grace``, for the named members that have one.
+                The member that publishes a target keeping a member in its grace looks again
+                when the grace ends (``on_change``).
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -97,7 +104,10 @@ class TargetNode:
                 if published is not None:
                     partitions = list(published.owners)
             owned = None if published is not None else await self._owners(partitions)
-            target = next_target(published, partitions, members, owned)
+            now_ms = int(time.time() * 1000)
+            target = next_target(
+                published, partitions, members, owned, graces=graces, now_ms=now_ms
+            )
             if target is not None and published is None:
                 target = dataclasses.replace(target, version=self._last_version + 1)
             version = read_version
@@ -118,6 +128,9 @@ class TargetNode:
             stat = await self._zk.exists(self._path, watch=on_change)
             if (None if stat is None else stat.version) == version:
                 self._settle()
+                self._wake_at_grace_end(
+                    published if leading or target is not None else None, on_change
+                )
                 return published
             # Someone else wrote since: read again (the watch is set either way).
 
@@ -152,9 +165,23 @@ class TargetNode:
             self._timer.cancel()
             self._timer = None
 
+    def _wake_at_grace_end(
+        self, published: StickyTarget | None, on_change: Callable[[], None]
+    ) -> None:
+        """Ask for a rebalance when the earliest grace of ``published`` ends (Unix time, so a
+        grace keeps its end across leaders); no grace, no timer."""
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        until = None if published is None else grace_ends(published)
+        if until is not None:
+            delay = max(0.0, until / 1000 - time.time()) + 0.05
+            self._grace_timer = asyncio.get_running_loop().call_later(delay, on_change)
+
     def close(self) -> None:
-        """Cancel the takeover timer (the member leaves)."""
+        """Cancel the timers (the member leaves)."""
         self._settle()
+        self._wake_at_grace_end(None, lambda: None)
 
     async def _owners(self, partitions: Collection[int]) -> dict[int, str]:
         """partition -> the member its claim node names, for the claimed ones: with no target

@@ -36,6 +36,7 @@ from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 __all__ = [
     "GroupLayout",
     "MemberInfo",
+    "check_member_name",
     "decode_member",
     "decode_offset",
     "decode_target",
@@ -114,26 +115,51 @@ class GroupLayout:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """What a member's registration says: its topics, its assignment strategy and when it
-    registered (Unix milliseconds; None where the registration does not say)."""
+    """What a member's registration says: its topics, its assignment strategy, when it
+    registered (Unix milliseconds; None where the registration does not say) and, for a named
+    member, its name and grace."""
 
     topics: frozenset[str]
     strategy: Strategy | str
     since_ms: int | None = None
+    name: str | None = None
+    """The member's ``member_name``, for a named member."""
+    rejoin_grace: float | None = None
+    """How long, in seconds, a named member's partitions wait for it to come back."""
 
 
-def encode_member(topic: str, strategy: Strategy, timestamp_ms: int) -> bytes:
-    """The registration data: the classic JSON, plus the member's assignment strategy."""
-    return json.dumps(
-        {
-            "version": 1,
-            "subscription": {topic: 1},
-            "pattern": "static",
-            "timestamp": str(timestamp_ms),
-            "assignment": strategy.value,
-        },
-        separators=(",", ":"),
-    ).encode()
+def check_member_name(name: object) -> None:
+    """A ``member_name`` is a member id, one path segment under ``ids`` and in owner nodes.
+
+    Raises:
+        ConfigurationError: it is not a string of 1 to 249 of the characters A-Z a-z 0-9 . _ -
+            (nor ``.`` or ``..``).
+    """
+    _check_name("member", name)
+
+
+def encode_member(
+    topic: str,
+    strategy: Strategy,
+    timestamp_ms: int,
+    *,
+    name: str | None = None,
+    rejoin_grace: float | None = None,
+) -> bytes:
+    """The registration data: the classic JSON, plus the member's assignment strategy and, for a
+    named member, its name and grace (classic tools ignore fields they do not know)."""
+    doc: dict[str, object] = {
+        "version": 1,
+        "subscription": {topic: 1},
+        "pattern": "static",
+        "timestamp": str(timestamp_ms),
+        "assignment": strategy.value,
+    }
+    if name is not None:
+        doc["name"] = name
+    if rejoin_grace is not None:
+        doc["rejoin_grace"] = rejoin_grace
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_member(data: bytes) -> MemberInfo:
@@ -158,7 +184,22 @@ def decode_member(data: bytes) -> MemberInfo:
         strategy = str(raw)
     stamp = str(doc.get("timestamp", ""))
     since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
-    return MemberInfo(topics=topics, strategy=strategy, since_ms=since_ms)
+    name = doc.get("name")
+    grace = doc.get("rejoin_grace")
+    return MemberInfo(
+        topics=topics,
+        strategy=strategy,
+        since_ms=since_ms,
+        name=name if isinstance(name, str) else None,
+        rejoin_grace=_seconds(grace),
+    )
+
+
+def _seconds(value: object) -> float | None:
+    """A non-negative number of seconds, or None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return None
+    return float(value)
 
 
 def encode_target(target: StickyTarget) -> bytes:
@@ -167,10 +208,16 @@ def encode_target(target: StickyTarget) -> bytes:
     by_member: dict[str, list[int]] = {member: [] for member in target.members}
     for partition, owner in sorted(target.owners.items()):
         by_member.setdefault(owner, []).append(partition)
-    return json.dumps(
-        {"version": target.version, "members": list(target.members), "partitions": by_member},
-        separators=(",", ":"),
-    ).encode()
+    doc: dict[str, object] = {
+        "version": target.version,
+        "members": list(target.members),
+        "partitions": by_member,
+    }
+    if target.graces:
+        doc["graces"] = target.graces
+    if target.absent:
+        doc["absent"] = target.absent
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_target(data: bytes) -> StickyTarget:
@@ -191,12 +238,24 @@ def decode_target(data: bytes) -> StickyTarget:
         pairs = [(int(p), str(member)) for member, ps in lists.items() for p in ps]
         if any(isinstance(p, bool) or not isinstance(p, int) for ps in lists.values() for p in ps):
             raise TypeError(lists)
+        graces = {str(m): _seconds(g) for m, g in doc.get("graces", {}).items()}
+        absent = {str(m): until for m, until in doc.get("absent", {}).items()}
+        if any(g is None for g in graces.values()):
+            raise TypeError(graces)
+        if any(isinstance(u, bool) or not isinstance(u, int) for u in absent.values()):
+            raise TypeError(absent)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CoordinationError(f"assignment target {data[:80]!r} is not valid JSON") from exc
     owners = dict(pairs)
     if len(owners) != len(pairs):
         raise CoordinationError(f"assignment target version {version} gives a partition twice")
-    return StickyTarget(version=version, members=members, owners=owners)
+    return StickyTarget(
+        version=version,
+        members=members,
+        owners=owners,
+        graces={m: g for m, g in graces.items() if g is not None},
+        absent=absent,
+    )
 
 
 def decode_offset(path: str, data: bytes) -> int:
