@@ -283,11 +283,17 @@ async def test_a_graceful_restart_under_the_same_name_moves_nothing(
             await wait_until(lambda: settled(zk, [*stay, leaving]), what="three settle")
             held = set(leaving.claimed)
             before = await _claims(zk, layout, 6)
+
         # Gone: its partitions wait for it, claimed by nobody.
-        data, _stat = await zk.get(layout.assignment)
-        waiting = decode_target(data)
-        assert set(waiting.partitions_of("m-2")) == held
-        assert "m-2" in waiting.absent
+        async def target() -> StickyTarget:
+            data, _stat = await zk.get(layout.assignment)
+            return decode_target(data)
+
+        async def in_grace() -> bool:
+            return "m-2" in (await target()).absent
+
+        await wait_until(in_grace, what="the leaver in its grace")
+        assert set((await target()).partitions_of("m-2")) == held
         assert not set(await _claims(zk, layout, 6)) & held
         assert [set(m.claimed) for m in stay] == [
             {p for p, (o, _s) in before.items() if o == m.id} for m in stay
