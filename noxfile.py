@@ -130,6 +130,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/memory.py")
     session.run("python", "benchmarks/startup.py")
     session.run("python", "benchmarks/processing.py")
+    session.run("python", "benchmarks/deploy.py")
 
 
 @nox.session
