@@ -118,6 +118,11 @@ async def test_describe_and_list_show_every_topic_of_the_group(
         line = next(line for line in out.splitlines() if line.startswith(member_id))
         assert line.split()[-2:] == [topic, "2"], line  # subscription, partitions owned
 
+    code, out, err = await run(cluster, "describe", group, "--members")
+    assert code == 0, err
+    assert all(m.id in out for m in many_topics.members.values())
+    assert not any(line.split()[:1] == [topics[0]] for line in out.splitlines()), out
+
     code, out, err = await run(cluster, "describe", group, "--members", "--json")
     assert code == 0, err
     members = {entry["member"]: entry for entry in json.loads(out)}
@@ -366,9 +371,11 @@ async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[int, i
         await offsets.stop()
 
 
-async def kafka_tool_offsets(cluster: LocalCluster, group: str) -> dict[tuple[str, int], int]:
+async def kafka_tool_offsets(
+    cluster: LocalCluster, group: str
+) -> dict[tuple[str, int], tuple[int, int, int]]:
     """``kafka-consumer-groups.sh --describe --group G`` (run with ``java`` from Kafka's
-    kafka-tools jar): (topic, partition) -> the current offset Kafka holds for the group."""
+    kafka-tools jar): (topic, partition) -> (current offset, log-end offset, lag)."""
     java = shutil.which("java")
     assert java is not None
     tools = await resolve_jars(default_cache_dir(), "tools")
@@ -384,7 +391,7 @@ async def kafka_tool_offsets(cluster: LocalCluster, group: str) -> dict[tuple[st
     for line in out.decode().splitlines():
         fields = line.split()
         if len(fields) >= 6 and fields[0] == group:
-            rows[(fields[1], int(fields[2]))] = int(fields[3])
+            rows[(fields[1], int(fields[2]))] = (int(fields[3]), int(fields[4]), int(fields[5]))
     return rows
 
 
@@ -416,7 +423,13 @@ async def test_kafkas_own_tool_and_describe_agree_on_every_topic_of_a_mirrored_g
         await wait_until(mirrored, what="the offsets of every topic to reach Kafka")
         code, out, err = await run(cluster, "describe", group_name, "--json")
         assert code == 0, err
-        ours = {(row["topic"], row["partition"]): row["committed"] for row in json.loads(out)}
+        ours = {
+            (row["topic"], row["partition"]): (row["committed"], row["end"], row["lag"])
+            for row in json.loads(out)
+        }
         theirs = await kafka_tool_offsets(cluster, group_name)
     assert theirs == ours
-    assert ours == {(topic, p): in_zookeeper[topic][p] for topic in topics for p in (0, 1)}
+    assert {key: current for key, (current, _end, _lag) in theirs.items()} == {
+        (topic, p): in_zookeeper[topic][p] for topic in topics for p in (0, 1)
+    }
+    assert all(lag > 0 for _current, _end, lag in theirs.values())
