@@ -157,8 +157,11 @@ async def test_reset_offsets_plan_refusal_execution(
     assert code == 0, err
     assert "dry run" in out
     assert "1 member(s) registered" in out
-    plan = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:3]}
-    assert plan == {str(p): [str(committed[p]), "0"] for p in (0, 1)}
+    plan = {
+        fields[1]: [fields[0], *fields[2:]]
+        for fields in (line.split() for line in out.splitlines()[1:3])
+    }
+    assert plan == {str(p): [group.topic, str(committed[p]), "0"] for p in (0, 1)}
     assert await stored_offsets(zk, layout, 2) == before
 
     code, _out, err = await run(cluster, *args, "--to-earliest", "--execute")

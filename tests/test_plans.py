@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aio_cluster import ConfigurationError
+from aio_cluster import ConfigurationError, CoordinationError, Strategy
 from aio_cluster.cli.plans import (
     LagRow,
     PlanRow,
+    Registration,
     ResetTarget,
     ShiftBy,
     ToEarliest,
@@ -22,6 +23,8 @@ from aio_cluster.cli.plans import (
     parse_partitions,
     parse_timestamp,
     plan_reset,
+    read_registration,
+    reset_topics,
     select_partitions,
 )
 
@@ -110,3 +113,60 @@ def test_times_are_iso_8601_and_utc_without_a_zone() -> None:
     assert parse_timestamp("1970-01-01T01:00:01+01:00") == 1000
     with pytest.raises(ConfigurationError, match="yesterday"):
         parse_timestamp("yesterday")
+
+
+def test_registrations_of_topics_patterns_and_names_are_read() -> None:
+    many = read_registration(
+        b'{"version":1,"subscription":{"orders":1,"refunds":1},"pattern":"static",'
+        b'"timestamp":"1764720000000","assignment":"sticky","name":"orders-3"}'
+    )
+    assert many == Registration(
+        ("orders", "refunds"), "static", Strategy.STICKY, 1764720000000, "orders-3"
+    )
+    assert many.topics == {"orders", "refunds"}
+    assert many.subscribes("refunds")
+    assert not many.subscribes("chargebacks")
+    assert many.shown() == "orders, refunds"
+
+    white = read_registration(
+        b'{"version":1,"subscription":{"events\\\\..*":1},"pattern":"white_list",'
+        b'"timestamp":"x","name":"x"}'
+    )
+    assert white == Registration(("events\\..*",), "white_list", Strategy.RANGE, None, "x")
+    assert white.topics == frozenset()  # a pattern names no topic
+    assert white.subscribes("events.a")
+    assert not white.subscribes("events")
+    assert not white.subscribes("my.events.a")  # the whole name matches, as in Java
+    assert white.shown() == "white_list events\\..*"
+
+    black = Registration(("events\\..*", "audit"), "black_list")
+    assert black.subscribes("orders")
+    assert not black.subscribes("audit")
+    assert not black.subscribes("events.a")
+    # An invalid expression matches nothing; a kind of pattern unknown here takes everything.
+    assert not Registration(("(",), "white_list").subscribes("(")
+    assert Registration(("x",), "regex_v2").subscribes("orders")
+    # A subscription key that cannot be a topic is none.
+    assert Registration(("ok", "no/slash")).topics == {"ok"}
+
+    odd = read_registration(b'{"subscription":{"a":1},"pattern":7,"name":["n"]}')
+    assert (odd.pattern, odd.name) == ("7", None)
+    for bad in (b"not json", b'{"subscription":["a"]}', b'{"pattern":"static"}', b"[]"):
+        with pytest.raises(CoordinationError):
+            read_registration(bad)
+
+
+def test_a_reset_takes_the_topics_named_every_one_or_the_only_one() -> None:
+    held = ["a", "b", "c"]
+    assert reset_topics("g", ["b", "a", "b"], False, held) == ["b", "a"]
+    assert reset_topics("g", None, True, held) == held
+    assert reset_topics("g", None, False, ["a"]) == ["a"]
+    assert reset_topics("g", ["z"], False, []) == ["z"]
+    with pytest.raises(ConfigurationError, match=r"3 topics \(a, b, c\).*--all-topics"):
+        reset_topics("g", None, False, held)
+    with pytest.raises(ConfigurationError, match=r"no offsets or claims.*--topic"):
+        reset_topics("g", None, False, [])
+    with pytest.raises(ConfigurationError, match="nothing to reset"):
+        reset_topics("g", None, True, [])
+    with pytest.raises(ConfigurationError, match="exclude each other"):
+        reset_topics("g", ["a"], True, held)

@@ -3,9 +3,10 @@
 ::
 
     aio-cluster list [--json]
-    aio-cluster describe GROUP [--topic T] [--json | --watch]
-    aio-cluster check GROUP [--window 30s] [--json]
-    aio-cluster reset-offsets GROUP --topic T --to-earliest [--partitions 0,3] [--execute] [--json]
+    aio-cluster describe GROUP [--topic T ...] [--members] [--json | --watch]
+    aio-cluster check GROUP [--topic T ...] [--window 30s] [--json]
+    aio-cluster reset-offsets GROUP (--topic T ... | --all-topics) --to-earliest [--partitions 0,3]
+        [--execute] [--json]
     aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
     aio-cluster consume GROUP TOPIC --isolation-level read_committed
     aio-cluster local up|down
@@ -30,12 +31,14 @@ import logging
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import anyio
 from rich.console import Group as Stack
 from rich.live import Live
+from rich.text import Text
 
 from ..assign.strategies import Strategy
 from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, CoordinationError
@@ -44,12 +47,14 @@ from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout, MemberInfo
+from ..zookeeper.layout import GroupLayout
 from ..zookeeper.security import ZooKeeperTLS
 from . import survey, tables
 from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
 from .plans import (
     LagRow,
+    PlanRow,
+    Registration,
     ResetTarget,
     ShiftBy,
     ToEarliest,
@@ -58,9 +63,11 @@ from .plans import (
     ToTime,
     Unreadable,
     lag_rows,
+    member_host,
     parse_partitions,
     parse_timestamp,
     plan_reset,
+    reset_topics,
     select_partitions,
 )
 
@@ -190,7 +197,18 @@ def _parser() -> _Parser:
         "describe", parents=[servers], help="a group's members, and per partition its lag"
     )
     describe.add_argument("group")
-    describe.add_argument("--topic", help="only this topic (default: all of the group's)")
+    describe.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic; repeatable (default: every topic of the group's)",
+    )
+    describe.add_argument(
+        "--members",
+        action="store_true",
+        help="only the members (with --json: a JSON list of them, with their names, "
+        "subscriptions and partition counts)",
+    )
     shown = describe.add_mutually_exclusive_group()
     shown.add_argument(
         "--json", action="store_true", help="print the partitions as a JSON list instead"
@@ -217,7 +235,12 @@ def _parser() -> _Parser:
         "2 for ok, warning or error; 2 also when the group cannot be looked at.",
     )
     check.add_argument("group")
-    check.add_argument("--topic", help="only this topic (default: all of the group's)")
+    check.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic; repeatable (default: every topic of the group's)",
+    )
     check.add_argument(
         "--window",
         default="30s",
@@ -256,18 +279,31 @@ def _parser() -> _Parser:
         "reset-offsets",
         parents=[servers],
         help="move a group's stored offsets (a plan unless --execute)",
-        description="Print the plan (partition, old, new); with --execute store it. Refused while "
-        "members are registered, unless --force. Also repairs a corrupted offset node.",
+        description="Print the plan (topic, partition, old, new); with --execute store it, every "
+        "topic in one transaction. Refused while members are registered, unless --force. Also "
+        "repairs a corrupted offset node. A group of one topic needs neither --topic nor "
+        "--all-topics; a group of several needs one of them.",
     )
     reset.add_argument("group")
-    reset.add_argument("--topic", required=True)
+    scope = reset.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="the topic whose offsets move; repeatable",
+    )
+    scope.add_argument(
+        "--all-topics",
+        action="store_true",
+        help="every topic the group holds offsets or claims of (as describe shows them)",
+    )
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the earliest retained offset")
     to.add_argument("--to-latest", action="store_true", help="the log end: skip everything")
     to.add_argument("--to-offset", type=int, metavar="N", help="offset N")
     to.add_argument("--to-datetime", metavar="ISO8601", help="the first record at or after it")
     to.add_argument("--shift-by", type=int, metavar="N", help="N records on (negative: back)")
-    reset.add_argument("--partitions", metavar="0,3", help="only these partitions")
+    reset.add_argument("--partitions", metavar="0,3", help="only these partitions (of one --topic)")
     reset.add_argument("--execute", action="store_true", help="store the plan")
     reset.add_argument("--force", action="store_true", help="even while members are registered")
     reset.add_argument(
@@ -445,26 +481,46 @@ async def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+Look = tuple[dict[str, Registration | None], list[LagRow], list[str]]
+"""One look at a group: its members, a row per partition, and notes on what is not shown."""
+
+
 async def _look(
-    zk: ZooKeeper, kafka: OffsetReader, group: str, topic: str | None
-) -> tuple[dict[str, MemberInfo | None], list[LagRow], list[str]]:
-    """One look at a group: its members, a row per partition, and the unreadable offset nodes."""
+    zk: ZooKeeper, kafka: OffsetReader, group: str, topics: Sequence[str] | None
+) -> Look:
+    """One look at a group: the named topics, else every topic it holds. A topic named that
+    Kafka does not have is an error; one only found in ZooKeeper (deleted since, say) is a
+    note, so that the others are still shown."""
     members = await survey.read_members(zk, group)
-    topics = [topic] if topic else await survey.group_topics(zk, group, members.values())
+    shown = (
+        list(dict.fromkeys(topics))
+        if topics
+        else await survey.group_topics(zk, group, members.values())
+    )
     rows: list[LagRow] = []
-    unreadable: list[str] = []
-    for name in topics:
+    notes: list[str] = []
+    for name in shown:
         layout = GroupLayout(group, name)
-        bounds = await kafka.bounds(name, await kafka.partitions(name))
+        try:
+            partitions = await kafka.partitions(name)
+        except ConfigurationError:
+            if topics:
+                raise
+            notes.append(
+                f"topic {name} does not exist in Kafka: the group's nodes of it are not shown"
+            )
+            continue
+        bounds = await kafka.bounds(name, partitions)
         stored = await survey.read_stored(zk, layout)
         owners = await survey.read_owners(zk, layout)
         rows += lag_rows(name, owners, stored, bounds)
-        unreadable += [
-            f"{name}/{p} holds {value.data[:40]!r}"
+        notes += [
+            f"offset node {name}/{p} holds {value.data[:40]!r}, not an offset: repair it with "
+            "reset-offsets"
             for p, value in sorted(stored.items())
             if isinstance(value, Unreadable)
         ]
-    return members, rows, unreadable
+    return members, rows, notes
 
 
 def _stop_on_signals() -> anyio.Event:
@@ -480,24 +536,56 @@ async def _describe(args: argparse.Namespace) -> int:
     interval = parse_duration(args.interval, "--interval")
     async with _zookeeper(args) as zk, _kafka(args) as kafka:
         await survey.require_group(zk, args.group)
-        members, rows, unreadable = await _look(zk, kafka, args.group, args.topic)
+        look = await _look(zk, kafka, args.group, args.topic)
         if args.watch:
-            await _watch(zk, kafka, args, interval, (members, rows, unreadable))
+            await _watch(zk, kafka, args, interval, look)
             return 0
+    members, rows, _notes = look
+    if args.json and args.members:
+        owned = _owned(rows)
+        print(
+            json.dumps(
+                [_member_json(args.group, m, info, owned) for m, info in sorted(members.items())],
+                indent=2,
+            )
+        )
+        return 0
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
         return 0
-    tables.show(_describe_view(args.group, members, rows, unreadable))
+    tables.show(_describe_view(args.group, look, members_only=args.members))
     return 0
 
 
-def _describe_view(
-    group: str, members: dict[str, MemberInfo | None], rows: list[LagRow], unreadable: list[str]
-) -> Stack:
-    notes = [
-        f"offset node {note}, not an offset: repair it with reset-offsets" for note in unreadable
-    ]
-    return Stack(tables.members_table(group, members), tables.lag_table(rows), *notes)
+def _owned(rows: Sequence[LagRow]) -> Counter[str]:
+    """member id -> how many of the rows' partitions it owns."""
+    return Counter(row.owner for row in rows if row.owner is not None)
+
+
+def _member_json(
+    group: str, member: str, info: Registration | None, owned: Counter[str]
+) -> dict[str, object]:
+    host = member_host(group, member)
+    if info is not None:
+        return info.as_json(member, host, owned[member])
+    return {
+        "member": member,
+        "name": None,
+        "host": host,
+        "since": None,
+        "strategy": None,
+        "pattern": None,
+        "subscription": [],
+        "partitions": owned[member],
+    }
+
+
+def _describe_view(group: str, look: Look, *, members_only: bool = False) -> Stack:
+    members, rows, notes = look
+    shown = tables.members_table(group, members, _owned(rows))
+    if members_only:
+        return Stack(shown)
+    return Stack(shown, tables.lag_table(rows), *(Text(note) for note in notes))
 
 
 async def _watch(
@@ -505,12 +593,14 @@ async def _watch(
     kafka: OffsetReader,
     args: argparse.Namespace,
     interval: float,
-    first: tuple[dict[str, MemberInfo | None], list[LagRow], list[str]],
+    first: Look,
 ) -> None:
     """Redraw ``describe`` in place every ``interval`` seconds until SIGINT or SIGTERM."""
     stop = _stop_on_signals()
     with Live(
-        _describe_view(args.group, *first), console=tables.console(), auto_refresh=False
+        _describe_view(args.group, first, members_only=args.members),
+        console=tables.console(),
+        auto_refresh=False,
     ) as live:
         live.refresh()
         while True:
@@ -518,7 +608,8 @@ async def _watch(
                 await stop.wait()
             if stop.is_set():
                 return
-            live.update(_describe_view(args.group, *await _look(zk, kafka, args.group, args.topic)))
+            look = await _look(zk, kafka, args.group, args.topic)
+            live.update(_describe_view(args.group, look, members_only=args.members))
             live.refresh()
 
 
@@ -573,65 +664,104 @@ _RESET_ATTEMPTS = 3
 """Plans a reset makes before it refuses, when members keep storing offsets meanwhile."""
 
 
-async def _refusable(layout: GroupLayout, write: Awaitable[T]) -> T:
+async def _refusable(path: str, write: Awaitable[T]) -> T:
     """``write``, with ZooKeeper's ACL refusal said in the command's words."""
     try:
         return await write
     except AccessDeniedError:
         raise AccessDeniedError(
-            f"refused by ZooKeeper: the ACL of {layout.offsets} does not let this session "
+            f"refused by ZooKeeper: the ACL of {path} does not let this session "
             f"change it; pass the group's credentials (${_AUTH_VAR} or --zookeeper-auth-file)"
         ) from None
 
 
 async def _reset(args: argparse.Namespace) -> int:
-    """Plan a reset and, with ``--execute``, store it. The write bumps every partition's claim
-    fence, so a member that claimed before it (even between the plan and the write) can never
-    store the offset it held; when an offset changed between the plan and the write, the plan is
-    made again from what is stored now (refused after `_RESET_ATTEMPTS`)."""
+    """Plan a reset and, with ``--execute``, store it, every topic in one transaction. The write
+    bumps every partition's claim fence, so a member that claimed before it (even between the
+    plan and the write) can never store the offset it held; when an offset changed between the
+    plan and the write, the plan is made again from what is stored now (refused after
+    `_RESET_ATTEMPTS`)."""
     target = _target(args)
     wanted = None if args.partitions is None else parse_partitions(args.partitions)
-    layout = GroupLayout(args.group, args.topic)
     async with _zookeeper(args) as zk, _kafka(args) as kafka:
         await survey.require_group(zk, args.group)
+        members = await survey.read_members(zk, args.group)
+        held = await survey.group_topics(zk, args.group, members.values())
+        topics = reset_topics(args.group, args.topic, args.all_topics, held)
+        if wanted is not None and len(topics) != 1:
+            raise ConfigurationError(
+                f"--partitions needs one topic (partitions are numbered per topic), not "
+                f"{len(topics)}: {', '.join(topics)}"
+            )
+        layouts = {topic: GroupLayout(args.group, topic) for topic in topics}
+        # With --all-topics, a topic deleted from Kafka keeps its nodes; it has no bounds to
+        # plan within, so it is left as it is (and said so), not a reason to reset nothing.
+        missing: list[str] = []
+        if args.all_topics:
+            for topic in topics:
+                try:
+                    await kafka.partitions(topic)
+                except ConfigurationError:
+                    missing.append(topic)
+            for topic in missing:
+                print(
+                    f"{_PROG}: topic {topic} does not exist in Kafka: its offsets are left "
+                    "as they are",
+                    file=sys.stderr,
+                )
+            topics = [topic for topic in topics if topic not in missing]
+            if not topics:
+                raise ConfigurationError(
+                    f"none of the topics of group {args.group!r} exists in Kafka: nothing to reset"
+                )
+        where = layouts[topics[0]].offsets if len(topics) == 1 else f"/consumers/{args.group}"
         for attempt in range(1, _RESET_ATTEMPTS + 1):
             members = await survey.read_members(zk, args.group)
-            active = sorted(
-                m for m, info in members.items() if info is None or args.topic in info.topics
-            )
-            partitions = select_partitions(await kafka.partitions(args.topic), wanted)
-            if args.execute:
-                # Every fence exists, so that the write bumps it whatever claims come meanwhile.
-                await _refusable(layout, survey.ensure_fences(zk, layout, partitions))
-            bounds = await kafka.bounds(args.topic, partitions)
-            at_time = None
-            if isinstance(target, ToTime):
-                at_time = await kafka.offsets_for_time(args.topic, partitions, target.timestamp_ms)
-            nodes = await survey.read_offset_nodes(zk, layout)
-            stored = {p: value for p, (value, _version) in nodes.items()}
-            plan = plan_reset(target, stored, bounds, at_time)
+            plans: dict[str, list[PlanRow]] = {}
+            versions: dict[str, dict[int, int]] = {}
+            for topic in topics:
+                plans[topic], versions[topic] = await _plan_topic(
+                    zk, kafka, layouts[topic], target, wanted, execute=args.execute
+                )
+            active = {
+                topic: sorted(
+                    m for m, info in members.items() if info is None or info.subscribes(topic)
+                )
+                for topic in topics
+            }
+            registered = sorted({m for ids in active.values() for m in ids})
             if not args.json:
-                tables.show(tables.plan_table(plan))
+                tables.show(tables.plan_table(plans))
             if not args.execute:
                 if args.json:
-                    rows = [row.as_json(args.topic, stored=False) for row in plan]
+                    rows = [
+                        row.as_json(topic, stored=False)
+                        for topic, plan in plans.items()
+                        for row in plan
+                    ]
                     print(json.dumps(rows, indent=2))
                     return 0
                 tables.show("dry run: nothing changed; add --execute to store this plan")
-                if active:
+                if registered:
                     tables.show(
-                        f"note: {len(active)} member(s) registered: --execute needs --force"
+                        f"note: {len(registered)} member(s) registered: --execute needs --force"
                     )
                 return 0
-            if active and not args.force:
+            if registered and not args.force:
+                named = ", ".join(
+                    f"{len(ids)} member(s) registered for {topic!r} ({', '.join(ids)})"
+                    for topic, ids in active.items()
+                    if ids
+                )
                 raise ConfigurationError(
-                    f"refused: group {args.group!r} has {len(active)} member(s) registered for "
-                    f"{args.topic!r} ({', '.join(active)}); they would overwrite the new "
+                    f"refused: group {args.group!r} has {named}; they would overwrite the new "
                     "offsets. Stop them first, or pass --force"
                 )
-            offsets = {row.partition: row.new for row in plan}
-            versions = {p: version for p, (_value, version) in nodes.items()}
-            if await _refusable(layout, survey.write_offsets(zk, layout, offsets, versions)):
+            writes = {
+                layouts[topic]: ({row.partition: row.new for row in plan}, versions[topic])
+                for topic, plan in plans.items()
+            }
+            if await _refusable(where, survey.write_offsets(zk, writes)):
                 break
             if attempt < _RESET_ATTEMPTS:
                 print(
@@ -644,10 +774,39 @@ async def _reset(args: argparse.Namespace) -> int:
                 f"reset was planned ({_RESET_ATTEMPTS} plans); stop its members first"
             )
     if args.json:
-        print(json.dumps([row.as_json(args.topic, stored=True) for row in plan], indent=2))
+        stored = [row.as_json(topic, stored=True) for topic, plan in plans.items() for row in plan]
+        print(json.dumps(stored, indent=2))
     else:
-        tables.show(f"stored the new offsets of {len(plan)} partition(s)")
+        count = sum(len(plan) for plan in plans.values())
+        tables.show(f"stored the new offsets of {count} partition(s) of {len(plans)} topic(s)")
     return 0
+
+
+async def _plan_topic(
+    zk: ZooKeeper,
+    kafka: OffsetReader,
+    layout: GroupLayout,
+    target: ResetTarget,
+    wanted: Sequence[int] | None,
+    *,
+    execute: bool,
+) -> tuple[list[PlanRow], dict[int, int]]:
+    """One topic's plan, and the versions of the offset nodes it was made from. Before an
+    ``execute`` every fence exists, so that the write bumps it whatever claims come meanwhile."""
+    topic = layout.topic
+    partitions = select_partitions(await kafka.partitions(topic), wanted)
+    if execute:
+        await _refusable(layout.offsets, survey.ensure_fences(zk, layout, partitions))
+    bounds = await kafka.bounds(topic, partitions)
+    at_time = None
+    if isinstance(target, ToTime):
+        at_time = await kafka.offsets_for_time(topic, partitions, target.timestamp_ms)
+    nodes = await survey.read_offset_nodes(zk, layout)
+    stored = {p: value for p, (value, _version) in nodes.items()}
+    return (
+        plan_reset(target, stored, bounds, at_time),
+        {p: version for p, (_value, version) in nodes.items()},
+    )
 
 
 def _target(args: argparse.Namespace) -> ResetTarget:
@@ -727,7 +886,7 @@ async def _group_strategy(args: argparse.Namespace) -> Strategy:
     async with _zookeeper(args) as zk:
         members = await survey.read_members(zk, args.group)
     for info in members.values():
-        if info is not None and args.topic in info.topics and isinstance(info.strategy, Strategy):
+        if info is not None and info.subscribes(args.topic) and isinstance(info.strategy, Strategy):
             return info.strategy
     return Strategy.STICKY
 

@@ -17,8 +17,8 @@ from ..zookeeper.client import (
     SetData,
     ZooKeeper,
 )
-from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, decode_offset
-from .plans import Stored, Unreadable
+from ..zookeeper.layout import GroupLayout, decode_offset
+from .plans import Registration, Stored, Unreadable, read_registration, topic_name
 
 __all__ = [
     "RESET_FENCE_DATA",
@@ -64,32 +64,34 @@ async def require_group(zk: ZooKeeper, group: str) -> None:
         )
 
 
-async def read_members(zk: ZooKeeper, group: str) -> dict[str, MemberInfo | None]:
+async def read_members(zk: ZooKeeper, group: str) -> dict[str, Registration | None]:
     """The registered members by id; None for a registration that cannot be read."""
     ids = f"{_ROOT}/{group}/ids"
-    members: dict[str, MemberInfo | None] = {}
+    members: dict[str, Registration | None] = {}
     for member in await _children(zk, ids):
         try:
             data, _stat = await zk.get(f"{ids}/{member}")
         except NoNodeError:
             continue  # it left meanwhile
         try:
-            members[member] = decode_member(data)
+            members[member] = read_registration(data)
         except CoordinationError:
             members[member] = None
     return members
 
 
 async def group_topics(
-    zk: ZooKeeper, group: str, members: Iterable[MemberInfo | None]
+    zk: ZooKeeper, group: str, members: Iterable[Registration | None]
 ) -> list[str]:
-    """The topics the group has offsets or claims of, or members subscribed to, sorted."""
+    """The topics the group has offsets or claims of, or members subscribed to by name, sorted
+    (a pattern member's topics are those it claimed). A node whose name cannot be a topic is
+    no topic."""
     topics = set(await _children(zk, f"{_ROOT}/{group}/offsets"))
     topics.update(await _children(zk, f"{_ROOT}/{group}/owners"))
     for info in members:
         if info is not None:
             topics.update(info.topics)
-    return sorted(topics)
+    return sorted(topic for topic in topics if topic_name(topic))
 
 
 async def read_owners(zk: ZooKeeper, layout: GroupLayout) -> dict[int, str]:
@@ -139,31 +141,33 @@ async def ensure_fences(zk: ZooKeeper, layout: GroupLayout, partitions: Iterable
 
 
 async def write_offsets(
-    zk: ZooKeeper, layout: GroupLayout, offsets: Mapping[int, int], versions: Mapping[int, int]
+    zk: ZooKeeper,
+    topics: Mapping[GroupLayout, tuple[Mapping[int, int], Mapping[int, int]]],
 ) -> bool:
-    """Store ``offsets`` in one transaction, all of them or none, that also bumps each
-    partition's claim fence: a member that claimed any of them before can no longer store an
-    offset of it (it claims again, from the new offset).
+    """Store the offsets of every topic in one transaction, all of them or none, that also bumps
+    each partition's claim fence: a member that claimed any of them before can no longer store
+    an offset of it (it claims again, from the new offset).
 
     Args:
         zk: the client.
-        layout: the group and topic.
-        offsets: partition -> the next offset to store; its fence must exist (`ensure_fences`).
-        versions: partition -> the version of its offset node as the plan read it (partitions
-            without a node are left out: their node is created).
+        topics: the group and topic -> ``(offsets, versions)``: ``offsets`` maps each partition
+            to the next offset to store (its fence must exist: `ensure_fences`); ``versions``
+            maps it to the version of its offset node as the plan read it (partitions without a
+            node are left out: their node is created).
 
     Returns:
         False when nothing was stored because an offset node changed since the plan read it (a
         member stored an offset meanwhile): the plan is out of date.
     """
-    await zk.ensure_path(layout.offsets)
     ops: list[Op] = []
-    for partition, offset in sorted(offsets.items()):
-        data = str(offset).encode()
-        path = layout.offset(partition)
-        version = versions.get(partition)
-        ops.append(Create(path, data) if version is None else SetData(path, data, version))
-        ops.append(SetData(layout.fence(partition), RESET_FENCE_DATA))
+    for layout, (offsets, versions) in topics.items():
+        await zk.ensure_path(layout.offsets)
+        for partition, offset in sorted(offsets.items()):
+            data = str(offset).encode()
+            path = layout.offset(partition)
+            version = versions.get(partition)
+            ops.append(Create(path, data) if version is None else SetData(path, data, version))
+            ops.append(SetData(layout.fence(partition), RESET_FENCE_DATA))
     try:
         await zk.transaction(ops)
     except (BadVersionError, NodeExistsError, NoNodeError):

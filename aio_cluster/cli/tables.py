@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from ..zookeeper.layout import MemberInfo
 from .health import PartitionHealth
-from .plans import LagRow, PlanRow, Unreadable, member_host
+from .plans import LagRow, PlanRow, Registration, Unreadable, member_host
 
 __all__ = [
     "console",
@@ -37,19 +37,36 @@ def groups_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
-def members_table(group: str, members: Mapping[str, MemberInfo | None]) -> Table:
-    """``describe``: the registered members (id, host, since when, strategy)."""
+def members_table(
+    group: str, members: Mapping[str, Registration | None], owned: Mapping[str, int]
+) -> Table:
+    """``describe``: the registered members (id, name, host, since when, strategy, what they
+    subscribe to, how many of the partitions shown they own). Names and patterns are shown as
+    text, never read as rich markup (a pattern may hold brackets)."""
     title = f"members of {group}" + ("" if members else ": none registered")
-    table = _table("member", "host", "since", "strategy", title=title)
+    table = _table(
+        "member", "name", "host", "since", "strategy", "subscription", "partitions", title=title
+    )
     for member, info in sorted(members.items()):
         since = "-"
         strategy = "unreadable registration"
+        name = subscription = "-"
         if info is not None:
             strategy = str(getattr(info.strategy, "value", info.strategy))
             if info.since_ms is not None:
                 moment = dt.datetime.fromtimestamp(info.since_ms / 1000, dt.timezone.utc)
                 since = moment.isoformat(timespec="seconds")
-        table.add_row(member, member_host(group, member) or "-", since, strategy)
+            name = info.name or "-"
+            subscription = info.shown()
+        table.add_row(
+            member,
+            Text(name),
+            member_host(group, member) or "-",
+            since,
+            Text(strategy),
+            Text(subscription),
+            str(owned.get(member, 0)),
+        )
     return table
 
 
@@ -68,16 +85,17 @@ def lag_table(rows: Sequence[LagRow]) -> Table:
     return table
 
 
-def plan_table(plan: Sequence[PlanRow]) -> Table:
-    """``reset-offsets``: per partition the offset stored now and the new one."""
-    table = _table("partition", "old", "new")
-    for row in plan:
-        old = row.old
-        if isinstance(old, Unreadable):
-            shown = f"unreadable {old.data[:40]!r}"
-        else:
-            shown = "-" if old is None else str(old)
-        table.add_row(str(row.partition), shown, str(row.new))
+def plan_table(plans: Mapping[str, Sequence[PlanRow]]) -> Table:
+    """``reset-offsets``: per topic and partition the offset stored now and the new one."""
+    table = _table("topic", "partition", "old", "new")
+    for topic, plan in plans.items():
+        for row in plan:
+            old = row.old
+            if isinstance(old, Unreadable):
+                shown = Text(f"unreadable {old.data[:40]!r}")
+            else:
+                shown = Text("-" if old is None else str(old))
+            table.add_row(topic, str(row.partition), shown, str(row.new))
     return table
 
 
