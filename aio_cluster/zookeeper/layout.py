@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from ..assign.strategies import Strategy
+from ..assign.subscription import Subscription
 from ..assign.target import StickyTarget
 from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
@@ -115,20 +116,40 @@ class GroupLayout:
 @dataclass(frozen=True)
 class MemberInfo:
     """What a member's registration says: its topics, its assignment strategy and when it
-    registered (Unix milliseconds; None where the registration does not say)."""
+    registered (Unix milliseconds; None where the registration does not say).
+
+    ``topics`` holds the keys of the ``subscription`` map: the topics of a static subscription,
+    the regex of a pattern; ``subscription`` says which topics the member reads (`subscribes`).
+    """
 
     topics: frozenset[str]
     strategy: Strategy | str
     since_ms: int | None = None
+    subscription: Subscription | None = None
+
+    def subscribes(self, topic: str) -> bool:
+        """Whether the member reads ``topic`` (for a pattern: whether it matches the name)."""
+        if self.subscription is None:
+            return topic in self.topics
+        return self.subscription.matches(topic)
 
 
-def encode_member(topic: str, strategy: Strategy, timestamp_ms: int) -> bytes:
-    """The registration data: the classic JSON, plus the member's assignment strategy."""
+def encode_member(
+    subscription: str | Subscription, strategy: Strategy, timestamp_ms: int
+) -> bytes:
+    """The registration data: the classic JSON, plus the member's assignment strategy.
+
+    The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
+    topics (or the one regex of a pattern) as the keys of ``subscription``, each with one stream,
+    and ``pattern`` saying ``static``, ``white_list`` or ``black_list``.
+    """
+    if isinstance(subscription, str):
+        subscription = Subscription(kind="static", topics=(subscription,))
     return json.dumps(
         {
             "version": 1,
-            "subscription": {topic: 1},
-            "pattern": "static",
+            "subscription": {entry: 1 for entry in subscription.entries},
+            "pattern": subscription.kind,
             "timestamp": str(timestamp_ms),
             "assignment": strategy.value,
         },
@@ -158,7 +179,14 @@ def decode_member(data: bytes) -> MemberInfo:
         strategy = str(raw)
     stamp = str(doc.get("timestamp", ""))
     since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
-    return MemberInfo(topics=topics, strategy=strategy, since_ms=since_ms)
+    # Registrations without a pattern (older ones) are static.
+    kind = str(doc.get("pattern", "static"))
+    return MemberInfo(
+        topics=topics,
+        strategy=strategy,
+        since_ms=since_ms,
+        subscription=Subscription.recorded(kind, sorted(topics)),
+    )
 
 
 def encode_target(target: StickyTarget) -> bytes:
