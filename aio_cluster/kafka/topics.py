@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["PARTITION_SPAN", "TopicKeys", "TopicPartition"]
+from typing_extensions import TypeVar
+
+__all__ = ["PARTITION_SPAN", "PartitionT", "TopicKeys", "TopicPartition"]
+
+PartitionT = TypeVar("PartitionT", default=int)
+"""How a member's user names a partition: its id (``int``, a one-topic group, the default) or a
+`TopicPartition` (a group on a list of topics or a pattern)."""
 
 PARTITION_SPAN = 2**31
 """More than any partition id: the key of partition ``p`` of the ``n``-th topic is
@@ -57,6 +63,11 @@ class TopicKeys:
     def of(self, tp: TopicPartition) -> int:
         """The key of ``tp``."""
         return self.key(tp.topic, tp.partition)
+
+    def lookup(self, topic: str, partition: int) -> int | None:
+        """The key of ``partition`` of ``topic``, or None when the topic was never met."""
+        number = self._numbers.get(topic)
+        return None if number is None else number * PARTITION_SPAN + partition
 
     def split(self, key: int) -> TopicPartition:
         """The topic and partition of ``key``.

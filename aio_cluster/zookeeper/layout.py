@@ -37,6 +37,7 @@ from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 __all__ = [
     "GroupLayout",
     "MemberInfo",
+    "check_name",
     "decode_member",
     "decode_offset",
     "decode_target",
@@ -48,7 +49,12 @@ __all__ = [
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
-def _check_name(kind: str, name: object) -> None:
+def check_name(kind: str, name: object) -> None:
+    """Check a group or topic name against Kafka's rule for topic names.
+
+    Raises:
+        ConfigurationError: the name is not valid (named in the message).
+    """
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in {".", ".."}:
         raise ConfigurationError(
             f"{kind} name {name!r} is not valid: use 1 to 249 of the characters A-Z a-z 0-9 . _ -"
@@ -63,8 +69,8 @@ class GroupLayout:
     topic: str
 
     def __post_init__(self) -> None:
-        _check_name("group", self.group)
-        _check_name("topic", self.topic)
+        check_name("group", self.group)
+        check_name("topic", self.topic)
 
     @property
     def root(self) -> str:
