@@ -49,11 +49,14 @@ class Subscription:
             recorded it.
         topics: the topics named (``"static"``), in the order given.
         regex: the whole-name regular expression of a pattern, as recorded.
+        listed: the topics were given as a list (even of one): partitions are named by
+            TopicPartition, as for a pattern.
     """
 
     kind: Kind
     topics: tuple[str, ...] = ()
     regex: str | None = None
+    listed: bool = False
 
     @classmethod
     def of(cls, topic: object, exclude: object = None) -> Subscription:
@@ -97,7 +100,7 @@ class Subscription:
                 if name in seen:
                     raise ConfigurationError(f"topic {name!r} is named twice in {topic!r}")
                 seen.add(name)
-            return cls(kind="static", topics=tuple(topic))
+            return cls(kind="static", topics=tuple(topic), listed=True)
         raise ConfigurationError(
             f"topic must be a topic name, a list of names or a compiled re.Pattern, not {topic!r}"
         )
@@ -122,7 +125,7 @@ class Subscription:
     @property
     def many(self) -> bool:
         """Whether the member reads a list or a pattern (its keys are TopicPartitions)."""
-        return self.kind != "static" or len(self.topics) != 1
+        return self.kind != "static" or self.listed or len(self.topics) != 1
 
     @property
     def is_pattern(self) -> bool:
