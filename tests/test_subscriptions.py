@@ -97,24 +97,24 @@ async def test_three_topics_every_record_once_across_a_join_and_a_leave(
         async with consuming(first, seen):
             await produce(30, 30)
             await wait_until(lambda: sum(seen.values()) >= 90, what="the first records")
-            async with second:
-                async with consuming(second, seen):
-                    await wait_until(
-                        lambda: len(first.claimed) + len(second.claimed) == 9
-                        and bool(second.claimed),
-                        what="the join settled",
-                    )
-                    # Every topic is balanced on its own: 3 partitions, 2 and 1.
-                    for topic in topics:
-                        mine = [tp for tp in first.claimed if tp.topic == topic]
-                        assert len(mine) in (1, 2)
-                    await produce(60, 30)
-                    await first.close()  # the leave
-                    await wait_until(lambda: len(second.claimed) == 9, what="the leave settled")
-                    await produce(90, 30)
-                    await wait_until(
-                        lambda: sum(seen.values()) >= len(wanted), what=f"all {len(wanted)}"
-                    )
+            async with second, consuming(second, seen):
+                await wait_until(
+                    lambda: (
+                        len(first.claimed) + len(second.claimed) == 9 and bool(second.claimed)
+                    ),
+                    what="the join settled",
+                )
+                # Every topic is balanced on its own: 3 partitions, 2 and 1.
+                for topic in topics:
+                    mine = [tp for tp in first.claimed if tp.topic == topic]
+                    assert len(mine) in (1, 2)
+                await produce(60, 30)
+                await first.close()  # the leave
+                await wait_until(lambda: len(second.claimed) == 9, what="the leave settled")
+                await produce(90, 30)
+                await wait_until(
+                    lambda: sum(seen.values()) >= len(wanted), what=f"all {len(wanted)}"
+                )
     assert sorted(seen) == sorted(wanted), "a record was lost"
     assert set(seen.values()) == {1}, "a record was delivered twice"
 
@@ -140,7 +140,8 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
         assert group.topics == [first]
         data, _stat = await zk.get(GroupLayout(group_name, first).member(group.id))
         info = decode_member(data)
-        assert info.subscribes(first) and not info.subscribes(f"{base}.skipped")
+        assert info.subscribes(first)
+        assert not info.subscribes(f"{base}.skipped")
         async with consuming(group, seen) as task:
             await send(producer, first, ["a0", "a1"])
             await wait_until(lambda: seen[(first, "a0")] + seen[(first, "a1")] == 2)

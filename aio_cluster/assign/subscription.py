@@ -36,7 +36,9 @@ def _compiled(text: str, label: str) -> re.Pattern[str]:
     try:
         return re.compile(text)
     except re.error as exc:
-        raise ConfigurationError(f"{label} {text!r} is not a valid regular expression: {exc}") from exc
+        raise ConfigurationError(
+            f"{label} {text!r} is not a valid regular expression: {exc}"
+        ) from exc
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,9 @@ class Fetcher:
             BrokerError: no broker answered.
         """
         fetching, reading = await asyncio.gather(
-            self._start_consumer(), self._reader.start(track=self.topic or None), return_exceptions=True
+            self._start_consumer(),
+            self._reader.start(track=self.topic or None),
+            return_exceptions=True,
         )
         failure = fetching if isinstance(fetching, BaseException) else reading
         if isinstance(failure, BaseException):

@@ -129,9 +129,7 @@ class KafkaGroupOffsets:
             ) from None
         except KafkaError as exc:
             raise BrokerError(f"offsets of group {self.group!r} unreadable: {named(exc)}") from exc
-        return {
-            key: offset for key, offset in zip(asked, found, strict=True) if offset is not None
-        }
+        return {key: offset for key, offset in zip(asked, found, strict=True) if offset is not None}
 
     def _tp(self, key: int) -> Any:
         return TopicPartition(*self._keys.split(key))

@@ -168,7 +168,9 @@ class Membership:
         """The key of every partition of the topics read, sorted (as of the last metadata check
         or target followed)."""
         return sorted(
-            key for state in self._topics.values() for key in self._keys.keys(state.name, state.partitions)
+            key
+            for state in self._topics.values()
+            for key in self._keys.keys(state.name, state.partitions)
         )
 
     @property

@@ -140,9 +140,7 @@ class MemberInfo:
         return self.subscription.matches(topic)
 
 
-def encode_member(
-    subscription: str | Subscription, strategy: Strategy, timestamp_ms: int
-) -> bytes:
+def encode_member(subscription: str | Subscription, strategy: Strategy, timestamp_ms: int) -> bytes:
     """The registration data: the classic JSON, plus the member's assignment strategy.
 
     The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
@@ -154,7 +152,7 @@ def encode_member(
     return json.dumps(
         {
             "version": 1,
-            "subscription": {entry: 1 for entry in subscription.entries},
+            "subscription": dict.fromkeys(subscription.entries, 1),
             "pattern": subscription.kind,
             "timestamp": str(timestamp_ms),
             "assignment": strategy.value,
