@@ -99,9 +99,7 @@ async def test_three_topics_every_record_once_across_a_join_and_a_leave(
             await wait_until(lambda: sum(seen.values()) >= 90, what="the first records")
             async with second, consuming(second, seen):
                 await wait_until(
-                    lambda: (
-                        len(first.claimed) + len(second.claimed) == 9 and bool(second.claimed)
-                    ),
+                    lambda: len(first.claimed) + len(second.claimed) == 9 and bool(second.claimed),
                     what="the join settled",
                 )
                 # Every topic is balanced on its own: 3 partitions, 2 and 1.
