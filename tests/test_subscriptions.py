@@ -282,3 +282,24 @@ async def test_the_mirror_commits_every_topic(
                 assert await kafka.committed(KafkaTopicPartition(topic, partition)) == 1
     finally:
         await kafka.stop()
+
+
+async def test_a_busy_topic_never_starves_a_quiet_one(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    base = fresh("fair")
+    busy = await new_topic(admin, f"{base}.busy", 1)
+    quiet = await new_topic(admin, f"{base}.quiet", 1)
+    await send(producer, busy, [f"b{i}" for i in range(300)])
+    group = many(cluster, group_name, [busy, quiet], max_bytes=1024)
+    async with group:
+        batches = closable(group.batches())
+        order: list[str] = []
+        await send(producer, quiet, ["q0"])
+        while quiet not in order:
+            tp, _batch = await anext(batches)
+            order.append(tp.topic)
+            assert len(order) < 50, "the quiet topic starved"
+        await batches.aclose()
+    # Round-robin over the topic-partitions with batches: the busy one had many buffered.
+    assert order.count(busy) <= order.count(quiet) + 2
