@@ -523,8 +523,12 @@ class ConsumerGroup(Generic[PartitionT]):
             and isinstance(given[1], int)
             and not isinstance(given[1], bool)
         ):
-            found = self._keys.lookup(given[0], given[1])
-            return -1 if found is None or given[1] < 0 else found
+            topic, number = given
+            found = self._keys.lookup(topic, number)
+            if found is None and self._subscription.matches(topic):
+                self._layout.of(topic)  # a name the layout takes (else ConfigurationError)
+                found = self._keys.key(topic, number)  # a topic read, not met yet
+            return -1 if found is None or number < 0 else found
         raise ConfigurationError(
             f"partition {given!r}: a member on many topics names a partition by "
             "TopicPartition(topic, partition)"

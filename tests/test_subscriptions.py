@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from aio_cluster import Batch, ConsumerGroup, RebalanceListener, TopicPartition
+from aio_cluster import Batch, ConsumerGroup, RebalanceListener, Record, TopicPartition
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_member
@@ -303,3 +303,35 @@ async def test_a_busy_topic_never_starves_a_quiet_one(
         await batches.aclose()
     # Round-robin over the topic-partitions with batches: the busy one had many buffered.
     assert order.count(busy) <= order.count(quiet) + 2
+
+
+async def test_process_handles_every_topic(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    base = fresh("handled")
+    topics = [await new_topic(admin, f"{base}.{n}", 2) for n in ("a", "b")]
+    for topic in topics:
+        await send(producer, topic, [f"k{i}" for i in range(20)])
+    handled: Counter[tuple[str, str]] = Counter()
+
+    async def handler(record: Record) -> None:
+        handled[(record.topic, (record.key or b"").decode())] += 1
+
+    group = many(cluster, group_name, topics, commit_interval=0.2)
+    async with group:
+        task = asyncio.ensure_future(group.process(handler))
+        try:
+            await wait_until(lambda: sum(handled.values()) == 40, what="every record handled")
+            await wait_until(
+                lambda: _stored(group, topics), what="the offsets of both topics stored"
+            )
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert set(handled.values()) == {1}
+
+
+async def _stored(group: ConsumerGroup[TopicPartition], topics: list[str]) -> bool:
+    stored = [await group.offset(TP(topic, p)) for topic in topics for p in range(2)]
+    return sum(offset or 0 for offset in stored) == 40
