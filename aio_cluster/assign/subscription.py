@@ -109,8 +109,9 @@ class Subscription:
 
     @classmethod
     def recorded(cls, kind: str, entries: Iterable[str]) -> Subscription:
-        """The subscription a registration records (``pattern`` and ``subscription``); an
-        unknown kind or an unreadable regex reads nothing."""
+        """The subscription a registration records (``pattern`` and ``subscription``): a
+        pattern with an unreadable regex reads nothing; any other kind reads the topics named,
+        as the single-topic releases read every registration."""
         names = tuple(entries)
         if kind in ("white_list", "black_list"):
             if len(names) != 1:
@@ -120,8 +121,6 @@ class Subscription:
             except re.error:
                 return cls(kind="static")
             return cls(kind="white_list" if kind == "white_list" else "black_list", regex=names[0])
-        if kind != "static":
-            return cls(kind="static")
         return cls(kind="static", topics=names)
 
     @property

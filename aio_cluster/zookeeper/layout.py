@@ -124,8 +124,8 @@ class MemberInfo:
     """What a member's registration says: its topics, its assignment strategy and when it
     registered (Unix milliseconds; None where the registration does not say).
 
-    ``topics`` holds the keys of the ``subscription`` map: the topics of a static subscription,
-    the regex of a pattern; ``subscription`` says which topics the member reads (`subscribes`).
+    ``topics`` holds the topics a static subscription names (none for a pattern, whose regex is
+    no topic name); ``subscription`` says which topics the member reads (`subscribes`).
     """
 
     topics: frozenset[str]
@@ -184,12 +184,12 @@ def decode_member(data: bytes) -> MemberInfo:
     stamp = str(doc.get("timestamp", ""))
     since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
     # Registrations without a pattern (older ones) are static.
-    kind = str(doc.get("pattern", "static"))
+    subscription = Subscription.recorded(str(doc.get("pattern", "static")), sorted(topics))
     return MemberInfo(
-        topics=topics,
+        topics=frozenset(subscription.topics),
         strategy=strategy,
         since_ms=since_ms,
-        subscription=Subscription.recorded(kind, sorted(topics)),
+        subscription=subscription,
     )
 
 
