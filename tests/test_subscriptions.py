@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client import CollectorRegistry
 
 from aio_cluster import Batch, ConsumerGroup, RebalanceListener, Record, TopicPartition
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
+from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_member
 
@@ -244,6 +246,12 @@ async def test_listener_pause_seek_and_statistics_speak_topic_partitions(
             TP(a, 0): 3,
             TP(b, 0): 2,
         }
+        registry = CollectorRegistry()
+        metrics = GroupMetrics(group, registry=registry)
+        await metrics.refresh()
+        for topic, end in ((a, 3), (b, 2)):
+            labels = {"group": group_name, "topic": topic, "partition": "0", "member": group.id}
+            assert registry.get_sample_value("aio_cluster_partition_end_offset", labels) == end
         group.resume(TP(a, 0))
         await group.seek(TP(a, 0), 2)
         partition, batch = await anext(batches)
