@@ -436,6 +436,7 @@ class ConsumerGroup(Generic[PartitionT]):
             loop_delay=loop_delay,
             max_wait_ms=max_wait_ms,
             trail=trail,
+            label=self._layout.label,
         )
         self._handover = Handover(
             self._states,
@@ -449,6 +450,7 @@ class ConsumerGroup(Generic[PartitionT]):
                 else cast(RebalanceListener[int], _NamingListener(listener, self._name))
             ),
             rebalance_timeout=rebalance_timeout,
+            label=self._layout.label,
         )
         self._state = GroupState.NEW
         self._failure: AioClusterError | None = None
