@@ -343,3 +343,20 @@ async def test_process_handles_every_topic(
 async def _stored(group: ConsumerGroup[TopicPartition], topics: list[str]) -> bool:
     stored = [await group.offset(TP(topic, p)) for topic in topics for p in range(2)]
     return sum(offset or 0 for offset in stored) == 40
+
+
+async def test_pattern_members_share_a_topic_created_later(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, group_name: str
+) -> None:
+    base = fresh("shared")
+    pattern = re.compile(re.escape(base) + r"\..*")
+    first = many(cluster, group_name, pattern, metadata_interval=0.3)
+    second = many(cluster, group_name, pattern, metadata_interval=0.3)
+    async with first, second:
+        assert first.claimed == second.claimed == []
+        topic = await new_topic(admin, f"{base}.new", 4)
+        await wait_until(
+            lambda: len(first.claimed) == len(second.claimed) == 2,
+            what="the new topic shared by both pattern members",
+        )
+        assert sorted(first.claimed + second.claimed) == [TP(topic, p) for p in range(4)]
