@@ -52,6 +52,7 @@ from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
 from .kafka.options import KafkaOptions as KafkaOptions
 from .kafka.records import Record as Record
+from .kafka.topics import TopicPartition as TopicPartition
 from .member.listener import RebalanceListener as RebalanceListener
 from .member.statistics import GroupStatistics as GroupStatistics
 from .member.statistics import PartitionStatistics as PartitionStatistics
@@ -83,6 +84,7 @@ __all__ = [
     "SessionLostError",
     "Strategy",
     "StrategyMismatchError",
+    "TopicPartition",
     "ZooKeeperTLS",
 ]
 

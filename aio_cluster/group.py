@@ -1,4 +1,4 @@
-"""ConsumerGroup: one member of a self-balancing consumer group of one Kafka topic.
+"""ConsumerGroup: one member of a self-balancing consumer group of one Kafka topic, or many.
 
 The members of a group share its name; every message of the topic goes to exactly one of them.
 They agree on who owns which partition through ZooKeeper (the classic layout, see
@@ -19,6 +19,10 @@ pauses, seeks, pending and stored offsets) and decides which transitions are leg
 drivers that ask it and tell it: `membership` (registration, the rebalance, owner nodes, with
 `claiming`), `delivery` (the fetcher), `offsets` (the fenced offset writes), `mirror` (Kafka's
 copy of the offsets) and `handover` (the order of a rebalance's steps, and the listener).
+
+A member on many topics (a list, or a pattern) is the same machinery: its parts know each
+partition by an ``int`` key (`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition
+id itself), and only this facade turns keys into the `TopicPartition` its user sees and back.
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ import asyncio
 import itertools
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, cast, overload
 
 import anyio
 
 from .assign.strategies import Strategy
+from .assign.subscription import Subscription
 from .errors import (
     AccessDeniedError,
     AioClusterError,
@@ -51,6 +57,7 @@ from .kafka.fetcher import ISOLATION_LEVELS, Deserializer, Fetcher, IsolationLev
 from .kafka.group_offsets import KafkaGroupOffsets
 from .kafka.options import KafkaOptions, parse_bootstrap
 from .kafka.records import Record
+from .kafka.topics import PartitionT, TopicKeys, TopicPartition
 from .member.claims import Batch
 from .member.delivery import Delivery
 from .member.handover import Handover
@@ -62,11 +69,15 @@ from .member.offsets import Offsets
 from .member.partitions import PartitionStates
 from .member.processing import Policy, Processor, check_handler
 from .member.statistics import GroupStatistics, partition_statistics
+from .member.topics import KeyedLayout
 from .zookeeper.client import SessionState, ZooKeeper
-from .zookeeper.layout import GroupLayout, check_member_name
+from .zookeeper.layout import check_member_name, check_name
 from .zookeeper.security import Acl, ZooKeeperTLS
 
-__all__ = ["Batch", "ConsumerGroup", "GroupState"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["Batch", "ConsumerGroup", "GroupState", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +112,70 @@ def _check_offset(value: object, label: str = "offset") -> None:
         raise ConfigurationError(f"{label} must be a non-negative integer, not {value!r}")
 
 
-class ConsumerGroup:
-    """One member of a consumer group reading one topic.
+class _Options(TypedDict, total=False):
+    """The keyword arguments of `ConsumerGroup` (for its typed overloads)."""
+
+    max_bytes: int
+    max_buffered_bytes: int | None
+    max_wait_ms: int
+    min_bytes: int
+    claim_timeout: float
+    loop_delay: float
+    trail: bool
+    session_timeout: float
+    register: bool
+    strategy: Strategy | str
+    commit_interval: float
+    metadata_interval: float
+    request_timeout: float
+    close_timeout: float
+    rebalance_timeout: float
+    wait_for_topic: bool
+    kafka_options: Mapping[str, Any] | None
+    zookeeper_auth: Sequence[tuple[str, str]]
+    zookeeper_acl: Acl
+    zookeeper_tls: ZooKeeperTLS | bool
+    kafka_offsets: Literal["off", "mirror", "migrate"]
+    isolation_level: IsolationLevel
+    key_deserializer: Deserializer | None
+    value_deserializer: Deserializer | None
+
+
+class _NamingListener:
+    """Passes a many-topic member's partition keys to the user's listener as TopicPartitions."""
+
+    def __init__(self, listener: RebalanceListener[Any], name: Callable[[int], Any]) -> None:
+        self._listener = listener
+        self._name = name
+
+    async def _tell(self, method: str, partitions: list[int]) -> None:
+        hook = getattr(self._listener, method, None)
+        if hook is not None:
+            await hook(sorted(self._name(key) for key in partitions))
+
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_lost", partitions)
+
+
+class ConsumerGroup(Generic[PartitionT]):
+    """One member of a consumer group reading one topic, a list of topics, or the topics a
+    pattern matches.
 
     Use it as ``async with ConsumerGroup(...) as group:`` and iterate ``async for partition, batch
     in group``: each batch is committed when the loop body has finished and the loop asks for the
     next one; a body that raises or breaks leaves its batch uncommitted, and it is delivered again.
     Batches come round-robin from the claimed partitions.
+
+    A member of one topic names a partition by its id (``ConsumerGroup[int]``); a member of a
+    list of topics or a pattern by a [TopicPartition][aio_cluster.TopicPartition]
+    (``ConsumerGroup[TopicPartition]``), in its batches and in every call that takes or returns
+    partitions. Type checkers tell the two apart by the form of ``topic``.
 
     Offsets of completed batches are stored in ZooKeeper at most ``commit_interval`` seconds later,
     and always before a partition is handed over or the member leaves; a member that crashes may
@@ -116,13 +184,39 @@ class ConsumerGroup:
     See [GroupState][aio_cluster.GroupState] for the lifecycle.
     """
 
+    @overload
     def __init__(
-        self,
+        self: ConsumerGroup[int],
         name: str,
         brokers: str | Sequence[str],
         zookeepers: str | Sequence[str],
         topic: str,
         *,
+        listener: RebalanceListener[int] | None = None,
+        **options: Unpack[_Options],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: ConsumerGroup[TopicPartition],
+        name: str,
+        brokers: str | Sequence[str],
+        zookeepers: str | Sequence[str],
+        topic: list[str] | tuple[str, ...] | re.Pattern[str],
+        *,
+        exclude: re.Pattern[str] | None = None,
+        listener: RebalanceListener[TopicPartition] | None = None,
+        **options: Unpack[_Options],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        name: str,
+        brokers: str | Sequence[str],
+        zookeepers: str | Sequence[str],
+        topic: str | list[str] | tuple[str, ...] | re.Pattern[str],
+        *,
+        exclude: re.Pattern[str] | None = None,
         max_bytes: int = 1_048_576,
         max_buffered_bytes: int | None = DEFAULT_BUFFERED_BYTES,
         max_wait_ms: int = 100,
@@ -139,7 +233,7 @@ class ConsumerGroup:
         close_timeout: float = 10.0,
         rebalance_timeout: float = 60.0,
         wait_for_topic: bool = True,
-        listener: RebalanceListener | None = None,
+        listener: RebalanceListener[Any] | None = None,
         kafka_options: Mapping[str, Any] | None = None,
         zookeeper_auth: Sequence[tuple[str, str]] = (),
         zookeeper_acl: Acl = "open",
@@ -157,7 +251,11 @@ class ConsumerGroup:
             name: the group's name, shared by all its members.
             brokers: Kafka bootstrap servers, ``"host:port"``.
             zookeepers: ZooKeeper servers, ``"host:port"`` (the last may carry a ``/chroot``).
-            topic: the topic to consume.
+            topic: the topic to consume; or a list of topics; or a compiled `re.Pattern`: every
+                topic of the cluster whose whole name it matches, as topics come and go (see
+                the subscriptions guide). With a list or a pattern partitions are named by
+                [TopicPartition][aio_cluster.TopicPartition] (even for a list of one topic).
+            exclude: with a pattern, a compiled pattern of the topics not to read.
             max_bytes: the most bytes fetched from one partition at a time.
             max_buffered_bytes: the budget of record bytes this member buffers, shared over its
                 partitions (librdkafka's ``queued.max.messages.kbytes``), so that its memory
@@ -174,7 +272,8 @@ class ConsumerGroup:
             strategy: the assignment strategy; all members of a group must use the same.
             commit_interval: the most seconds a completed batch's offset waits to be stored.
             metadata_interval: seconds between checks of the topic's partitions (and, while
-                the topic does not exist, of whether it does now).
+                the topic does not exist, of whether it does now; with a pattern, of which
+                topics match).
             request_timeout: the bound on each ZooKeeper request, in seconds.
             close_timeout: the bound on the final commit and release in `close()`.
             rebalance_timeout: at a handover, the most seconds to wait for a running batch body
@@ -185,7 +284,8 @@ class ConsumerGroup:
             wait_for_topic: a topic that does not exist yet is waited for (logged once);
                 False makes `register()` fail instead.
             listener: told of the partitions that are assigned, revoked or lost (see
-                [RebalanceListener][aio_cluster.RebalanceListener]).
+                [RebalanceListener][aio_cluster.RebalanceListener]), named as the batches name
+                them.
             kafka_options: connection options for every Kafka client of the member, with
                 aiokafka's names (TLS, SASL; see [KafkaOptions][aio_cluster.KafkaOptions]).
             zookeeper_auth: credentials of the ZooKeeper session, ``[("digest", "user:pw")]``.
@@ -224,7 +324,12 @@ class ConsumerGroup:
             ConfigurationError: an argument is not valid (the message names it), or no event
                 loop is running (make the member inside a coroutine).
         """
-        self._layout = GroupLayout(name, topic)
+        self._subscription = subscription = Subscription.of(topic, exclude)
+        check_name("group", name)
+        self._keys = keys = TopicKeys(subscription.topics)
+        self._layout = KeyedLayout(name, keys, many=subscription.many)
+        for each in subscription.topics:
+            self._layout.of(each)  # checks the name
         for label, value in (
             ("max_bytes", max_bytes),
             ("max_wait_ms", max_wait_ms),
@@ -288,9 +393,11 @@ class ConsumerGroup:
                 "ConsumerGroup must be made inside a running event loop (in a coroutine, "
                 "e.g. under asyncio.run()): its Kafka clients belong to the loop they are made in"
             ) from None
+        first = subscription.topics[0] if subscription.topics else ""
         self._fetcher = Fetcher(
             brokers,
-            topic,
+            first,
+            keys=keys,
             client_id=self._id,
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
@@ -312,7 +419,9 @@ class ConsumerGroup:
         self._mirror = KafkaMirror(
             None
             if kafka_offsets == "off"
-            else KafkaGroupOffsets(brokers, name, topic, client_id=self._id, options=options),
+            else KafkaGroupOffsets(
+                brokers, name, first, client_id=self._id, options=options, keys=keys
+            ),
             member_id=self._id,
             migrate=kafka_offsets == "migrate",
             # At most half the close bound, so that an absent Kafka leaves time to release.
@@ -334,6 +443,7 @@ class ConsumerGroup:
             rebalance_timeout=rebalance_timeout,
             named=member_name is not None,
             rejoin_grace=rejoin_grace or None,
+            subscription=subscription,
         )
         self._delivery = Delivery(
             self._fetcher,
@@ -342,6 +452,7 @@ class ConsumerGroup:
             loop_delay=loop_delay,
             max_wait_ms=max_wait_ms,
             trail=trail,
+            label=self._layout.label,
         )
         self._handover = Handover(
             self._states,
@@ -349,8 +460,13 @@ class ConsumerGroup:
             self._offsets,
             self._mirror,
             member_id=self._id,
-            listener=listener,
+            listener=(
+                listener
+                if listener is None or not subscription.many
+                else cast(RebalanceListener[int], _NamingListener(listener, self._name))
+            ),
             rebalance_timeout=rebalance_timeout,
+            label=self._layout.label,
         )
         self._state = GroupState.NEW
         self._failure: AioClusterError | None = None
@@ -409,8 +525,58 @@ class ConsumerGroup:
 
     @property
     def topic(self) -> str:
-        """The topic this member consumes."""
-        return self._layout.topic
+        """The topic this member consumes; of a member on many topics, its topics joined by
+        commas, or its pattern's regex (see `topics`)."""
+        if self._subscription.regex is not None:
+            return self._subscription.regex
+        return ",".join(self._subscription.topics)
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics this member reads now, sorted (a pattern's as of the last metadata check)."""
+        if not self._subscription.is_pattern:
+            return sorted(self._subscription.topics)
+        return self._membership.topics
+
+    def _name(self, key: int) -> PartitionT:
+        """How the user knows the partition of ``key``."""
+        return cast(PartitionT, self._layout.name(key))
+
+    def _names(self, keys: list[int] | tuple[int, ...]) -> list[PartitionT]:
+        """The user's names of ``keys``, sorted."""
+        return cast("list[PartitionT]", sorted(self._layout.name(key) for key in keys))
+
+    def _key(self, partition: PartitionT) -> int:
+        """The key of a partition the user names; a partition of a topic this member never met
+        gets a key no claim holds.
+
+        Raises:
+            ConfigurationError: the name has the wrong form for this member.
+        """
+        given: object = partition
+        if not self._subscription.many:
+            if isinstance(given, int) and not isinstance(given, bool):
+                return given
+            raise ConfigurationError(
+                f"partition {given!r}: a member on one topic names a partition by its id (int)"
+            )
+        if (
+            isinstance(given, tuple)
+            and len(given) == 2
+            and isinstance(given[0], str)
+            and isinstance(given[1], int)
+            and not isinstance(given[1], bool)
+        ):
+            topic, number = given
+            found = self._keys.lookup(topic, number)
+            if found is None and self._subscription.matches(topic):
+                self._layout.of(topic)  # a name the layout takes (else ConfigurationError)
+                found = self._keys.key(topic, number)  # a topic read, not met yet
+            return -1 if found is None or number < 0 else found
+        raise ConfigurationError(
+            f"partition {given!r}: a member on many topics names a partition by "
+            "TopicPartition(topic, partition)"
+        )
 
     @property
     def strategy(self) -> Strategy:
@@ -423,26 +589,29 @@ class ConsumerGroup:
         return self._state
 
     @property
-    def partitions(self) -> list[int]:
-        """Every partition id of the topic, sorted (as of the last metadata check)."""
-        return self._membership.partitions
+    def partitions(self) -> list[PartitionT]:
+        """Every partition of the topics read, sorted (as of the last metadata check)."""
+        return self._names(self._membership.partitions)
 
     @property
-    def claimed(self) -> list[int]:
-        """The partition ids this member owns now, sorted."""
-        return sorted(self._states.claims)
+    def claimed(self) -> list[PartitionT]:
+        """The partitions this member owns now, sorted."""
+        return self._names(list(self._states.claims))
 
-    async def offset(self, partition: int) -> int | None:
+    async def offset(self, partition: PartitionT) -> int | None:
         """The stored next offset of ``partition``, or None when none is stored.
 
         A completed batch's offset that is still waiting to be stored is stored first.
         """
         self._check_not_closed()
-        if self._states.owned(partition):
-            await self._handover.flush([partition])
-        return await self._offsets.stored(partition)
+        key = self._key(partition)
+        if key < 0:
+            return None  # a topic this member never read
+        if self._states.owned(key):
+            await self._handover.flush([key])
+        return await self._offsets.stored(key)
 
-    async def commit(self, partition: int, offset: int) -> None:
+    async def commit(self, partition: PartitionT, offset: int) -> None:
         """Store ``offset`` as the next offset of ``partition`` now.
 
         Raises:
@@ -454,31 +623,40 @@ class ConsumerGroup:
         """
         self._check_not_closed()
         _check_offset(offset)
-        claim = self._states.claims.get(partition)
+        key = self._key(partition)
+        claim = self._states.claims.get(key)
         if claim is not None and not claim.fenced:
-            self._states.committed(partition, offset)
-            await self._handover.flush([partition])
+            self._states.committed(key, offset)
+            await self._handover.flush([key])
         if claim is None or claim.fenced:
             raise NotOwnedError(
-                f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
+                f"{self._describe(partition)} is not owned by member {self.id}"
                 + ("" if claim is None else ": its claim is gone, nothing was stored")
             )
 
+    def _describe(self, partition: PartitionT) -> str:
+        """A partition in an error message."""
+        if self._subscription.many:
+            return f"partition {partition!r}"
+        return f"partition {partition} of {self.topic!r}"
+
     # -- steering ----------------------------------------------------------------------------
 
-    def _owned(self, partitions: tuple[int, ...]) -> list[int]:
-        """The given partitions (all claimed ones when none is given), each checked to be ours."""
+    def _owned(self, partitions: tuple[PartitionT, ...]) -> list[int]:
+        """The keys of the given partitions (all claimed ones when none is given), each checked
+        to be ours."""
         self._check_open()
         if not partitions:
             return sorted(self._states.claims)
+        keys = []
         for partition in partitions:
-            if not self._states.owned(partition):
-                raise NotOwnedError(
-                    f"partition {partition} of {self.topic!r} is not owned by member {self.id}"
-                )
-        return sorted(set(partitions))
+            key = self._key(partition)
+            if not self._states.owned(key):
+                raise NotOwnedError(f"{self._describe(partition)} is not owned by member {self.id}")
+            keys.append(key)
+        return sorted(set(keys))
 
-    def pause(self, *partitions: int) -> None:
+    def pause(self, *partitions: PartitionT) -> None:
         """Hand out no batch of these partitions until `resume()`; they stay claimed.
 
         A pause lasts across rebalances that leave the partition to this member, and across a
@@ -491,17 +669,17 @@ class ConsumerGroup:
             return
         self._states.pause(self._owned(partitions))
 
-    def resume(self, *partitions: int) -> None:
+    def resume(self, *partitions: PartitionT) -> None:
         """Hand out batches of these partitions again, from where they stopped; partitions not
         paused (or no longer owned) are ignored."""
-        self._states.resume(partitions)
+        self._states.resume([self._key(partition) for partition in partitions])
         self._delivery.wake()
 
-    def paused(self) -> list[int]:
+    def paused(self) -> list[PartitionT]:
         """The paused partitions, sorted."""
-        return self._states.paused
+        return self._names(self._states.paused)
 
-    async def seek(self, partition: int, offset: int) -> None:
+    async def seek(self, partition: PartitionT, offset: int) -> None:
         """Start the next batch of ``partition`` at ``offset``.
 
         Buffered records are dropped, and a batch whose body runs now is not committed. The
@@ -517,7 +695,7 @@ class ConsumerGroup:
         self._states.sought(owned, offset)
         self._delivery.wake()
 
-    async def seek_to_beginning(self, *partitions: int) -> None:
+    async def seek_to_beginning(self, *partitions: PartitionT) -> None:
         """Seek to the earliest offset the broker holds (all claimed partitions when none given).
 
         Raises:
@@ -527,7 +705,7 @@ class ConsumerGroup:
         bounds = await self._fetcher.bounds(self._owned(partitions))
         self._seek_all({p: earliest for p, (earliest, _end) in bounds.items()})
 
-    async def seek_to_end(self, *partitions: int) -> None:
+    async def seek_to_end(self, *partitions: PartitionT) -> None:
         """Seek to the log end: only records written from now on are handed out.
 
         Raises:
@@ -536,7 +714,7 @@ class ConsumerGroup:
         """
         self._seek_all(await self._fetcher.ends(self._owned(partitions)))
 
-    async def seek_to_timestamp(self, timestamp_ms: int, *partitions: int) -> None:
+    async def seek_to_timestamp(self, timestamp_ms: int, *partitions: PartitionT) -> None:
         """Seek to the first record whose timestamp is at or after ``timestamp_ms`` (milliseconds
         since the epoch); where there is none, to the log end.
 
@@ -558,7 +736,7 @@ class ConsumerGroup:
                 self._states.sought(partition, offset)
         self._delivery.wake()
 
-    async def statistics(self) -> GroupStatistics:
+    async def statistics(self) -> GroupStatistics[PartitionT]:
         """A snapshot of where this member stands; one ListOffsets round trip to Kafka.
 
         Raises:
@@ -568,13 +746,16 @@ class ConsumerGroup:
         paused = self._states.paused
         ends = await self._fetcher.ends(sorted(claims))
         processor = self._processor
+        figures = partition_statistics(claims, ends, paused, self._name)
+        if self._subscription.many:
+            figures = tuple(sorted(figures, key=lambda entry: cast(Any, entry.partition)))
         return GroupStatistics(
             member_id=self.id,
             state=self._state,
             session=self._zk.state.value,
             claimed=tuple(self.claimed),
-            paused=tuple(paused),
-            partitions=partition_statistics(claims, ends, paused),
+            paused=tuple(self._names(paused)),
+            partitions=figures,
             rebalances=self._membership.rebalances,
             claim_timeouts=self._membership.claim_timeouts,
             unowned_nodes=self._membership.unowned_nodes,
@@ -588,12 +769,12 @@ class ConsumerGroup:
             oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
             stopped=()
             if processor is None
-            else tuple(sorted(p for p in processor.stopped if p in claims and p in paused)),
+            else tuple(self._names([p for p in processor.stopped if p in claims and p in paused])),
         )
 
     # -- joining and leaving -----------------------------------------------------------------
 
-    async def __aenter__(self) -> ConsumerGroup:
+    async def __aenter__(self) -> ConsumerGroup[PartitionT]:
         if self._register_on_enter:
             await self.register()
         return self
@@ -785,10 +966,10 @@ class ConsumerGroup:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def __aiter__(self) -> AsyncIterator[tuple[int, Batch]]:
+    def __aiter__(self) -> AsyncIterator[tuple[PartitionT, Batch]]:
         return self.batches()
 
-    async def batches(self, *, commit: bool = True) -> AsyncIterator[tuple[int, Batch]]:
+    async def batches(self, *, commit: bool = True) -> AsyncIterator[tuple[PartitionT, Batch]]:
         """Yield ``(partition, batch)`` pairs until the member closes.
 
         Args:
@@ -815,7 +996,7 @@ class ConsumerGroup:
                 claim, batch = picked
                 completed = False
                 try:
-                    yield claim.partition, batch
+                    yield self._name(claim.partition), batch
                     completed = True
                 finally:
                     self._delivery.finish(claim, batch, completed=completed, commit=commit)
@@ -884,7 +1065,7 @@ class ConsumerGroup:
             dead_letter_topic=dead_letter_topic,
             max_records=max_records,
         )
-        if dead_letter_topic is not None and dead_letter_topic == self.topic:
+        if dead_letter_topic is not None and self._subscription.matches(dead_letter_topic):
             raise ConfigurationError(
                 f"dead_letter_topic {dead_letter_topic!r} is the topic consumed: failed records "
                 "would come back"

@@ -49,9 +49,10 @@ import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import AioClusterError, ConfigurationError
-from .group import ConsumerGroup
+from .group import ConsumerGroup, TopicPartition
 from .member.lifecycle import GroupState
 from .member.statistics import GroupStatistics
 
@@ -85,15 +86,15 @@ _PARTITION = ("group", "topic", "partition", "member")
 class _Member:
     """What is known of one member: its last snapshot and its rebalance histogram so far."""
 
-    group: ConsumerGroup
-    snapshot: GroupStatistics | None = None
+    group: ConsumerGroup[Any]
+    snapshot: GroupStatistics[Any] | None = None
     rebalances_seen: int = 0
     buckets: list[int] = field(default_factory=list)
     """Per upper bound, the rebalances that took at most that long (cumulative)."""
     observed: int = 0
     duration_sum: float = 0.0
 
-    def observe(self, snapshot: GroupStatistics, bounds: Sequence[float]) -> None:
+    def observe(self, snapshot: GroupStatistics[Any], bounds: Sequence[float]) -> None:
         """Take a new snapshot; count the rebalances that finished since the last one."""
         new = snapshot.rebalances - self.rebalances_seen
         durations = snapshot.recent_rebalances[-new:] if new > 0 else ()
@@ -118,7 +119,7 @@ class GroupMetrics(Collector):
 
     def __init__(
         self,
-        *groups: ConsumerGroup,
+        *groups: ConsumerGroup[Any],
         registry: CollectorRegistry | None = REGISTRY,
         buckets: Sequence[float] = DEFAULT_BUCKETS,
     ) -> None:
@@ -145,7 +146,7 @@ class GroupMetrics(Collector):
         if registry is not None:
             registry.register(self)
 
-    def add(self, group: ConsumerGroup) -> None:
+    def add(self, group: ConsumerGroup[Any]) -> None:
         """Expose one more member's figures (from the next `refresh()` on)."""
         if all(known.group is not group for known in self._members):
             self._members.append(_Member(group, buckets=[0] * len(self._bounds)))
@@ -285,7 +286,13 @@ class GroupMetrics(Collector):
             group = member.group
             who = [group.name, group.topic, snapshot.member_id]
             for figures in snapshot.partitions:
-                labels = [group.name, group.topic, str(figures.partition), snapshot.member_id]
+                # A member on many topics: each partition is labelled with its own topic.
+                topic, partition = (
+                    figures.partition
+                    if isinstance(figures.partition, TopicPartition)
+                    else (group.topic, figures.partition)
+                )
+                labels = [group.name, topic, str(partition), snapshot.member_id]
                 lag.add_metric(labels, figures.lag)
                 if figures.stored is not None:
                     stored.add_metric(labels, figures.stored)

@@ -5,6 +5,7 @@ from the listener itself."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import anyio
 import pytest
@@ -20,10 +21,10 @@ from support import owners, settled, wait_until
 pytestmark = pytest.mark.asyncio
 
 
-def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
     options.setdefault("loop_delay", 0.1)
     options.setdefault("claim_timeout", 10.0)
-    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)
 
 
 class Flushing(RebalanceListener):

@@ -49,12 +49,15 @@ LAYERS: dict[str, set[str]] = {
 # Pure modules: computing, never waiting on a server.
 PURE = [
     "assign/strategies.py",
+    "assign/subscription.py",
     "assign/target.py",
     "zookeeper/layout.py",
     "cli/plans.py",
     "cli/health.py",
     "member/claims.py",
     "member/partitions.py",
+    "kafka/topics.py",
+    "member/topics.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 

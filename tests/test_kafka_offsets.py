@@ -234,4 +234,4 @@ async def test_migrate_from_an_aiokafka_group_and_back_consumes_each_message_onc
 
 def test_kafka_offsets_must_be_off_mirror_or_migrate() -> None:
     with pytest.raises(ConfigurationError, match=r"kafka_offsets 'on'.*off, mirror, migrate"):
-        ConsumerGroup("g", "127.0.0.1:1", "127.0.0.1:1", "t", kafka_offsets="on")  # type: ignore[arg-type]
+        ConsumerGroup("g", "127.0.0.1:1", "127.0.0.1:1", "t", kafka_offsets="on")  # type: ignore[call-overload]

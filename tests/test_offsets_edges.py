@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -92,7 +93,7 @@ async def consuming(group: ConsumerGroup) -> AsyncIterator[list[str]]:
             await task
 
 
-def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
     return ConsumerGroup(
         group,
         cluster.bootstrap,
@@ -101,7 +102,7 @@ def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> 
         loop_delay=0.05,
         max_wait_ms=50,
         commit_interval=0.2,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 

@@ -29,11 +29,11 @@ from support import closable, settled, wait_until
 pytestmark = pytest.mark.asyncio
 
 
-def member(cluster: LocalCluster, group: str, topic: str, **options: object) -> ConsumerGroup:
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
     options.setdefault("loop_delay", 0.1)
     options.setdefault("claim_timeout", 10.0)
     options.setdefault("commit_interval", 0.2)
-    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)  # type: ignore[arg-type]
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)
 
 
 async def send(producer: AIOKafkaProducer, topic: str, values: range, keys: int) -> None:

@@ -1,4 +1,7 @@
-"""Fetcher: records of one topic from an explicitly given set of partitions.
+"""Fetcher: records of one or many topics from an explicitly given set of partitions.
+
+The partitions are given by key (`aio_cluster.kafka.topics.TopicKeys`): for one topic the
+partition ids themselves.
 
 One aiokafka consumer in manual ``assign()`` mode fetches; the offset look-ups go through an
 [OffsetReader][aio_cluster.kafka.offset_reader.OffsetReader] of their own: on the fetching
@@ -40,6 +43,7 @@ from ..errors import BrokerError, DeserializationError, FetchError
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
+from .topics import TopicKeys
 
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel", "OffsetsOutOfRange"]
 
@@ -77,7 +81,7 @@ class OffsetsOutOfRange(BrokerError):
     them, or the topic was recreated).
 
     Attributes:
-        partitions: the partition ids concerned, with the offset that was asked for.
+        partitions: the partition keys concerned, with the offset that was asked for.
     """
 
     retriable = False
@@ -88,7 +92,7 @@ class OffsetsOutOfRange(BrokerError):
 
 
 class Fetcher:
-    """Fetches records of one topic from an explicitly given set of partitions."""
+    """Fetches records of one or many topics from an explicitly given set of partitions."""
 
     def __init__(
         self,
@@ -105,12 +109,14 @@ class Fetcher:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         max_buffered_bytes: int | None = None,
+        keys: TopicKeys | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
         Args:
             bootstrap: Kafka servers as ``"host:port"``.
-            topic: the one topic to read.
+            topic: the topic to read (of a member on many topics: the first one named, or
+                ``""`` for a pattern).
             client_id: shown in the broker's logs and metrics.
             max_bytes: the most bytes fetched from one partition in one request.
             max_wait_ms: how long the broker may wait for ``min_bytes`` to arrive.
@@ -125,11 +131,14 @@ class Fetcher:
             value_deserializer: applied to each value that is not None.
             max_buffered_bytes: the budget of record bytes buffered over all partitions
                 (None: only ``max_bytes`` per partition bounds them).
+            keys: the topics' numbers, for members on many topics (partitions are then given by
+                key); None: ``topic`` alone, each partition given by its id.
 
         Raises:
             ConfigurationError: malformed servers or options.
         """
         self.topic = topic
+        self.keys = TopicKeys((topic,)) if keys is None else keys
         self._servers = servers = parse_bootstrap(bootstrap)
         self._options = connection = KafkaOptions(
             {"request_timeout_ms": request_timeout_ms, **(options or {})}
@@ -172,7 +181,9 @@ class Fetcher:
             BrokerError: no broker answered.
         """
         fetching, reading = await asyncio.gather(
-            self._start_consumer(), self._reader.start(track=self.topic), return_exceptions=True
+            self._start_consumer(),
+            self._reader.start(track=self.topic or None),
+            return_exceptions=True,
         )
         failure = fetching if isinstance(fetching, BaseException) else reading
         if isinstance(failure, BaseException):
@@ -200,8 +211,29 @@ class Fetcher:
         """
         return await self._reader.partitions(self.topic)
 
-    def _tp(self, partition: int) -> Any:
-        return TopicPartition(self.topic, partition)
+    async def partitions_of(self, topic: str) -> list[int]:
+        """Every partition id of ``topic``, sorted (see `partitions()`).
+
+        Raises:
+            ConfigurationError: the topic does not exist.
+            BrokerError: the metadata request failed.
+        """
+        return await self._reader.partitions(topic)
+
+    async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
+        """Topic -> its sorted partition ids, of ``names`` that exist (None: every topic of the
+        cluster but Kafka's internal ones), in one metadata request.
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        return await self._reader.topics(names)
+
+    def _tp(self, key: int) -> Any:
+        return TopicPartition(*self.keys.split(key))
+
+    def _key(self, tp: Any) -> int:
+        return self.keys.key(tp.topic, tp.partition)
 
     @property
     def assigned(self) -> frozenset[int]:
@@ -249,7 +281,11 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        return await self._reader.bounds(self.topic, partitions)
+        found: dict[int, tuple[int, int]] = {}
+        for topic, ids in self.keys.by_topic(set(partitions)).items():
+            for partition, bounds in (await self._reader.bounds(topic, ids)).items():
+                found[self.keys.key(topic, partition)] = bounds
+        return found
 
     async def ends(self, partitions: Collection[int]) -> dict[int, int]:
         """For each partition, its next-to-be-written offset: one ListOffsets round trip.
@@ -257,7 +293,11 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        return await self._reader.ends(self.topic, partitions)
+        found: dict[int, int] = {}
+        for topic, ids in self.keys.by_topic(set(partitions)).items():
+            for partition, end in (await self._reader.ends(topic, ids)).items():
+                found[self.keys.key(topic, partition)] = end
+        return found
 
     async def offsets_for_time(
         self, partitions: Collection[int], timestamp_ms: int
@@ -268,7 +308,12 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        return await self._reader.offsets_for_time(self.topic, partitions, timestamp_ms)
+        found: dict[int, int | None] = {}
+        for topic, ids in self.keys.by_topic(set(partitions)).items():
+            at = await self._reader.offsets_for_time(topic, ids, timestamp_ms)
+            for partition, offset in at.items():
+                found[self.keys.key(topic, partition)] = offset
+        return found
 
     async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
         """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some.
@@ -286,19 +331,19 @@ class Fetcher:
         tps = [self._tp(partition) for partition in partitions if partition in self._assigned]
         if not tps:
             return {}
-        before = {tp.partition: self._positions[tp.partition] for tp in tps}
+        before = {self._key(tp): self._positions[self._key(tp)] for tp in tps}
         try:
             fetched = await self._consumer.getmany(*tps, timeout_ms=timeout_ms)
         except OffsetOutOfRangeError as exc:
             detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-            raise OffsetsOutOfRange({tp.partition: off for tp, off in detail.items()}) from exc
+            raise OffsetsOutOfRange({self._key(tp): off for tp, off in detail.items()}) from exc
         except _UNREADABLE as exc:
             fetched = await self._isolate(tps, before, exc)
         except KafkaError as exc:
             raise BrokerError(f"fetch failed: {exc}") from exc
         for tp in tps:
-            self._positions[tp.partition] = await self._consumer.position(tp)
-        found = {tp.partition: records for tp, records in fetched.items() if records}
+            self._positions[self._key(tp)] = await self._consumer.position(tp)
+        found = {self._key(tp): records for tp, records in fetched.items() if records}
         if self._key_deserializer is None and self._value_deserializer is None:
             return found
         return self._deserialize(found, before)
@@ -317,7 +362,7 @@ class Fetcher:
             FetchError: no record of the failing partition can be read before the failure.
         """
         for tp in tps:
-            self._consumer.seek(tp, before[tp.partition])
+            self._consumer.seek(tp, before[self._key(tp)])
         probes = {
             tp: asyncio.ensure_future(self._consumer.getmany(tp, timeout_ms=_PROBE_MS))
             for tp in tps
@@ -340,22 +385,22 @@ class Fetcher:
             elif error is None:
                 fetched.update(probe.result())
             else:
-                self._consumer.seek(tp, before[tp.partition])  # a passing error: read it again
+                self._consumer.seek(tp, before[self._key(tp)])  # a passing error: read it again
         if not failed:
             return fetched
-        failed.sort(key=lambda item: item[0].partition)
+        failed.sort(key=lambda item: self._key(item[0]))
         for tp, _error in failed[1:]:
-            self._consumer.seek(tp, before[tp.partition])
+            self._consumer.seek(tp, before[self._key(tp)])
         culprit, cause = failed[0]
-        readable, failing = await self._read_up_to_failure(culprit, before[culprit.partition])
+        readable, failing = await self._read_up_to_failure(culprit, before[self._key(culprit)])
         if readable or not failing:
             if readable:
                 fetched[culprit] = readable
             return fetched
         for tp in fetched:
-            self._consumer.seek(tp, before[tp.partition])
+            self._consumer.seek(tp, before[self._key(tp)])
         raise FetchError(
-            self.topic, culprit.partition, before[culprit.partition], _reason(cause)
+            culprit.topic, culprit.partition, before[self._key(culprit)], _reason(cause)
         ) from cause
 
     async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:

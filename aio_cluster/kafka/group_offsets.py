@@ -12,6 +12,7 @@ from aiokafka.errors import KafkaError
 from ..errors import BrokerError
 from .diagnosis import connect_failure, named
 from .options import KafkaOptions, parse_bootstrap
+from .topics import TopicKeys
 
 __all__ = ["KafkaGroupOffsets"]
 
@@ -35,23 +36,27 @@ class KafkaGroupOffsets:
         client_id: str,
         request_timeout_ms: int = 30_000,
         options: Mapping[str, Any] | None = None,
+        keys: TopicKeys | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
         Args:
             bootstrap: Kafka servers as ``"host:port"``.
             group: the group's name in Kafka.
-            topic: the topic whose offsets are committed.
+            topic: the topic whose offsets are committed (partitions given by id).
             client_id: shown in the broker's logs.
             request_timeout_ms: the bound on each request.
             options: connection options (TLS, SASL), see
                 [KafkaOptions][aio_cluster.KafkaOptions].
+            keys: for a member on many topics, the topics' numbers: partitions are then given
+                by key (`aio_cluster.kafka.topics.TopicKeys`), ``topic`` is not used.
 
         Raises:
             ConfigurationError: malformed bootstrap servers or options.
         """
         self.group = group
         self.topic = topic
+        self._keys = TopicKeys((topic,)) if keys is None else keys
         self._servers = parse_bootstrap(bootstrap)
         self._client_id = f"{client_id}-kafka-offsets"
         self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
@@ -81,7 +86,7 @@ class KafkaGroupOffsets:
         await self._consumer.stop()
 
     async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
-        """Commit ``offsets`` (partition -> next offset) for the group.
+        """Commit ``offsets`` (partition key -> next offset) for the group.
 
         Raises:
             BrokerError: Kafka refused them or did not answer within ``timeout`` seconds (aiokafka
@@ -91,10 +96,10 @@ class KafkaGroupOffsets:
             return
         if not set(offsets) <= self._assigned:
             self._assigned |= set(offsets)
-            tps = [TopicPartition(self.topic, partition) for partition in sorted(self._assigned)]
+            tps = [self._tp(key) for key in sorted(self._assigned)]
             self._consumer.assign(tps)
             self._consumer.pause(*tps)
-        wanted = {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
+        wanted = {self._tp(key): offset for key, offset in offsets.items()}
         try:
             await asyncio.wait_for(self._consumer.commit(wanted), timeout)
         except asyncio.TimeoutError:
@@ -112,7 +117,8 @@ class KafkaGroupOffsets:
         Raises:
             BrokerError: the request failed or took over ``timeout`` seconds.
         """
-        tps = [TopicPartition(self.topic, partition) for partition in sorted(partitions)]
+        asked = sorted(partitions)
+        tps = [self._tp(key) for key in asked]
         try:
             found = await asyncio.wait_for(
                 asyncio.gather(*(self._consumer.committed(tp) for tp in tps)), timeout
@@ -123,8 +129,7 @@ class KafkaGroupOffsets:
             ) from None
         except KafkaError as exc:
             raise BrokerError(f"offsets of group {self.group!r} unreadable: {named(exc)}") from exc
-        return {
-            tp.partition: offset
-            for tp, offset in zip(tps, found, strict=True)
-            if offset is not None
-        }
+        return {key: offset for key, offset in zip(asked, found, strict=True) if offset is not None}
+
+    def _tp(self, key: int) -> Any:
+        return TopicPartition(*self._keys.split(key))

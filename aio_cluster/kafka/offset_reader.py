@@ -121,6 +121,33 @@ class OffsetReader:
             )
         return sorted(int(partition["partition"]) for partition in described["partitions"])
 
+    async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
+        """Topic -> its sorted partition ids, in one metadata request: of ``names`` (those that
+        exist), or of every topic of the cluster but Kafka's internal ones (None).
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        asked = None if names is None else sorted(set(names))
+        if asked == []:
+            return {}
+        try:
+            try:
+                described = await self._admin.describe_topics(asked)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await self._admin._client.force_metadata_update()  # see _describe()
+                described = await self._admin.describe_topics(asked)
+        except KafkaError as exc:
+            raise BrokerError(f"metadata request failed: {exc}") from exc
+        found: dict[str, list[int]] = {}
+        for topic in described:
+            if topic.get("error_code") or topic.get("is_internal") or not topic["partitions"]:
+                continue
+            found[str(topic["topic"])] = sorted(int(p["partition"]) for p in topic["partitions"])
+        return found
+
     async def _describe(self, topic: str) -> dict[str, Any]:
         try:
             (described,) = await self._admin.describe_topics([topic])

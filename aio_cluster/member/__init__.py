@@ -18,4 +18,5 @@ Modules::
     processing.py   Processor: many records in flight, in key order, retries, dead letters
     statistics.py   GroupStatistics: an immutable snapshot of a member
     target_node.py  the sticky target's node: reading it, publishing the next one
+    topics.py       KeyedLayout: the ZooKeeper paths of partition keys, over many topics
 """

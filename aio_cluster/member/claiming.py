@@ -53,7 +53,7 @@ from ..zookeeper.client import (
     Stat,
     ZooKeeper,
 )
-from ..zookeeper.layout import GroupLayout
+from .topics import KeyedLayout
 
 __all__ = ["ClaimNodes", "Taken"]
 
@@ -78,11 +78,11 @@ class ClaimNodes:
     """One member's owner nodes of one group's topic."""
 
     def __init__(
-        self, zk: ZooKeeper, layout: GroupLayout, member_id: str, *, takes_over: bool = False
+        self, zk: ZooKeeper, layout: KeyedLayout, member_id: str, *, takes_over: bool = False
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
-        layout: the group's paths.
+        layout: the group's paths, by partition key.
         member_id: written into each owner node.
         takes_over: the id is a member name, and an owner node naming it but held by another
             session is an older run's of this member: it is replaced at once, not waited for.
@@ -220,7 +220,7 @@ class ClaimNodes:
             except NoNodeError:
                 if await self._zk.exists(fence) is not None:
                     raise  # not the fence: a node of ``ops`` is missing
-                await self._zk.ensure_path(self._layout.fences)
+                await self._zk.ensure_path(self._layout.fences(partition))
                 await self._zk.transaction([*ops, Create(fence, data)])
                 return 0
         except CoordinationError as exc:
@@ -254,10 +254,9 @@ class ClaimNodes:
             self._doubt(partition, exc)
             raise
         log.info(
-            "member %s: deleted the owner node of partition %d that its session held without "
-            "a claim",
+            "member %s: deleted the owner node of %s that its session held without a claim",
             self._id,
-            partition,
+            self._layout.label(partition),
         )
         return True
 
@@ -273,11 +272,11 @@ class ClaimNodes:
         if await self._unowned(holder, stat):
             self.unowned += 1
             log.warning(
-                "member %s: partition %d still owned by %s after %gs, by session %#x of no "
+                "member %s: %s still owned by %s after %gs, by session %#x of no "
                 "registered member: nobody releases it; retrying later (delete %s if no "
                 "consumer holds it)",
                 self._id,
-                partition,
+                self._layout.label(partition),
                 holder,
                 bound,
                 stat.ephemeral_owner,
@@ -285,9 +284,9 @@ class ClaimNodes:
             )
             return
         log.warning(
-            "member %s: partition %d still owned by %s after %gs; retrying later",
+            "member %s: %s still owned by %s after %gs; retrying later",
             self._id,
-            partition,
+            self._layout.label(partition),
             holder,
             bound,
         )

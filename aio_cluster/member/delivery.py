@@ -75,6 +75,7 @@ class Delivery:
         loop_delay: float,
         max_wait_ms: int,
         trail: bool,
+        label: Callable[[int], str] = lambda partition: f"partition {partition}",
     ) -> None:
         """Args:
         fetcher: the member's Kafka fetcher.
@@ -83,6 +84,7 @@ class Delivery:
         loop_delay: seconds to pause after a fetch that returned nothing.
         max_wait_ms: how long a fetch may wait for records.
         trail: where no offset is stored, start at the latest offset instead of the earliest.
+        label: names a partition key in log messages (its topic too, of many topics).
         """
         self._fetcher = fetcher
         self._states = states
@@ -90,6 +92,7 @@ class Delivery:
         self._loop_delay = loop_delay
         self._max_wait_ms = max_wait_ms
         self._trail = trail
+        self._label = label
         self._fetch_lock = asyncio.Lock()
         """Serialises fetches with changes of the fetcher's assignment and positions."""
         self._changed = asyncio.Event()
@@ -160,10 +163,10 @@ class Delivery:
             )
             if start is not None:
                 log.warning(
-                    "member %s: offset %d of partition %d is out of range %d..%d; going on from %d",
+                    "member %s: offset %d of %s is out of range %d..%d; going on from %d",
                     self._id,
                     offset,
-                    partition,
+                    self._label(partition),
                     earliest,
                     latest,
                     start,

@@ -41,6 +41,7 @@ class Handover:
         member_id: str,
         listener: RebalanceListener | None,
         rebalance_timeout: float,
+        label: Callable[[int], str] = lambda partition: f"partition {partition}",
     ) -> None:
         """Args:
         states: the member's partition states.
@@ -50,6 +51,7 @@ class Handover:
         member_id: named in log messages.
         listener: told of partitions that move, if given.
         rebalance_timeout: the bound on a running body and on each listener call.
+        label: names a partition key in log messages (its topic too, of many topics).
         """
         self._states = states
         self._delivery = delivery
@@ -58,6 +60,7 @@ class Handover:
         self._id = member_id
         self._listener = listener
         self._timeout = rebalance_timeout
+        self._label = label
 
     async def revoke(self, partitions: list[int]) -> None:
         """Before the claims of ``partitions`` are deleted: end their batches, tell the listener,
@@ -67,11 +70,11 @@ class Handover:
             await self._delivery.drain(partitions)
         for partition, offset in self._delivery.abandon(partitions).items():
             log.warning(
-                "member %s: the batch at offset %d of partition %d still runs after %gs; "
+                "member %s: the batch at offset %d of %s still runs after %gs; "
                 "releasing the partition without committing it",
                 self._id,
                 offset,
-                partition,
+                self._label(partition),
                 self._timeout,
             )
         await self._told_revoked(partitions)

@@ -7,11 +7,19 @@ raises is logged, and the group goes on.
 
 from __future__ import annotations
 
+from typing import Generic
+
+from ..kafka.topics import PartitionT
+
 __all__ = ["RebalanceListener"]
 
 
-class RebalanceListener:
+class RebalanceListener(Generic[PartitionT]):
     """Hooks around a rebalance; the defaults do nothing.
+
+    A group on one topic passes partition ids (``RebalanceListener`` is
+    ``RebalanceListener[int]``); a group on a list of topics or a pattern passes
+    [TopicPartition][aio_cluster.TopicPartition]s (subclass ``RebalanceListener[TopicPartition]``).
 
     Only partitions that actually move are passed: a partition that stays this member's is
     neither revoked nor assigned again. Leaving the group with ``close()`` awaits
@@ -19,17 +27,17 @@ class RebalanceListener:
     then). A method may ``await group.close()`` itself without deadlocking the member.
     """
 
-    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+    async def on_partitions_revoked(self, partitions: list[PartitionT]) -> None:
         """The partitions are about to be released.
 
         Awaited after their running batch bodies ended and before their offsets are stored, so
         it may flush the application's own work and still ``await group.commit(...)`` for them.
         """
 
-    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+    async def on_partitions_assigned(self, partitions: list[PartitionT]) -> None:
         """The partitions were claimed and positioned; none of their batches was handed out yet."""
 
-    async def on_partitions_lost(self, partitions: list[int]) -> None:
+    async def on_partitions_lost(self, partitions: list[PartitionT]) -> None:
         """The ZooKeeper session expired: the partitions are gone already.
 
         Nothing can be committed for them any more (``commit`` raises ``NotOwnedError``); their

@@ -1,6 +1,13 @@
 """Membership: this member's registration, the live members, the rebalance under the lock, and
 the claims it makes and releases in ZooKeeper.
 
+A member may read many topics (a list, or a pattern that follows the cluster's topics). Each
+topic is assigned on its own, among the members whose subscriptions read it, oldest first: with
+the sticky strategy each topic has its own published target and its own leader (the oldest
+member reading it), so joins and leaves move the fewest partitions per topic. Partitions are
+known by key (`aio_cluster.kafka.topics.TopicKeys`; a one-topic member's keys are its partition
+ids).
+
 What happens to a partition's batches and offsets around a handover is not this part's business:
 it asks the `Handover` to drain what it releases and to start what it claimed.
 """
@@ -13,9 +20,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..assign.strategies import Strategy, assign
+from ..assign.subscription import Subscription
 from ..errors import (
     AioClusterError,
     BrokerError,
@@ -27,6 +36,7 @@ from ..errors import (
     StrategyMismatchError,
 )
 from ..kafka.fetcher import Fetcher
+from ..kafka.topics import TopicKeys
 from ..zookeeper.client import (
     BadVersionError,
     NodeExistsError,
@@ -41,6 +51,7 @@ from .handover import Handover
 from .offsets import Offsets
 from .partitions import PartitionStates
 from .target_node import TargetNode
+from .topics import KeyedLayout
 
 __all__ = ["Membership"]
 
@@ -53,13 +64,30 @@ _RETRY_DELAY = 1.0
 tried again."""
 
 
+@dataclass
+class _Topic:
+    """What this member knows of one topic it reads."""
+
+    name: str
+    layout: GroupLayout
+    target: TargetNode
+    partitions: list[int] = field(default_factory=list)
+    """The topic's partition ids, sorted (as of the last metadata check or target followed)."""
+    waiting: bool = False
+    """True while the topic does not exist (logged once)."""
+    prepared: bool = False
+    """Whether its owner, offset and fence parents were made sure of."""
+    leading: bool = False
+    """Whether this member was its sticky leader at the last rebalance."""
+
+
 class Membership:
     """This member's place in the group, as ZooKeeper records it."""
 
     def __init__(
         self,
         zk: ZooKeeper,
-        layout: GroupLayout,
+        layout: KeyedLayout,
         fetcher: Fetcher,
         offsets: Offsets,
         states: PartitionStates,
@@ -71,11 +99,12 @@ class Membership:
         rebalance_timeout: float = 60.0,
         named: bool = False,
         rejoin_grace: float | None = None,
+        subscription: Subscription | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
-        layout: the group's paths.
-        fetcher: asked for the topic's partitions.
+        layout: the group's paths, by partition key.
+        fetcher: asked for the topics and their partitions.
         offsets: read for the start of each new claim.
         states: the member's partition states: told of each claim made, released or lost.
         member_id: this member's id.
@@ -88,9 +117,20 @@ class Membership:
             the registration and the claims of an older one (its restart), and this member,
             once taken over, stops with `MemberReplacedError`.
         rejoin_grace: for a named member, how long its partitions wait for it once it is gone.
+        subscription: the topics this member reads (None: the first topic of ``layout``'s
+            keys).
         """
         self._zk = zk
         self._layout = layout
+        self._keys: TopicKeys = layout.keys
+        if subscription is None:
+            subscription = Subscription(kind="static", topics=(layout.keys.topic(0),))
+        self._subscription = subscription
+        self._rebalance_timeout = rebalance_timeout
+        self._topics: dict[str, _Topic] = {}
+        """The topics this member reads now, by name."""
+        self._cluster: dict[str, list[int]] | None = None
+        """A pattern member's view of the cluster's topics and their partitions (metadata)."""
         self._fetcher = fetcher
         self._offsets = offsets
         self._id = member_id
@@ -100,15 +140,12 @@ class Membership:
         self._rejoin_grace = rejoin_grace
         self._nodes = ClaimNodes(zk, layout, member_id, takes_over=named)
         self._wait_for_topic = wait_for_topic
-        self._waiting = False
-        """True while the topic does not exist (logged once)."""
         self.rebalances = 0
         """Rebalances that finished (a claim may have timed out in them)."""
         self.last_rebalance: float | None = None
         """How long the last finished rebalance took, in seconds."""
         self.recent_rebalances: collections.deque[float] = collections.deque(maxlen=100)
         """How long the last (at most 100) finished rebalances took, oldest first (metrics)."""
-        self._partitions: list[int] = []
         self._states = states
         self._claims: Mapping[int, Claim] = states.claims
         self._epoch = 0
@@ -120,7 +157,8 @@ class Membership:
         self._members: dict[str, tuple[MemberInfo, int]] = {}
         self._ids_read: tuple[frozenset[str], int] | None = None
         """The registration names last listed, and the ``ids`` node's child version then."""
-        self._target = TargetNode(zk, layout, member_id, takeover_after=rebalance_timeout)
+        for topic in subscription.topics:
+            self._topic(topic)
         self._in_target = False
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
@@ -145,8 +183,41 @@ class Membership:
 
     @property
     def partitions(self) -> list[int]:
-        """Every partition id of the topic, sorted (as of the last metadata check)."""
-        return list(self._partitions)
+        """The key of every partition of the topics read, sorted (as of the last metadata check
+        or target followed)."""
+        return sorted(
+            key
+            for state in self._topics.values()
+            for key in self._keys.keys(state.name, state.partitions)
+        )
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics this member reads now, sorted."""
+        return sorted(self._topics)
+
+    def _topic(self, name: str) -> _Topic:
+        """The state of topic ``name`` (made when met first)."""
+        state = self._topics.get(name)
+        if state is None:
+            layout = self._layout.of(name)
+            self._keys.number(name)
+            state = self._topics[name] = _Topic(
+                name=name,
+                layout=layout,
+                target=TargetNode(
+                    self._zk, layout, self._id, takeover_after=self._rebalance_timeout
+                ),
+            )
+        return state
+
+    async def _prepare_topic(self, state: _Topic) -> None:
+        """The parents of the topic's owner, offset and fence nodes exist."""
+        if not state.prepared:
+            layout = state.layout
+            paths = (layout.owners, layout.offsets, layout.fences)
+            await asyncio.gather(*(self._zk.ensure_path(path) for path in paths))
+            state.prepared = True
 
     async def prepare(self) -> None:
         """Before registering, in ZooKeeper: the group's paths exist, the strategy agrees.
@@ -168,14 +239,16 @@ class Membership:
             ConfigurationError: the topic does not exist (and the member may not wait for it).
         """
         if not self._wait_for_topic:
-            self._partitions = await self._topic_partitions()
+            for state in list(self._topics.values()):
+                state.partitions = await self._topic_partitions(state)
 
     async def _prepare_nodes(self) -> dict[str, tuple[MemberInfo, int]]:
         """The group's paths exist; returns the members registered now."""
         await self._zk.ensure_path(self._layout.root, shared=True)
-        layout = self._layout
-        paths = (layout.ids, layout.owners, layout.offsets, layout.fences)
-        await asyncio.gather(*(self._zk.ensure_path(path) for path in paths))
+        await asyncio.gather(
+            self._zk.ensure_path(self._layout.ids),
+            *(self._prepare_topic(state) for state in list(self._topics.values())),
+        )
         return await self._read_members(watch=False)
 
     async def _while_session_lives(self, step: Callable[[], Awaitable[T]]) -> T:
@@ -205,23 +278,46 @@ class Membership:
                 log.warning("member %s: joining: %s; trying again", self._id, exc)
             await asyncio.sleep(_RETRY_DELAY)
 
-    async def _topic_partitions(self) -> list[int]:
+    async def _topic_partitions(self, state: _Topic) -> list[int]:
         """The topic's partitions; none while it does not exist and the member waits for it."""
+        if self._subscription.is_pattern:
+            # A pattern's topics exist by definition: its partitions came with the listing.
+            return list((self._cluster or {}).get(state.name, []))
         try:
-            partitions = await self._fetcher.partitions()
+            partitions = await self._fetcher.partitions_of(state.name)
         except ConfigurationError:
             if not self._wait_for_topic:
                 raise
-            if not self._waiting:
+            if not state.waiting:
                 log.warning(
                     "member %s: topic %r does not exist yet; waiting for it",
                     self._id,
-                    self._layout.topic,
+                    state.name,
                 )
-                self._waiting = True
+                state.waiting = True
             return []
-        self._waiting = False
+        state.waiting = False
         return partitions
+
+    async def _list_topics(self) -> bool:
+        """A pattern member reads the cluster's topics; True when those it reads changed.
+
+        An empty listing while topics were known is taken for a broker's blip and ignored.
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        found = await self._fetcher.topics()
+        if not found and self._cluster:
+            log.warning("member %s: Kafka lists no topic now; keeping those known", self._id)
+            return False
+        before = {t: p for t, p in (self._cluster or {}).items() if self._subscription.matches(t)}
+        self._cluster = found
+        after = {t: p for t, p in found.items() if self._subscription.matches(t)}
+        if before != after:
+            log.info("member %s: the topics matching now: %s", self._id, sorted(after))
+            return True
+        return False
 
     def request_rebalance(self) -> None:
         """Rebalance again soon (a member came or went, the topic changed, the session is back)."""
@@ -235,21 +331,26 @@ class Membership:
         CPU in proportion to its partitions, and a hundred members asking every few seconds
         would keep a machine busy with 10,000 partitions.
         """
-        if self._strategy is Strategy.STICKY and not self._leads():
-            return
-        partitions = await self._topic_partitions()
-        if partitions != self._partitions:
-            log.info("topic %r now has partitions %s", self._layout.topic, partitions)
-            self._partitions = partitions
+        if self._subscription.is_pattern and await self._list_topics():
+            # Every pattern member lists the topics (it must learn which ones it reads); the
+            # partitions come with the listing.
             self.request_rebalance()
+        for state in list(self._topics.values()):
+            if self._strategy is Strategy.STICKY and not self._leads(state.name):
+                continue
+            partitions = await self._topic_partitions(state)
+            if partitions != state.partitions:
+                log.info("topic %r now has partitions %s", state.name, partitions)
+                state.partitions = partitions
+                self.request_rebalance()
 
-    def _leads(self) -> bool:
-        """Whether this member was the sticky leader (the oldest member of this topic and
-        strategy) at the last rebalance."""
+    def _leads(self, topic: str) -> bool:
+        """Whether this member was the sticky leader of ``topic`` (the oldest member reading it
+        with this strategy) at the last rebalance."""
         ours = [
             (czxid, member)
             for member, (info, czxid) in self._members.items()
-            if self._layout.topic in info.topics and info.strategy == self._strategy
+            if info.subscribes(topic) and info.strategy == self._strategy
         ]
         return bool(ours) and min(ours)[1] == self._id
 
@@ -261,7 +362,7 @@ class Membership:
             log.warning(
                 "member %s: ZooKeeper session lost; partitions %s no longer owned",
                 self._id,
-                sorted(self._claims),
+                self._layout.labels(sorted(self._claims)),
             )
         self._epoch += 1
         self._states.lost()
@@ -335,46 +436,32 @@ class Membership:
             await self._register_node()
             members = await self._read_members()
         self._check_strategy(members)
-        ours = [
-            member
+        ordered = [
+            (member, info)
             for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
-            if self._layout.topic in info.topics and info.strategy == self._strategy
+            if info.strategy == self._strategy
         ]
-        # A sticky follower takes the partitions from the published target. The leader asks Kafka
-        # only while it knows none: a change of the members does not change the partitions, and
-        # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
-        # request (with 10,000 partitions, each costs a tenth of a second of CPU or more). Every
-        # member of the other strategies asks at each rebalance, so that all agree.
-        if self._strategy is not Strategy.STICKY or (
-            ours[:1] == [self._id] and not self._partitions
-        ):
-            try:
-                partitions = await self._topic_partitions()
-            except BrokerError as exc:
-                if not self._partitions:
-                    raise
-                # Kafka is away: agree on the partitions known, so claims can move meanwhile.
-                log.warning("member %s: using the partitions known, %s", self._id, exc)
-            else:
-                if partitions or not self._partitions:
-                    self._partitions = partitions
-                else:
-                    # A topic known a moment ago is "unknown" now: a broker restarting says so
-                    # for a moment. Releasing everything on it would stop the whole group.
-                    log.warning(
-                        "member %s: Kafka does not know topic %r now; keeping its partitions %s",
-                        self._id,
-                        self._layout.topic,
-                        self._partitions,
-                    )
-        target = await self._target_of_mine(ours)
+        states = await self._current_topics()
+        found = await asyncio.gather(
+            *(
+                self._target_of_topic(
+                    state, [member for member, info in ordered if info.subscribes(state.name)]
+                )
+                for state in states
+            )
+        )
+        target: set[int] = set()
+        self._in_target = True
+        for keys, counted in found:
+            target |= keys
+            self._in_target = self._in_target and counted
         self._states.expected(target)
         fenced = self._states.fenced
         if fenced:
             log.warning(
                 "member %s: claims of partitions %s are gone; dropping them",
                 self._id,
-                fenced,
+                self._layout.labels(fenced),
             )
         leaving = sorted((set(self._claims) - target) | set(fenced))
         if leaving:
@@ -385,30 +472,97 @@ class Membership:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
         if await handover.assigned():
-            log.info("member %s owns %s of %s", self._id, sorted(self._claims), self._partitions)
+            log.info(
+                "member %s owns %s of %s",
+                self._id,
+                self._layout.labels(sorted(self._claims)),
+                self._layout.labels(self.partitions),
+            )
         await self._nodes.reconcile(self._claims)
+        await self._retire()
         return complete
 
-    async def _target_of_mine(self, members: list[str]) -> set[int]:
-        """The partitions this member should own; ``members`` oldest first."""
+    async def _current_topics(self) -> list[_Topic]:
+        """The states of the topics this member reads now (a pattern's follow the cluster's)."""
+        if self._subscription.is_pattern:
+            if self._cluster is None:
+                await self._list_topics()
+            names = self._subscription.select(self._cluster or {})
+        else:
+            names = list(self._subscription.topics)
+        states = [self._topic(name) for name in names]
+        await asyncio.gather(*(self._prepare_topic(state) for state in states))
+        return states
+
+    async def _retire(self) -> None:
+        """Forget the topics a pattern no longer reads (deleted, or renamed out of it): their
+        partitions were released by the rebalance; the target node of a deleted topic goes
+        with it (deleted by the member that led it)."""
+        if not self._subscription.is_pattern:
+            return
+        reading = set(self._subscription.select(self._cluster or {}))
+        for name in sorted(set(self._topics) - reading):
+            state = self._topics.pop(name)
+            state.target.close()
+            if state.leading and name not in (self._cluster or {}):
+                with contextlib.suppress(NoNodeError):
+                    await self._zk.delete(state.layout.assignment)
+                log.info("member %s: topic %r is gone; its target deleted", self._id, name)
+
+    async def _target_of_topic(self, state: _Topic, members: list[str]) -> tuple[set[int], bool]:
+        """The keys of the partitions of one topic this member should own, and whether the
+        assignment followed counts this member; ``members`` (reading the topic) oldest first."""
+        state.leading = members[:1] == [self._id]
+        # A sticky follower takes the partitions from the published target. The leader asks Kafka
+        # only while it knows none: a change of the members does not change the partitions, and
+        # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
+        # request (with 10,000 partitions, each costs a tenth of a second of CPU or more). Every
+        # member of the other strategies asks at each rebalance, so that all agree.
+        if self._strategy is not Strategy.STICKY or (state.leading and not state.partitions):
+            await self._refresh_partitions(state)
+        owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
         if self._strategy is not Strategy.STICKY:
-            self._in_target = True
-            return set(assign(self._strategy, self._partitions, members).get(self._id, []))
+            mine = assign(self._strategy, state.partitions, members).get(self._id, [])
+            return set(self._keys.keys(state.name, mine)), True
         graces = {
             member: info.rejoin_grace
             for member, (info, _czxid) in self._members.items()
             if member in members and info.rejoin_grace
         }
-        target = await self._target.follow(
-            members, self._partitions, self.request_rebalance, graces
+        target = await state.target.follow(
+            members, state.partitions, self.request_rebalance, graces
         )
-        self._in_target = target is not None and self._id in target.members
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the
             # next one is computed from the owners.
-            return set(self._claims)
-        self._partitions = sorted(target.owners)
-        return set(target.partitions_of(self._id))
+            return owned_here, False
+        state.partitions = sorted(target.owners)
+        return (
+            set(self._keys.keys(state.name, target.partitions_of(self._id))),
+            self._id in target.members,
+        )
+
+    async def _refresh_partitions(self, state: _Topic) -> None:
+        """Ask Kafka for the topic's partitions; a passing failure keeps those known."""
+        try:
+            partitions = await self._topic_partitions(state)
+        except BrokerError as exc:
+            if not state.partitions:
+                raise
+            # Kafka is away: agree on the partitions known, so claims can move meanwhile.
+            log.warning("member %s: using the partitions known, %s", self._id, exc)
+            return
+        if partitions or not state.partitions:
+            state.partitions = partitions
+        else:
+            # A topic known a moment ago is "unknown" now: a broker restarting says so
+            # for a moment. Releasing everything on it would stop the whole group.
+            log.warning(
+                "member %s: Kafka does not know topic %r now; keeping its partitions %s",
+                self._id,
+                state.name,
+                state.partitions,
+            )
 
     async def _register_node(self) -> None:
         """Create this member's registration. A named member's first registration takes the
@@ -417,7 +571,7 @@ class Membership:
         replaced, and stops."""
         path = self._layout.member(self._id)
         data = encode_member(
-            self._layout.topic,
+            self._subscription,
             self._strategy,
             int(time.time() * 1000),
             name=self._id if self._named else None,
@@ -557,4 +711,5 @@ class Membership:
     def forget(self) -> None:
         """The member closed: whatever was not released goes with the session."""
         self._states.forget()
-        self._target.close()
+        for state in self._topics.values():
+            state.target.close()

@@ -26,9 +26,10 @@ from ..zookeeper.client import (
     SetData,
     ZooKeeper,
 )
-from ..zookeeper.layout import GroupLayout, decode_offset
+from ..zookeeper.layout import decode_offset
 from .claims import Claim
 from .partitions import PartitionStates
+from .topics import KeyedLayout
 
 __all__ = ["Offsets"]
 
@@ -42,7 +43,7 @@ class Offsets:
     def __init__(
         self,
         zk: ZooKeeper,
-        layout: GroupLayout,
+        layout: KeyedLayout,
         states: PartitionStates,
         *,
         on_fenced: Callable[[list[int]], None] = lambda partitions: None,
@@ -116,10 +117,9 @@ class Offsets:
         if gone:
             partitions = self._states.fenced_off(gone)
             log.warning(
-                "partitions %s of %r: the claims are gone (their owner node was replaced, or a "
+                "partitions %s: the claims are gone (their owner node was replaced, or a "
                 "newer claim or an offset reset moved their fence); their offsets are not stored",
-                partitions,
-                self._layout.topic,
+                self._layout.labels(partitions),
             )
             self._on_fenced(partitions)
         return [claim for claim, holds in zip(claims, held, strict=True) if holds]

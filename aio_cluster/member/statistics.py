@@ -6,9 +6,11 @@ offsets of its claimed partitions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Generic, cast
 
+from ..kafka.topics import PartitionT
 from .claims import UNPOSITIONED, Claim
 from .lifecycle import GroupState
 
@@ -16,11 +18,12 @@ __all__ = ["GroupStatistics", "PartitionStatistics", "lag", "partition_statistic
 
 
 @dataclass(frozen=True)
-class PartitionStatistics:
+class PartitionStatistics(Generic[PartitionT]):
     """Where one claimed partition stands.
 
     Attributes:
-        partition: the partition id.
+        partition: the partition id (a [TopicPartition][aio_cluster.TopicPartition] in a group
+            on many topics).
         stored: the offset stored in ZooKeeper, or None when none is.
         position: the next offset to hand out (None before the claim is positioned).
         end: the log-end offset (the offset the next record written will get).
@@ -29,7 +32,7 @@ class PartitionStatistics:
         paused: True when the partition is paused.
     """
 
-    partition: int
+    partition: PartitionT
     stored: int | None
     position: int | None
     end: int
@@ -38,7 +41,7 @@ class PartitionStatistics:
 
 
 @dataclass(frozen=True)
-class GroupStatistics:
+class GroupStatistics(Generic[PartitionT]):
     """A snapshot of one member (see [statistics()][aio_cluster.ConsumerGroup.statistics]).
 
     Attributes:
@@ -69,9 +72,9 @@ class GroupStatistics:
     member_id: str
     state: GroupState
     session: str
-    claimed: tuple[int, ...]
-    paused: tuple[int, ...]
-    partitions: tuple[PartitionStatistics, ...]
+    claimed: tuple[PartitionT, ...]
+    paused: tuple[PartitionT, ...]
+    partitions: tuple[PartitionStatistics[PartitionT], ...]
     rebalances: int
     claim_timeouts: int
     unowned_nodes: int
@@ -83,7 +86,7 @@ class GroupStatistics:
     retried: int = 0
     dead_lettered: int = 0
     oldest_in_flight: float | None = None
-    stopped: tuple[int, ...] = ()
+    stopped: tuple[PartitionT, ...] = ()
 
     @property
     def lag(self) -> int:
@@ -109,14 +112,18 @@ def lag(end: int, committed: int | None, earliest: int | None) -> int:
 
 
 def partition_statistics(
-    claims: Mapping[int, Claim], ends: Mapping[int, int], paused: list[int]
-) -> tuple[PartitionStatistics, ...]:
+    claims: Mapping[int, Claim],
+    ends: Mapping[int, int],
+    paused: list[int],
+    name: Callable[[int], PartitionT] | None = None,
+) -> tuple[PartitionStatistics[PartitionT], ...]:
     """The per-partition figures of the claims that have a known log end.
 
     Args:
-        claims: the member's claims.
-        ends: partition -> log-end offset.
-        paused: the paused partitions.
+        claims: the member's claims (by partition key).
+        ends: partition key -> log-end offset.
+        paused: the paused partitions' keys.
+        name: how the user knows a partition key (None: the key is the partition id).
     """
     figures = []
     for partition in sorted(claims.keys() & ends.keys()):
@@ -124,7 +131,7 @@ def partition_statistics(
         end = ends[partition]
         figures.append(
             PartitionStatistics(
-                partition=partition,
+                partition=cast(PartitionT, partition) if name is None else name(partition),
                 stored=claim.stored,
                 position=None if claim.next_offset == UNPOSITIONED else claim.next_offset,
                 end=end,

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from ..assign.strategies import Strategy
+from ..assign.subscription import Subscription
 from ..assign.target import StickyTarget
 from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
@@ -37,6 +38,7 @@ __all__ = [
     "GroupLayout",
     "MemberInfo",
     "check_member_name",
+    "check_name",
     "decode_member",
     "decode_offset",
     "decode_target",
@@ -48,7 +50,12 @@ __all__ = [
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
-def _check_name(kind: str, name: object) -> None:
+def check_name(kind: str, name: object) -> None:
+    """Check a group or topic name against Kafka's rule for topic names.
+
+    Raises:
+        ConfigurationError: the name is not valid (named in the message).
+    """
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in {".", ".."}:
         raise ConfigurationError(
             f"{kind} name {name!r} is not valid: use 1 to 249 of the characters A-Z a-z 0-9 . _ -"
@@ -63,8 +70,8 @@ class GroupLayout:
     topic: str
 
     def __post_init__(self) -> None:
-        _check_name("group", self.group)
-        _check_name("topic", self.topic)
+        check_name("group", self.group)
+        check_name("topic", self.topic)
 
     @property
     def root(self) -> str:
@@ -117,15 +124,26 @@ class GroupLayout:
 class MemberInfo:
     """What a member's registration says: its topics, its assignment strategy, when it
     registered (Unix milliseconds; None where the registration does not say) and, for a named
-    member, its name and grace."""
+    member, its name and grace.
+
+    ``topics`` holds the topics a static subscription names (none for a pattern, whose regex is
+    no topic name); ``subscription`` says which topics the member reads (`subscribes`).
+    """
 
     topics: frozenset[str]
     strategy: Strategy | str
     since_ms: int | None = None
+    subscription: Subscription | None = None
     name: str | None = None
     """The member's ``member_name``, for a named member."""
     rejoin_grace: float | None = None
     """How long, in seconds, a named member's partitions wait for it to come back."""
+
+    def subscribes(self, topic: str) -> bool:
+        """Whether the member reads ``topic`` (for a pattern: whether it matches the name)."""
+        if self.subscription is None:
+            return topic in self.topics
+        return self.subscription.matches(topic)
 
 
 def check_member_name(name: object) -> None:
@@ -135,11 +153,11 @@ def check_member_name(name: object) -> None:
         ConfigurationError: it is not a string of 1 to 249 of the characters A-Z a-z 0-9 . _ -
             (nor ``.`` or ``..``).
     """
-    _check_name("member", name)
+    check_name("member", name)
 
 
 def encode_member(
-    topic: str,
+    subscription: str | Subscription,
     strategy: Strategy,
     timestamp_ms: int,
     *,
@@ -147,11 +165,18 @@ def encode_member(
     rejoin_grace: float | None = None,
 ) -> bytes:
     """The registration data: the classic JSON, plus the member's assignment strategy and, for a
-    named member, its name and grace (classic tools ignore fields they do not know)."""
+    named member, its name and grace (classic tools ignore fields they do not know).
+
+    The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
+    topics (or the one regex of a pattern) as the keys of ``subscription``, each with one stream,
+    and ``pattern`` saying ``static``, ``white_list`` or ``black_list``.
+    """
+    if isinstance(subscription, str):
+        subscription = Subscription(kind="static", topics=(subscription,))
     doc: dict[str, object] = {
         "version": 1,
-        "subscription": {topic: 1},
-        "pattern": "static",
+        "subscription": dict.fromkeys(subscription.entries, 1),
+        "pattern": subscription.kind,
         "timestamp": str(timestamp_ms),
         "assignment": strategy.value,
     }
@@ -184,14 +209,16 @@ def decode_member(data: bytes) -> MemberInfo:
         strategy = str(raw)
     stamp = str(doc.get("timestamp", ""))
     since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
+    # Registrations without a pattern (older ones) are static.
+    subscription = Subscription.recorded(str(doc.get("pattern", "static")), sorted(topics))
     name = doc.get("name")
-    grace = doc.get("rejoin_grace")
     return MemberInfo(
-        topics=topics,
+        topics=frozenset(subscription.topics),
         strategy=strategy,
         since_ms=since_ms,
+        subscription=subscription,
         name=name if isinstance(name, str) else None,
-        rejoin_grace=_seconds(grace),
+        rejoin_grace=_seconds(doc.get("rejoin_grace")),
     )
 
 

@@ -1,0 +1,98 @@
+"""TopicPartition, and the keys a member's parts use for the partitions of many topics. Pure.
+
+A member's parts (its partition states, delivery, offsets, handover) know a partition by one
+``int`` key. A group on one topic uses the partition id itself, so nothing changes for it; a group
+on many topics gives every topic a number when it first meets it, and the key packs both:
+``number * 2**31 + partition`` (Kafka's partition ids are 31-bit). Only the edges translate: the
+paths in ZooKeeper, the Kafka clients, and the facade, which hands out `TopicPartition`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from typing_extensions import TypeVar
+
+__all__ = ["PARTITION_SPAN", "PartitionT", "TopicKeys", "TopicPartition"]
+
+PartitionT = TypeVar("PartitionT", default=int)
+"""How a member's user names a partition: its id (``int``, a one-topic group, the default) or a
+`TopicPartition` (a group on a list of topics or a pattern)."""
+
+PARTITION_SPAN = 2**31
+"""More than any partition id: the key of partition ``p`` of the ``n``-th topic is
+``n * PARTITION_SPAN + p``."""
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic: the key a many-topic group hands out batches under."""
+
+    topic: str
+    partition: int
+
+
+class TopicKeys:
+    """The numbers of the topics one member met, and the keys of their partitions.
+
+    A number is never given to another topic during the member's life, so a key never names
+    two partitions (a topic deleted and made again keeps its number).
+    """
+
+    def __init__(self, topics: tuple[str, ...] = ()) -> None:
+        """Args:
+        topics: the topics numbered first, in this order (the first one is number 0, so the
+            keys of a one-topic group are its partition ids).
+        """
+        self._numbers: dict[str, int] = {}
+        self._names: list[str] = []
+        for topic in topics:
+            self.number(topic)
+
+    def number(self, topic: str) -> int:
+        """The topic's number (a new one when met first)."""
+        found = self._numbers.get(topic)
+        if found is None:
+            found = self._numbers[topic] = len(self._names)
+            self._names.append(topic)
+        return found
+
+    def key(self, topic: str, partition: int) -> int:
+        """The key of ``partition`` of ``topic``."""
+        return self.number(topic) * PARTITION_SPAN + partition
+
+    def of(self, tp: TopicPartition) -> int:
+        """The key of ``tp``."""
+        return self.key(tp.topic, tp.partition)
+
+    def lookup(self, topic: str, partition: int) -> int | None:
+        """The key of ``partition`` of ``topic``, or None when the topic was never met."""
+        number = self._numbers.get(topic)
+        return None if number is None else number * PARTITION_SPAN + partition
+
+    def split(self, key: int) -> TopicPartition:
+        """The topic and partition of ``key``.
+
+        Raises:
+            KeyError: no topic has the key's number.
+        """
+        number, partition = divmod(key, PARTITION_SPAN)
+        if not 0 <= number < len(self._names):
+            raise KeyError(key)
+        return TopicPartition(self._names[number], partition)
+
+    def topic(self, key: int) -> str:
+        """The topic of ``key``."""
+        return self.split(key).topic
+
+    def keys(self, topic: str, partitions: list[int] | tuple[int, ...]) -> list[int]:
+        """The keys of ``partitions`` of ``topic``, in their order."""
+        base = self.number(topic) * PARTITION_SPAN
+        return [base + partition for partition in partitions]
+
+    def by_topic(self, keys: list[int] | set[int] | frozenset[int]) -> dict[str, list[int]]:
+        """Topic -> its sorted partition ids, of ``keys``."""
+        grouped: dict[str, list[int]] = {}
+        for key in sorted(keys):
+            topic, partition = self.split(key)
+            grouped.setdefault(topic, []).append(partition)
+        return grouped
