@@ -139,6 +139,8 @@ class _Options(TypedDict, total=False):
     isolation_level: IsolationLevel
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
+    member_name: str | None
+    rejoin_grace: float | None
 
 
 class _NamingListener:

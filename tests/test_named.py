@@ -103,7 +103,7 @@ async def test_bad_names_and_graces_are_refused_at_construction(
     options: dict[str, object], named: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=named.replace("/", ".")):
-        ConsumerGroup("g", "localhost:9", "localhost:9", "t", **options)  # type: ignore[arg-type]
+        ConsumerGroup("g", "localhost:9", "localhost:9", "t", **options)  # type: ignore[call-overload]
 
 
 # --- against the real servers ---------------------------------------------------------------------
