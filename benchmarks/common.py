@@ -118,3 +118,21 @@ def bar_chart(
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
+
+
+async def zookeeper_packets(connect: str) -> int:
+    """ZooKeeper's ``mntr`` ``zk_packets_received``: the requests it received so far (the local
+    ZooKeeper allows ``mntr``)."""
+    host, port = connect.split(",", maxsplit=1)[0].split("/", maxsplit=1)[0].rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"mntr")
+        await writer.drain()
+        text = (await reader.read()).decode()
+    finally:
+        writer.close()
+    for line in text.splitlines():
+        key, _, value = line.partition("\t")
+        if key == "zk_packets_received":
+            return int(value)
+    raise RuntimeError(f"ZooKeeper's mntr did not answer (is it allowed?): {text[:200]!r}")

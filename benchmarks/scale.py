@@ -30,7 +30,16 @@ import sys
 import time
 from collections.abc import Sequence
 
-from common import RESULTS, bar_chart, create_topic, fresh, markdown_table, median, table
+from common import (
+    RESULTS,
+    bar_chart,
+    create_topic,
+    fresh,
+    markdown_table,
+    median,
+    table,
+    zookeeper_packets,
+)
 
 from aio_cluster import ConsumerGroup, Strategy
 from aio_cluster.assign.strategies import assign
@@ -158,22 +167,6 @@ async def settle(
         if time.perf_counter() > deadline:
             raise TimeoutError(f"the group did not settle in {SETTLE_TIMEOUT}s")
         await asyncio.sleep(0.005)
-
-
-async def zookeeper_packets(connect: str) -> int:
-    host, port = connect.split(",", maxsplit=1)[0].split("/", maxsplit=1)[0].rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(b"mntr")
-        await writer.drain()
-        text = (await reader.read()).decode()
-    finally:
-        writer.close()
-    for line in text.splitlines():
-        key, _, value = line.partition("\t")
-        if key == "zk_packets_received":
-            return int(value)
-    raise RuntimeError(f"ZooKeeper's mntr did not answer (is it allowed?): {text[:200]!r}")
 
 
 async def measure(
