@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -191,3 +192,40 @@ def test_the_kth_oldest_publishes_after_k_takeover_periods() -> None:
     assert follows(published, members[:2])
     assert not follows(published, members)
     assert not follows(None, members)
+
+
+def test_topics_with_fewer_partitions_than_members_spread_over_the_group() -> None:
+    """Targets computed one topic after another, each with the others' loads, balance every
+    topic and the members' totals: a fifth member of 50 topics of 4 partitions gets its fifth."""
+    topics = [f"t{i}" for i in range(50)]
+    four = ["a", "b", "c", "d"]
+
+    def publish(
+        published: dict[str, StickyTarget | None], members: list[str]
+    ) -> dict[str, StickyTarget | None]:
+        result = dict(published)
+        for topic in topics:
+            loads: Counter[str] = Counter()
+            for other, target in result.items():
+                if other != topic and target is not None:
+                    loads.update(target.owners.values())
+            following = next_target(result[topic], range(4), members, loads=loads)
+            result[topic] = following or result[topic]
+        return result
+
+    before = publish(dict.fromkeys(topics), four)
+    after = publish(before, [*four, "e"])
+    totals = Counter(o for t in after.values() if t for o in t.owners.values())
+    assert sorted(totals.values()) == [40] * 5
+    for target in after.values():
+        assert target is not None
+        assert max(Counter(target.owners.values()).values()) == 1, "each topic balanced"
+    owners_before = {t: target.owners for t, target in before.items() if target is not None}
+    moved = sum(
+        1
+        for topic, target in after.items()
+        if target is not None
+        for p in range(4)
+        if owners_before[topic][p] != target.owners[p]
+    )
+    assert moved == 40, "the fewest moves that balance the totals"

@@ -51,7 +51,10 @@ def round_robin(partitions: Collection[int], members: Collection[str]) -> dict[s
 
 
 def sticky(
-    partitions: Collection[int], members: Sequence[str], previous: Mapping[int, str]
+    partitions: Collection[int],
+    members: Sequence[str],
+    previous: Mapping[int, str],
+    loads: Mapping[str, int] | None = None,
 ) -> dict[str, list[int]]:
     """A balanced assignment (sizes differing by at most one) that moves the fewest partitions.
 
@@ -63,12 +66,20 @@ def sticky(
     member holding ``c`` with a share of ``q`` must give up ``max(0, c - q)``, and the sum is
     least when the larger shares go to the larger holdings.
 
+    A member that reads several topics gets one target per topic. With ``loads`` (the
+    partitions each member holds of the group's other topics) the larger shares go first to the
+    members that hold the least elsewhere, then to the larger holdings: a topic with fewer
+    partitions than members no longer leaves the same members idle in every topic (a fifth
+    member of 50 topics of 4 partitions would get none), and the moves are the fewest that
+    balance the members' totals.
+
     Args:
         partitions: the topic's partition ids (duplicates and order do not matter).
         members: the live members, oldest first; ties (equal holdings) go to the older member,
             and the freed partitions are dealt in this order, so the result is deterministic.
         previous: partition -> owner of the last assignment; owners not among ``members`` and
             partitions no longer in ``partitions`` are ignored.
+        loads: member -> the partitions it holds of other topics (none: no other topics).
 
     Returns:
         Every member's sorted partitions.
@@ -86,7 +97,9 @@ def sticky(
         else:
             free.append(partition)
     share, extra = divmod(len(wanted), len(ordered))
-    by_holding = sorted(ordered, key=lambda member: -len(held[member]))  # stable: older first
+    elsewhere = loads or {}
+    # Stable: ties go to the older member.
+    by_holding = sorted(ordered, key=lambda m: (elsewhere.get(m, 0), -len(held[m])))
     quota = {member: share + (1 if rank < extra else 0) for rank, member in enumerate(by_holding)}
     for member in ordered:
         keep = quota[member]

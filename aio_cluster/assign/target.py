@@ -81,6 +81,7 @@ def next_target(
     *,
     graces: Mapping[str, float] | None = None,
     now_ms: int = 0,
+    loads: Mapping[str, int] | None = None,
 ) -> StickyTarget | None:
     """The target to publish next, or None when the published one already fits.
 
@@ -103,6 +104,8 @@ def next_target(
         graces: live member -> its ``rejoin_grace`` in seconds, for those that have one.
         now_ms: the time now, in Unix milliseconds: when a grace begins and whether it ended
             (needed only where a member has a grace).
+        loads: member -> the partitions it holds of the group's other topics, so that the
+            members' totals balance too (see `sticky()`).
     """
     live = tuple(dict.fromkeys(members))
     wanted = set(partitions)
@@ -125,7 +128,7 @@ def next_target(
     ):
         return None
     previous = dict(owned or {}) if published is None else published.owners
-    assigned = sticky(wanted, ordered, previous)
+    assigned = sticky(wanted, ordered, previous, loads)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
     return StickyTarget(

@@ -79,6 +79,8 @@ class _Topic:
     """Whether its owner, offset and fence parents were made sure of."""
     leading: bool = False
     """Whether this member was its sticky leader at the last rebalance."""
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    """member -> the partitions the target last followed gives it (sticky)."""
 
 
 class Membership:
@@ -442,14 +444,21 @@ class Membership:
             if info.strategy == self._strategy
         ]
         states = await self._current_topics()
-        found = await asyncio.gather(
-            *(
-                self._target_of_topic(
-                    state, [member for member, info in ordered if info.subscribes(state.name)]
-                )
-                for state in states
+        readers = {
+            state.name: [member for member, info in ordered if info.subscribes(state.name)]
+            for state in states
+        }
+        sticky = self._strategy is Strategy.STICKY
+        led = [s for s in states if sticky and readers[s.name][:1] == [self._id]]
+        found = list(
+            await asyncio.gather(
+                *(self._target_of_topic(s, readers[s.name]) for s in states if s not in led)
             )
         )
+        # The topics this member leads, one after another: each target balances the members'
+        # totals against the targets of the others (`sticky()`'s loads).
+        for state in led:
+            found.append(await self._target_of_topic(state, readers[state.name]))
         target: set[int] = set()
         self._in_target = True
         for keys, counted in found:
@@ -529,14 +538,19 @@ class Membership:
             for member, (info, _czxid) in self._members.items()
             if member in members and info.rejoin_grace
         }
+        loads: collections.Counter[str] = collections.Counter()
+        for other in self._topics.values():
+            if other is not state:
+                loads.update(other.counts)
         target = await state.target.follow(
-            members, state.partitions, self.request_rebalance, graces
+            members, state.partitions, self.request_rebalance, graces, loads
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the
             # next one is computed from the owners.
             return owned_here, False
         state.partitions = sorted(target.owners)
+        state.counts = collections.Counter(target.owners.values())
         return (
             set(self._keys.keys(state.name, target.partitions_of(self._id))),
             self._id in target.members,

@@ -57,6 +57,7 @@ class TargetNode:
         partitions: Collection[int],
         on_change: Callable[[], None],
         graces: Mapping[str, float] | None = None,
+        loads: Mapping[str, int] | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -75,6 +76,8 @@ class TargetNode:
             graces: live member -> its ``rejoin_grace``, for the named members that have one.
                 The member that publishes a target keeping a member in its grace looks again
                 when the grace ends (``on_change``).
+            loads: member -> the partitions it holds of the group's other topics (a target
+                computed here balances the members' totals too).
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -106,7 +109,7 @@ class TargetNode:
             owned = None if published is not None else await self._owners(partitions)
             now_ms = int(time.time() * 1000)
             target = next_target(
-                published, partitions, members, owned, graces=graces, now_ms=now_ms
+                published, partitions, members, owned, graces=graces, now_ms=now_ms, loads=loads
             )
             if target is not None and published is None:
                 target = dataclasses.replace(target, version=self._last_version + 1)
