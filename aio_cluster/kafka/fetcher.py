@@ -281,11 +281,8 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found: dict[int, tuple[int, int]] = {}
-        for topic, ids in self.keys.by_topic(set(partitions)).items():
-            for partition, bounds in (await self._reader.bounds(topic, ids)).items():
-                found[self.keys.key(topic, partition)] = bounds
-        return found
+        found = await self._reader.bounds_of(self.keys.by_topic(set(partitions)))
+        return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
     async def ends(self, partitions: Collection[int]) -> dict[int, int]:
         """For each partition, its next-to-be-written offset: one ListOffsets round trip.
@@ -293,11 +290,8 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found: dict[int, int] = {}
-        for topic, ids in self.keys.by_topic(set(partitions)).items():
-            for partition, end in (await self._reader.ends(topic, ids)).items():
-                found[self.keys.key(topic, partition)] = end
-        return found
+        found = await self._reader.ends_of(self.keys.by_topic(set(partitions)))
+        return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
 
     async def offsets_for_time(
         self, partitions: Collection[int], timestamp_ms: int

@@ -167,15 +167,28 @@ class OffsetReader:
         Raises:
             BrokerError: the request failed.
         """
-        tps = [TopicPartition(topic, partition) for partition in partitions]
+        found = await self.bounds_of({topic: partitions})
+        return {partition: bounds for (_topic, partition), bounds in found.items()}
+
+    async def bounds_of(
+        self, wanted: Mapping[str, Collection[int]]
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """`bounds()` of the partitions of several topics at once: the same two round trips
+        however many topics there are.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = await self._tracked(wanted)
         if not tps:
             return {}
         try:
-            first = await self._consumer.beginning_offsets(tps)
-            last = await self._consumer.end_offsets(tps)
+            first, last = await asyncio.gather(
+                self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps)
+            )
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
-        return {tp.partition: (first[tp], last[tp]) for tp in tps}
+        return {(tp.topic, tp.partition): (first[tp], last[tp]) for tp in tps}
 
     async def ends(self, topic: str, partitions: Collection[int]) -> dict[int, int]:
         """For each partition, its next-to-be-written offset: one ListOffsets round trip.
@@ -183,14 +196,36 @@ class OffsetReader:
         Raises:
             BrokerError: the request failed.
         """
-        tps = [TopicPartition(topic, partition) for partition in partitions]
+        found = await self.ends_of({topic: partitions})
+        return {partition: end for (_topic, partition), end in found.items()}
+
+    async def ends_of(self, wanted: Mapping[str, Collection[int]]) -> dict[tuple[str, int], int]:
+        """`ends()` of the partitions of several topics, in one round trip.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = await self._tracked(wanted)
         if not tps:
             return {}
         try:
             last = await self._consumer.end_offsets(tps)
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
-        return {tp.partition: last[tp] for tp in tps}
+        return {(tp.topic, tp.partition): last[tp] for tp in tps}
+
+    async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[TopicPartition]:
+        """The partitions of ``wanted``, their topics' metadata followed first: in one refresh
+        for the topics not followed yet (an offset request for an unknown topic waits a retry
+        back-off, 100 ms, per topic)."""
+        topics = {topic for topic, partitions in wanted.items() if partitions}
+        client = self._consumer._client  # aiokafka has no public call for this in assign() mode
+        if not topics <= set(client._topics):
+            try:
+                await client.set_topics(set(client._topics) | topics)
+            except KafkaError as exc:
+                raise BrokerError(f"metadata request failed: {exc}") from exc
+        return [TopicPartition(t, p) for t, partitions in wanted.items() for p in partitions]
 
     async def offsets_for_time(
         self, topic: str, partitions: Collection[int], timestamp_ms: int

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from ..assign.strategies import Strategy, assign
 from ..assign.subscription import Subscription
+from ..assign.target import StickyTarget
 from ..errors import (
     AioClusterError,
     BrokerError,
@@ -81,6 +82,57 @@ class _Topic:
     """Whether this member was its sticky leader at the last rebalance."""
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     """member -> the partitions the target last followed gives it (sticky)."""
+
+
+class _Turns:
+    """The order in which a many-topic member decides the targets of the topics it leads.
+
+    Their reads and writes run at once, but each target is computed after the one before it was
+    decided, against what every other topic gives each member (`sticky()`'s loads): so the
+    members' totals balance, and the result does not depend on which request returned first.
+    """
+
+    def __init__(self, topics: Mapping[str, _Topic], led: list[str]) -> None:
+        self._topics = topics
+        self._order = led
+        loop = asyncio.get_running_loop()
+        self._done = {name: loop.create_future() for name in led}
+
+    def of(self, topic: str) -> _TopicTurn:
+        """The turn of ``topic`` (one this member leads or not)."""
+        return _TopicTurn(self, topic)
+
+    async def loads(self, topic: str) -> collections.Counter[str]:
+        if topic in self._done:
+            index = self._order.index(topic)
+            if index:
+                await self._done[self._order[index - 1]]
+        loads: collections.Counter[str] = collections.Counter()
+        for name, state in self._topics.items():
+            if name != topic:
+                loads.update(state.counts)
+        return loads
+
+    def decided(self, topic: str, target: StickyTarget | None) -> None:
+        if target is not None:
+            self._topics[topic].counts = collections.Counter(target.owners.values())
+        done = self._done.get(topic)
+        if done is not None and not done.done():
+            done.set_result(None)
+
+
+@dataclass(frozen=True)
+class _TopicTurn:
+    """One topic's side of `_Turns`, as the target node asks for it (`Balance`)."""
+
+    turns: _Turns
+    topic: str
+
+    async def loads(self) -> Mapping[str, int]:
+        return await self.turns.loads(self.topic)
+
+    def decided(self, target: StickyTarget | None) -> None:
+        self.turns.decided(self.topic, target)
 
 
 class Membership:
@@ -449,16 +501,11 @@ class Membership:
             for state in states
         }
         sticky = self._strategy is Strategy.STICKY
-        led = [s for s in states if sticky and readers[s.name][:1] == [self._id]]
-        found = list(
-            await asyncio.gather(
-                *(self._target_of_topic(s, readers[s.name]) for s in states if s not in led)
-            )
+        led = [s.name for s in states if sticky and readers[s.name][:1] == [self._id]]
+        turns = _Turns(self._topics, led) if len(self._topics) > 1 else None
+        found = await asyncio.gather(
+            *(self._target_of_topic(s, readers[s.name], turns) for s in states)
         )
-        # The topics this member leads, one after another: each target balances the members'
-        # totals against the targets of the others (`sticky()`'s loads).
-        for state in led:
-            found.append(await self._target_of_topic(state, readers[state.name]))
         target: set[int] = set()
         self._in_target = True
         for keys, counted in found:
@@ -518,9 +565,21 @@ class Membership:
                     await self._zk.delete(state.layout.assignment)
                 log.info("member %s: topic %r is gone; its target deleted", self._id, name)
 
-    async def _target_of_topic(self, state: _Topic, members: list[str]) -> tuple[set[int], bool]:
+    async def _target_of_topic(
+        self, state: _Topic, members: list[str], turns: _Turns | None = None
+    ) -> tuple[set[int], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
-        assignment followed counts this member; ``members`` (reading the topic) oldest first."""
+        assignment followed counts this member; ``members`` (reading the topic) oldest first.
+        ``turns`` orders the targets this member computes (a many-topic member)."""
+        try:
+            return await self._follow_topic(state, members, turns)
+        finally:
+            if turns is not None:
+                turns.of(state.name).decided(None)
+
+    async def _follow_topic(
+        self, state: _Topic, members: list[str], turns: _Turns | None
+    ) -> tuple[set[int], bool]:
         state.leading = members[:1] == [self._id]
         # A sticky follower takes the partitions from the published target. The leader asks Kafka
         # only while it knows none: a change of the members does not change the partitions, and
@@ -538,12 +597,12 @@ class Membership:
             for member, (info, _czxid) in self._members.items()
             if member in members and info.rejoin_grace
         }
-        loads: collections.Counter[str] = collections.Counter()
-        for other in self._topics.values():
-            if other is not state:
-                loads.update(other.counts)
         target = await state.target.follow(
-            members, state.partitions, self.request_rebalance, graces, loads
+            members,
+            state.partitions,
+            self.request_rebalance,
+            graces,
+            None if turns is None else turns.of(state.name),
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the

@@ -12,15 +12,29 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Protocol
 
 from ..assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
 from ..errors import CoordinationError
 from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ..zookeeper.layout import GroupLayout, decode_target, encode_target
 
-__all__ = ["TargetNode"]
+__all__ = ["Balance", "TargetNode"]
 
 log = logging.getLogger(__name__)
+
+
+class Balance(Protocol):
+    """What the other topics of a many-topic member hold: asked just before a target is
+    computed, told once it is decided (see `sticky()`'s loads)."""
+
+    async def loads(self) -> Mapping[str, int]:
+        """member -> the partitions it holds of the group's other topics."""
+        ...
+
+    def decided(self, target: StickyTarget | None) -> None:
+        """The target this topic follows now (None: none)."""
+        ...
 
 
 class TargetNode:
@@ -57,7 +71,7 @@ class TargetNode:
         partitions: Collection[int],
         on_change: Callable[[], None],
         graces: Mapping[str, float] | None = None,
-        loads: Mapping[str, int] | None = None,
+        balance: Balance | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -76,8 +90,8 @@ class TargetNode:
             graces: live member -> its ``rejoin_grace``, for the named members that have one.
                 The member that publishes a target keeping a member in its grace looks again
                 when the grace ends (``on_change``).
-            loads: member -> the partitions it holds of the group's other topics (a target
-                computed here balances the members' totals too).
+            balance: the other topics' holdings: a target computed here balances the members'
+                totals too, and is told to it before it is written.
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -107,12 +121,15 @@ class TargetNode:
                 if published is not None:
                     partitions = list(published.owners)
             owned = None if published is not None else await self._owners(partitions)
+            loads = None if balance is None else await balance.loads()
             now_ms = int(time.time() * 1000)
             target = next_target(
                 published, partitions, members, owned, graces=graces, now_ms=now_ms, loads=loads
             )
             if target is not None and published is None:
                 target = dataclasses.replace(target, version=self._last_version + 1)
+            if balance is not None:
+                balance.decided(published if target is None else target)
             version = read_version
             if target is not None:
                 try:
