@@ -433,3 +433,57 @@ async def test_kafkas_own_tool_and_describe_agree_on_every_topic_of_a_mirrored_g
         (topic, p): in_zookeeper[topic][p] for topic in topics for p in (0, 1)
     }
     assert all(lag > 0 for _current, _end, lag in theirs.values())
+
+
+@pytest.mark.asyncio
+async def test_kafkas_tool_and_describe_agree_on_a_member_subscribed_to_three_topics(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+) -> None:
+    """One member on a list of three topics (one ZooKeeper session, one fetcher), its offsets
+    mirrored: Kafka's own tool and ``describe`` show the same for every topic."""
+    topics = sorted([await make_topic(partitions=2) for _ in range(3)])
+    for topic in topics:
+        await produce(topic, 20)
+    group = ConsumerGroup(
+        group_name,
+        cluster.bootstrap,
+        cluster.zookeeper,
+        topics,
+        kafka_offsets="mirror",
+        loop_delay=0.1,
+        kafka_options=cluster.kafka_options or None,
+    )
+    async with group:
+        seen: Counter[str] = Counter()
+        async with contextlib.aclosing(closable(group.batches(commit=False))) as batches:
+            async for tp, batch in batches:
+                await group.commit(tp, batch[-1].offset + 1)
+                seen[tp.topic] += len(batch)
+                if sum(seen.values()) == 60:
+                    break
+        assert seen == dict.fromkeys(topics, 20)
+        for topic in topics:
+            await produce(topic, 5, start=20)
+        in_zookeeper = {
+            topic: await stored_offsets(zk, GroupLayout(group_name, topic), 2) for topic in topics
+        }
+
+        async def mirrored() -> bool:
+            held = {topic: await in_kafka(cluster, group_name, topic) for topic in topics}
+            return held == in_zookeeper
+
+        await wait_until(mirrored, what="the offsets of every topic to reach Kafka")
+        code, out, err = await run(cluster, "describe", group_name, "--json")
+        assert code == 0, err
+        ours = {
+            (row["topic"], row["partition"]): (row["committed"], row["end"], row["lag"])
+            for row in json.loads(out)
+        }
+        theirs = await kafka_tool_offsets(cluster, group_name)
+    assert theirs == ours
+    assert set(theirs) == {(topic, p) for topic in topics for p in (0, 1)}
+    assert sum(lag for _current, _end, lag in theirs.values()) == 15
