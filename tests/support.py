@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import sys
 import uuid
@@ -27,7 +28,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import Batch, ConsumerGroup, Record
+from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
+from aio_cluster.local.jars import default_cache_dir, resolve_jars
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
@@ -341,3 +344,44 @@ async def consume_exactly_once(
             await asyncio.gather(*consumers)
     assert sorted(seen) == sorted(f"k{i}".encode() for i in range(total)), "a message was lost"
     assert set(seen.values()) == {1}, "a message was delivered twice"
+
+
+# --- Kafka's view ---------------------------------------------------------------------------------
+
+
+async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
+    """The offsets Kafka holds for the group in partitions 0 and 1 of ``topic`` (those
+    committed)."""
+    offsets = KafkaGroupOffsets(cluster.bootstrap, group, topic, client_id="test")
+    await offsets.start()
+    try:
+        return await offsets.committed([0, 1], 10)
+    finally:
+        await offsets.stop()
+
+
+CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+async def kafka_tool_describe(
+    cluster: LocalCluster, group: str
+) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``kafka-consumer-groups.sh --describe --group G``, run with ``java`` from Kafka's
+    kafka-tools jar: (topic, partition) -> (current offset, log-end offset, lag)."""
+    java = shutil.which("java")
+    assert java is not None
+    tools = await resolve_jars(default_cache_dir(), "tools")
+    process = await asyncio.create_subprocess_exec(
+        *(java, "-cp", f"{tools}/*", CONSUMER_GROUPS),
+        *("--bootstrap-server", cluster.bootstrap, "--describe", "--group", group),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    rows = {}
+    for line in out.decode().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[0] == group:
+            rows[(fields[1], int(fields[2]))] = (int(fields[3]), int(fields[4]), int(fields[5]))
+    return rows

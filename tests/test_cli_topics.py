@@ -9,11 +9,9 @@ member are written by hand here, as such consumers wrote them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
-import shutil
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,20 +21,17 @@ import pytest_asyncio
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.cli.survey import RESET_FENCE_DATA
-from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
-from aio_cluster.local.jars import default_cache_dir, resolve_jars
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import closable, member, stored_offsets, wait_until
+from support import closable, in_kafka, kafka_tool_describe, member, stored_offsets, wait_until
 from test_cli import end_offsets, one_line, run
 
 pytestmark = pytest.mark.asyncio
 
 WINDOW = ("--window", "2s", "--samples", "3")
-CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 
 @dataclass
@@ -361,38 +356,32 @@ async def test_pattern_and_named_registrations_are_shown_and_respected(
     assert "(garbage-member)" in one_line(err)
 
 
-async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
-    """The offsets Kafka holds for the group in partitions 0 and 1 of ``topic``."""
-    offsets = KafkaGroupOffsets(cluster.bootstrap, group, topic, client_id="test")
-    await offsets.start()
-    try:
-        return await offsets.committed([0, 1], 10)
-    finally:
-        await offsets.stop()
-
-
-async def kafka_tool_offsets(
-    cluster: LocalCluster, group: str
+async def agree_with_kafka(
+    cluster: LocalCluster, zk: ZooKeeper, group: str, topics: list[str]
 ) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """``kafka-consumer-groups.sh --describe --group G`` (run with ``java`` from Kafka's
-    kafka-tools jar): (topic, partition) -> (current offset, log-end offset, lag)."""
-    java = shutil.which("java")
-    assert java is not None
-    tools = await resolve_jars(default_cache_dir(), "tools")
-    process = await asyncio.create_subprocess_exec(
-        *(java, "-cp", f"{tools}/*", CONSUMER_GROUPS),
-        *("--bootstrap-server", cluster.bootstrap, "--describe", "--group", group),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0, err.decode()
-    rows = {}
-    for line in out.decode().splitlines():
-        fields = line.split()
-        if len(fields) >= 6 and fields[0] == group:
-            rows[(fields[1], int(fields[2]))] = (int(fields[3]), int(fields[4]), int(fields[5]))
-    return rows
+    """Once the offsets stored in ZooKeeper for ``topics`` reached Kafka: ``describe --json``
+    and Kafka's own tool show the same rows; returns them."""
+    in_zookeeper = {
+        topic: await stored_offsets(zk, GroupLayout(group, topic), 2) for topic in topics
+    }
+
+    async def mirrored() -> bool:
+        held = {topic: await in_kafka(cluster, group, topic) for topic in topics}
+        return held == in_zookeeper
+
+    await wait_until(mirrored, what="the offsets of every topic to reach Kafka")
+    code, out, err = await run(cluster, "describe", group, "--json")
+    assert code == 0, err
+    ours = {
+        (row["topic"], row["partition"]): (row["committed"], row["end"], row["lag"])
+        for row in json.loads(out)
+    }
+    theirs = await kafka_tool_describe(cluster, group)
+    assert theirs == ours
+    assert {key: current for key, (current, _end, _lag) in theirs.items()} == {
+        (topic, p): in_zookeeper[topic][p] for topic in topics for p in (0, 1)
+    }
+    return theirs
 
 
 async def test_kafkas_own_tool_and_describe_agree_on_every_topic_of_a_mirrored_group(
@@ -412,26 +401,7 @@ async def test_kafkas_own_tool_and_describe_agree_on_every_topic_of_a_mirrored_g
             )
             await consume_and_commit(one, 30)
             await produce(topic, 10, start=30)
-        in_zookeeper = {
-            topic: await stored_offsets(zk, GroupLayout(group_name, topic), 2) for topic in topics
-        }
-
-        async def mirrored() -> bool:
-            held = {topic: await in_kafka(cluster, group_name, topic) for topic in topics}
-            return held == in_zookeeper
-
-        await wait_until(mirrored, what="the offsets of every topic to reach Kafka")
-        code, out, err = await run(cluster, "describe", group_name, "--json")
-        assert code == 0, err
-        ours = {
-            (row["topic"], row["partition"]): (row["committed"], row["end"], row["lag"])
-            for row in json.loads(out)
-        }
-        theirs = await kafka_tool_offsets(cluster, group_name)
-    assert theirs == ours
-    assert {key: current for key, (current, _end, _lag) in theirs.items()} == {
-        (topic, p): in_zookeeper[topic][p] for topic in topics for p in (0, 1)
-    }
+        theirs = await agree_with_kafka(cluster, zk, group_name, topics)
     assert all(lag > 0 for _current, _end, lag in theirs.values())
 
 
@@ -468,22 +438,6 @@ async def test_kafkas_tool_and_describe_agree_on_a_member_subscribed_to_three_to
         assert seen == dict.fromkeys(topics, 20)
         for topic in topics:
             await produce(topic, 5, start=20)
-        in_zookeeper = {
-            topic: await stored_offsets(zk, GroupLayout(group_name, topic), 2) for topic in topics
-        }
-
-        async def mirrored() -> bool:
-            held = {topic: await in_kafka(cluster, group_name, topic) for topic in topics}
-            return held == in_zookeeper
-
-        await wait_until(mirrored, what="the offsets of every topic to reach Kafka")
-        code, out, err = await run(cluster, "describe", group_name, "--json")
-        assert code == 0, err
-        ours = {
-            (row["topic"], row["partition"]): (row["committed"], row["end"], row["lag"])
-            for row in json.loads(out)
-        }
-        theirs = await kafka_tool_offsets(cluster, group_name)
-    assert theirs == ours
+        theirs = await agree_with_kafka(cluster, zk, group_name, topics)
     assert set(theirs) == {(topic, p) for topic in topics for p in (0, 1)}
     assert sum(lag for _current, _end, lag in theirs.values()) == 15

@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,27 +16,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from aio_cluster import Batch, ConfigurationError, ConsumerGroup
-from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
-from aio_cluster.local.jars import default_cache_dir, resolve_jars
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import closable, wait_until
+from support import closable, in_kafka, kafka_tool_describe, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-
-
-async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
-    """The offsets Kafka holds for the group in partitions 0 and 1 (those committed)."""
-    offsets = KafkaGroupOffsets(cluster.bootstrap, group, topic, client_id="test")
-    await offsets.start()
-    try:
-        return await offsets.committed([0, 1], 10)
-    finally:
-        await offsets.stop()
 
 
 async def consume_part(
@@ -55,28 +41,6 @@ async def consume_part(
 
 async def stored(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
     return {p: int((await zk.get(layout.offset(p)))[0]) for p in range(partitions)}
-
-
-async def kafka_tool_describe(cluster: LocalCluster, group: str) -> dict[int, tuple[int, int, int]]:
-    """``kafka-consumer-groups.sh --describe --group G``, run with ``java`` from Kafka's
-    kafka-tools jar: partition -> (current offset, log-end offset, lag)."""
-    java = shutil.which("java")
-    assert java is not None
-    tools = await resolve_jars(default_cache_dir(), "tools")
-    process = await asyncio.create_subprocess_exec(
-        *(java, "-cp", f"{tools}/*", CONSUMER_GROUPS),
-        *("--bootstrap-server", cluster.bootstrap, "--describe", "--group", group),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0, err.decode()
-    rows = {}
-    for line in out.decode().splitlines():
-        fields = line.split()
-        if len(fields) >= 6 and fields[0] == group:
-            rows[int(fields[2])] = (int(fields[3]), int(fields[4]), int(fields[5]))
-    return rows
 
 
 async def cli_describe(cluster: LocalCluster, group: str) -> list[dict[str, object]]:
@@ -123,7 +87,9 @@ async def test_kafkas_own_tool_describes_a_mirrored_group_as_aio_cluster_does(
             row["partition"]: (row["committed"], row["end"], row["lag"])
             for row in await cli_describe(cluster, group_name)
         }
-        theirs = await kafka_tool_describe(cluster, group_name)
+        theirs = {
+            p: row for (_t, p), row in (await kafka_tool_describe(cluster, group_name)).items()
+        }
     assert theirs == ours
     assert {p: current for p, (current, _end, _lag) in theirs.items()} == in_zookeeper
     assert all(lag > 0 for _current, _end, lag in theirs.values())
