@@ -34,6 +34,8 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
@@ -73,6 +75,8 @@ class PartitionStates:
         self._lost: set[int] = set()
         """Partitions lost with the session, not yet reported to the listener."""
         self._cursor = -1
+        self._order: list[int] | None = None
+        """The claimed partitions, sorted: the round-robin's order (None: to be sorted again)."""
         self.suspended = False
         """True while ZooKeeper is suspended or lost: no batch is handed out."""
         self.batches = 0
@@ -136,6 +140,7 @@ class PartitionStates:
             raise IllegalTransition(f"partition {claim.partition} is claimed already")
         claim.buffered.clear()
         self._claims[claim.partition] = claim
+        self._order = None
         self._seeks.pop(claim.partition, None)
 
     def released(self, partition: int) -> Claim | None:
@@ -147,6 +152,7 @@ class PartitionStates:
         """
         self._forget(partition)
         claim = self._claims.pop(partition, None)
+        self._order = None
         self._withheld.discard(partition)
         self._paused.discard(partition)
         self._announced.discard(partition)
@@ -167,6 +173,7 @@ class PartitionStates:
             self._claims[partition].pending = None
             self._forget(partition)
         self._claims.clear()
+        self._order = None
         self._withheld.clear()
         self.suspended = True
         return gone
@@ -181,6 +188,7 @@ class PartitionStates:
         for partition in list(self._claims):
             self._forget(partition)
         self._claims.clear()
+        self._order = None
         self._withheld.clear()
 
     def _forget(self, partition: int) -> None:
@@ -380,16 +388,18 @@ class PartitionStates:
         """
         if self.suspended:
             return None
-        ready = sorted(
-            p
-            for p, claim in self._claims.items()
-            if claim.buffered and self._fed.get(p) is claim and self._available(p)
-        )
-        if not ready:
+        if self._order is None:
+            self._order = sorted(self._claims)
+        # The first ready partition after the last one handed out, wrapping round: a scan that
+        # usually stops at once, where sorting the ready ones cost every batch O(P log P).
+        start = bisect.bisect_right(self._order, self._cursor)
+        for partition in itertools.chain(self._order[start:], self._order[:start]):
+            claim = self._claims[partition]
+            if claim.buffered and self._fed.get(partition) is claim and self._available(partition):
+                break
+        else:
             return None
-        partition = next((p for p in ready if p > self._cursor), ready[0])
         self._cursor = partition
-        claim = self._claims[partition]
         batch = claim.buffered.popleft()
         claim.next_offset = batch[-1].offset + 1
         self._inflight[partition] = (claim, batch[0].offset)
