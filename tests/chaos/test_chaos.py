@@ -2,7 +2,9 @@
 session at random while messages are produced. Nothing may be lost; duplicates are allowed only
 around a kill or a freeze (at least once). Each freeze stops the oldest member, the sticky
 leader, until its registration is gone, then lets it go on: it comes back as the youngest, and at
-the end the group has one leader (the published target stays still).
+the end the group has one leader (the published target stays still). Half the members are named
+(``member_name``, a grace of 5 s); a restart kills one and starts it again at once under its
+name, before its session expired, so the newcomer takes the name and the partitions over.
 
 Long by design, so it runs in its own nox session (``nox -s chaos``), not in the default suite.
 ``AIO_CLUSTER_CHAOS_ROUNDS`` sets the number of disruptions (default 12) and
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_target
 
 from conftest import MakeTopic, Produce
@@ -47,12 +49,19 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     produced = 0
     kills = 0
     freezes = 0
+    restarts = 0
     layout = GroupLayout(group_name, topic)
+
+    names: dict[Worker, str] = {}
+    """The named members (``member_name``, a grace of 5 s), by worker."""
 
     async def registration(worker: Worker) -> str | None:
         assert worker.process is not None
+        ids = await zk.get_children(layout.ids)
+        if worker in names:
+            return names[worker] if names[worker] in ids else None
         mark = f"-{worker.process.pid}-"
-        return next((m for m in await zk.get_children(layout.ids) if mark in m), None)
+        return next((m for m in ids if mark in m), None)
 
     async def freeze_the_oldest() -> None:
         """SIGSTOP the oldest live member until its session expired, then SIGCONT."""
@@ -73,9 +82,17 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
         """The target follows the live members, oldest first, and then stays still."""
 
         async def followed() -> bool:
-            names = [await registration(worker) for worker in live]
+            # Oldest first by creation zxid: a member back from a freeze registers again only
+            # once it learns its session expired, maybe after a member started later.
+            ids = [await registration(worker) for worker in live]
+            if None in ids:
+                return False
+            try:
+                made = {m: (await zk.get(layout.member(m)))[1].czxid for m in ids if m is not None}
+            except NoNodeError:
+                return False  # gone meanwhile: look again
             data, _stat = await zk.get(layout.assignment)
-            return list(decode_target(data).members) == names
+            return list(decode_target(data).members) == sorted(made, key=made.__getitem__)
 
         await wait_until(followed, timeout=60, what=f"the target to follow (seed {seed})")
         version = (await zk.get(layout.assignment))[1].version
@@ -86,9 +103,15 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     def consumed() -> Counter[str]:
         return Counter(key for worker in live + dead for key in worker.consumed_keys())
 
-    async def join() -> None:
-        worker = Worker(tmp_path / f"worker{len(live) + len(dead)}.txt")
-        await worker.start(cluster, topic, group_name, rng.choice(["auto", "manual"]), 3.0)
+    async def join(name: str | None = None) -> None:
+        number = len(live) + len(dead)
+        worker = Worker(tmp_path / f"worker{number}.txt")
+        if name is None and rng.random() < 0.5:
+            name = f"named-{number}"
+        mode = rng.choice(["auto", "manual"])
+        await worker.start(cluster, topic, group_name, mode, 3.0, name=name, grace=5.0)
+        if name is not None:
+            names[worker] = name
         live.append(worker)
 
     try:
@@ -96,7 +119,7 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
             await join()
         for _ in range(rounds):
             produced += sum((await produce(topic, 200, start=produced)).values())
-            actions = ["join", "leave", "kill", "freeze"]
+            actions = ["join", "leave", "kill", "freeze", "restart"]
             action = rng.choice(actions) if len(live) > 1 else "join"
             if action == "join" or len(live) < 2:
                 await join()
@@ -112,6 +135,10 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
                     await worker.reap()
                     kills += 1
                 dead.append(worker)
+                if action == "restart" and worker in names:
+                    # Back under its name before its session expired: it takes the name over.
+                    await join(names[worker])
+                    restarts += 1
         await wait_until(
             lambda: len(consumed()) >= produced,
             timeout=120,
@@ -127,7 +154,7 @@ async def test_random_joins_leaves_and_kills_lose_nothing(
     twice = sum(1 for count in counts.values() if count > 1)
     print(
         f"seed {seed}: {rounds} rounds, {len(dead)} members gone ({kills} killed), "
-        f"{freezes} oldest members frozen past their session, "
+        f"{freezes} oldest members frozen past their session, {restarts} restarted by name, "
         f"{produced} messages, {twice} delivered more than once"
     )
     assert set(counts) == {f"k{i}" for i in range(produced)}, f"lost messages (seed {seed})"
