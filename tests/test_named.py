@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -24,8 +25,8 @@ from aio_cluster.zookeeper.layout import (
     encode_target,
 )
 
-from conftest import MakeTopic
-from support import Worker, closable, member, numbered_by, settled, wait_until
+from conftest import MakeTopic, Produce
+from support import Worker, closable, member, numbered_by, settled, take, wait_until
 
 MEMBERS = ["a", "b", "n"]
 
@@ -304,3 +305,75 @@ async def test_a_graceful_restart_under_the_same_name_moves_nothing(
             after = await _claims(zk, layout, 6)
             for partition in set(range(6)) - held:
                 assert after[partition][1].czxid == before[partition][1].czxid
+
+
+@pytest.mark.asyncio
+async def test_a_named_member_frozen_past_its_session_comes_back_under_its_name(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str, tmp_path: Path
+) -> None:
+    """Its registration went with its session, not to another member: it registers again (it
+    is not replaced), and its partitions come back to it within the grace."""
+    topic = await make_topic(4)
+    layout = GroupLayout(group_name, topic)
+    other = member(cluster, group_name, topic)
+    worker = Worker(tmp_path / "w.txt")
+    async with other:
+        await worker.start(cluster, topic, group_name, "auto", 4.0, name="svc-1", grace=60.0)
+        try:
+            assert worker.process is not None
+            await wait_until(lambda: len(other.claimed) == 2, what="two each")
+            _data, before = await zk.get(layout.member("svc-1"))
+            worker.process.send_signal(signal.SIGSTOP)
+            try:
+
+                async def expired() -> bool:
+                    return "svc-1" not in await zk.get_children(layout.ids)
+
+                await wait_until(expired, timeout=60, what="the frozen member's session expires")
+            finally:
+                worker.process.send_signal(signal.SIGCONT)
+
+            async def back() -> bool:
+                claims = await _claims(zk, layout, 4)
+                return (
+                    len(claims) == 4 and sorted(o for o, _s in claims.values()).count("svc-1") == 2
+                )
+
+            await wait_until(back, timeout=60, what="the thawed member back with its partitions")
+            _data, again = await zk.get(layout.member("svc-1"))
+            assert again.czxid != before.czxid, "registered again"
+            assert worker.process.returncode is None, "it did not stop"
+            await worker.leave()
+        finally:
+            worker.kill()
+            await worker.reap()
+
+
+@pytest.mark.asyncio
+async def test_a_named_members_registration_deleted_by_another_session_is_made_again(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+) -> None:
+    """Gone is not taken over: a named member whose registration another session deleted
+    (a tool, or its own expired session) registers again and goes on; it stops only when another
+    registration holds its name."""
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    async with member(cluster, group_name, topic, member_name="svc-1", rejoin_grace=30.0) as one:
+        _data, before = await zk.get(layout.member("svc-1"))
+        await zk.delete(layout.member("svc-1"))
+
+        async def registered_again() -> bool:
+            stat = await zk.exists(layout.member("svc-1"))
+            return stat is not None and stat.czxid != before.czxid
+
+        await wait_until(registered_again, what="the registration made again")
+        await produce(topic, 4)
+        batches = closable(one.batches())
+        try:
+            assert len(await take(batches, 4)) == 4, "it goes on consuming"
+        finally:
+            await batches.aclose()

@@ -482,8 +482,9 @@ class Membership:
             await self._register_node()
         members = await self._read_members()
         mine = members.get(self._id)
-        if self._named and (mine is None or mine[1] != self._registration_czxid):
-            # Another member took the name (its registration replaced ours, or did and left).
+        if self._named and mine is not None and mine[1] != self._registration_czxid:
+            # Another member took the name: its registration replaced ours. (One that is only
+            # gone went with an expired session, or a tool deleted it: register again.)
             self._replaced()
         if mine is None:
             # Our registration went behind our back (deleted by a tool): register again.
