@@ -15,12 +15,13 @@ it writes its line; SIGTERM closes the member, which waits for the handlers in f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 import sys
 import time
 
-from aio_cluster import ConsumerGroup, Record
+from aio_cluster import ConsumerGroup, CoordinationError, NotOwnedError, Record
 
 
 async def main(
@@ -78,7 +79,10 @@ async def main(
                 )
                 sink.flush()
                 if mode == "manual":
-                    await member.commit(partition, batch[-1].offset + 1)
+                    # As a service would: an offset not stored (ZooKeeper away, or the partition
+                    # gone meanwhile) means the batch comes again, at least once.
+                    with contextlib.suppress(CoordinationError, NotOwnedError):
+                        await member.commit(partition, batch[-1].offset + 1)
         stop.set()
         await leaver
 
