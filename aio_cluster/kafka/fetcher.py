@@ -302,12 +302,9 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found: dict[int, int | None] = {}
-        for topic, ids in self.keys.by_topic(set(partitions)).items():
-            at = await self._reader.offsets_for_time(topic, ids, timestamp_ms)
-            for partition, offset in at.items():
-                found[self.keys.key(topic, partition)] = offset
-        return found
+        wanted = self.keys.by_topic(set(partitions))
+        found = await self._reader.offsets_for_time_of(wanted, timestamp_ms)
+        return {self.keys.key(topic, p): offset for (topic, p), offset in found.items()}
 
     async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
         """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some.

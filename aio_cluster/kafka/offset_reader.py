@@ -236,11 +236,25 @@ class OffsetReader:
         Raises:
             BrokerError: the request failed.
         """
-        wanted = {TopicPartition(topic, partition): timestamp_ms for partition in partitions}
-        if not wanted:
+        found = await self.offsets_for_time_of({topic: partitions}, timestamp_ms)
+        return {partition: offset for (_topic, partition), offset in found.items()}
+
+    async def offsets_for_time_of(
+        self, wanted: Mapping[str, Collection[int]], timestamp_ms: int
+    ) -> dict[tuple[str, int], int | None]:
+        """`offsets_for_time()` of the partitions of several topics, in one round trip.
+
+        Raises:
+            BrokerError: the request failed.
+        """
+        tps = await self._tracked(wanted)
+        if not tps:
             return {}
         try:
-            found = await self._consumer.offsets_for_times(wanted)
+            found = await self._consumer.offsets_for_times(dict.fromkeys(tps, timestamp_ms))
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
-        return {tp.partition: None if at is None else int(at.offset) for tp, at in found.items()}
+        return {
+            (tp.topic, tp.partition): None if at is None else int(at.offset)
+            for tp, at in found.items()
+        }
