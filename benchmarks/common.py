@@ -14,6 +14,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 
+from aio_cluster.local.probes import zookeeper_monitor
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -121,18 +123,5 @@ def bar_chart(
 
 
 async def zookeeper_packets(connect: str) -> int:
-    """ZooKeeper's ``mntr`` ``zk_packets_received``: the requests it received so far (the local
-    ZooKeeper allows ``mntr``)."""
-    host, port = connect.split(",", maxsplit=1)[0].split("/", maxsplit=1)[0].rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(b"mntr")
-        await writer.drain()
-        text = (await reader.read()).decode()
-    finally:
-        writer.close()
-    for line in text.splitlines():
-        key, _, value = line.partition("\t")
-        if key == "zk_packets_received":
-            return int(value)
-    raise RuntimeError(f"ZooKeeper's mntr did not answer (is it allowed?): {text[:200]!r}")
+    """The requests ZooKeeper received so far (its ``mntr`` ``zk_packets_received``)."""
+    return int((await zookeeper_monitor(connect))["zk_packets_received"])

@@ -3,7 +3,6 @@ buffered bytes, against the real local ZooKeeper and Kafka."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import socket
 import warnings
@@ -15,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 from aio_cluster import BrokerError, ConfigurationError, ConsumerGroup, CoordinationError
 from aio_cluster.group import GroupState
 from aio_cluster.local import LocalCluster
+from aio_cluster.local.probes import zookeeper_monitor
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
@@ -33,20 +33,7 @@ def closed_port() -> str:
 
 async def zookeeper_connections(cluster: LocalCluster) -> int:
     """The connections the ZooKeeper server holds now (its ``mntr``)."""
-    host, port = cluster.zookeeper.split(",")[0].split("/")[0].rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(b"mntr")
-        await writer.drain()
-        text = (await reader.read()).decode()
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    for line in text.splitlines():
-        key, _, value = line.partition("\t")
-        if key == "zk_num_alive_connections":
-            return int(value)
-    raise AssertionError(f"mntr did not name the connections: {text[:200]!r}")
+    return int((await zookeeper_monitor(cluster.zookeeper))["zk_num_alive_connections"])
 
 
 def no_unclosed_clients() -> list[str]:

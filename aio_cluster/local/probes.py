@@ -81,23 +81,40 @@ async def wait_answering(
     return True
 
 
+async def _four_letter_word(host: str, port: int, word: bytes) -> bytes:
+    """A ZooKeeper server's answer to one of its four-letter-word commands."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(word)
+        await writer.drain()
+        return await reader.read()
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def zookeeper_monitor(connect: str) -> dict[str, str]:
+    """The first ZooKeeper server of ``connect``'s ``mntr`` figures, by name
+    (``zk_packets_received``, ``zk_num_alive_connections``...); the local cluster allows it.
+
+    Raises:
+        LocalClusterError: the server did not answer ``mntr`` (not allowed there).
+    """
+    host, port = servers(connect)[0]
+    text = (await _four_letter_word(host, port, b"mntr")).decode(errors="replace")
+    figures = dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+    if not figures:
+        raise LocalClusterError(f"ZooKeeper at {host}:{port} did not answer mntr: {text[:200]!r}")
+    return figures
+
+
 async def zookeeper_answers(connect: str, timeout: float) -> bool:
     """Whether a ZooKeeper server of ``connect`` serves: ``srvr`` names the version only then."""
-
-    async def ask(host: str, port: int) -> bytes:
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            writer.write(b"srvr")
-            await writer.drain()
-            return await reader.read()
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-
     for host, port in servers(connect):
         try:
-            if b"Zookeeper version" in await asyncio.wait_for(ask(host, port), timeout):
+            answer = await asyncio.wait_for(_four_letter_word(host, port, b"srvr"), timeout)
+            if b"Zookeeper version" in answer:
                 return True
         except (OSError, asyncio.TimeoutError):
             continue
