@@ -27,7 +27,15 @@ from collections.abc import Awaitable, Callable
 from common import RESULTS, create_topic, fill, fresh, markdown_table, median
 from rich.console import Console
 from rich.table import Table
-from throughput import Clock, Run, measure, peak_rss_mb, raw_aiokafka
+from throughput import (
+    Clock,
+    Run,
+    add_worker_options,
+    dispatch,
+    measure,
+    peak_rss_mb,
+    raw_aiokafka,
+)
 
 from aio_cluster.local import LocalCluster
 
@@ -168,25 +176,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per contender run")
-    parser.add_argument("--worker", choices=list(CONTENDERS), help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    add_worker_options(parser, CONTENDERS)
     return parser.parse_args()
 
 
 if __name__ == "__main__":
-    arguments = parse()
-    if arguments.worker:
-        worker(
-            arguments.worker,
-            Run(
-                arguments.bootstrap,
-                arguments.zookeeper,
-                arguments.topic,
-                arguments.partitions,
-                arguments.messages,
-            ),
-        )
-    else:
-        asyncio.run(main(arguments))
+    dispatch(parse(), worker, main)

@@ -24,7 +24,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,6 +321,34 @@ def paired(runs: list[dict[str, float] | None], baseline: list[dict[str, float] 
     )
 
 
+def add_worker_options(parser: argparse.ArgumentParser, contenders: Iterable[str]) -> None:
+    """The hidden options of a contender's own process (see `dispatch`)."""
+    parser.add_argument("--worker", choices=list(contenders), help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+
+
+def dispatch(
+    arguments: argparse.Namespace,
+    worker: Callable[[str, Run], None],
+    main: Callable[[argparse.Namespace], Awaitable[None]],
+) -> None:
+    """Run one contender (``--worker``, in the process `measure` started) or the whole
+    benchmark."""
+    if arguments.worker:
+        run = Run(
+            arguments.bootstrap,
+            arguments.zookeeper,
+            arguments.topic,
+            arguments.partitions,
+            arguments.messages,
+        )
+        worker(arguments.worker, run)
+    else:
+        asyncio.run(main(arguments))
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
@@ -329,25 +357,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per contender run")
-    parser.add_argument("--worker", choices=list(CONTENDERS), help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    add_worker_options(parser, CONTENDERS)
     return parser.parse_args()
 
 
 if __name__ == "__main__":
-    arguments = parse()
-    if arguments.worker:
-        worker(
-            arguments.worker,
-            Run(
-                arguments.bootstrap,
-                arguments.zookeeper,
-                arguments.topic,
-                arguments.partitions,
-                arguments.messages,
-            ),
-        )
-    else:
-        asyncio.run(main(arguments))
+    dispatch(parse(), worker, main)
