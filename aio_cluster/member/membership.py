@@ -504,8 +504,14 @@ class Membership:
         sticky = self._strategy is Strategy.STICKY
         led = [s.name for s in states if sticky and readers[s.name][:1] == [self._id]]
         turns = _Turns(self._topics, led) if len(self._topics) > 1 else None
+        # Every named member's grace; a target keeps only those of the members it counts.
+        graces = {
+            member: info.rejoin_grace
+            for member, (info, _czxid) in members.items()
+            if info.rejoin_grace
+        }
         found = await asyncio.gather(
-            *(self._target_of_topic(s, readers[s.name], turns) for s in states)
+            *(self._target_of_topic(s, readers[s.name], graces, turns) for s in states)
         )
         target: set[int] = set()
         self._in_target = True
@@ -567,19 +573,28 @@ class Membership:
                 log.info("member %s: topic %r is gone; its target deleted", self._id, name)
 
     async def _target_of_topic(
-        self, state: _Topic, members: list[str], turns: _Turns | None = None
+        self,
+        state: _Topic,
+        members: list[str],
+        graces: Mapping[str, float],
+        turns: _Turns | None = None,
     ) -> tuple[set[int], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
-        assignment followed counts this member; ``members`` (reading the topic) oldest first.
-        ``turns`` orders the targets this member computes (a many-topic member)."""
+        assignment followed counts this member; ``members`` (reading the topic) oldest first,
+        ``graces`` the named members' (see `TargetNode.follow`). ``turns`` orders the targets
+        this member computes (a many-topic member)."""
         try:
-            return await self._follow_topic(state, members, turns)
+            return await self._follow_topic(state, members, graces, turns)
         finally:
             if turns is not None:
                 turns.of(state.name).decided(None)
 
     async def _follow_topic(
-        self, state: _Topic, members: list[str], turns: _Turns | None
+        self,
+        state: _Topic,
+        members: list[str],
+        graces: Mapping[str, float],
+        turns: _Turns | None,
     ) -> tuple[set[int], bool]:
         state.leading = members[:1] == [self._id]
         # A sticky follower takes the partitions from the published target. The leader asks Kafka
@@ -593,11 +608,6 @@ class Membership:
         if self._strategy is not Strategy.STICKY:
             mine = assign(self._strategy, state.partitions, members).get(self._id, [])
             return set(self._keys.keys(state.name, mine)), True
-        graces = {
-            member: info.rejoin_grace
-            for member, (info, _czxid) in self._members.items()
-            if member in members and info.rejoin_grace
-        }
         target = await state.target.follow(
             members,
             state.partitions,

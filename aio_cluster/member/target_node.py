@@ -87,7 +87,8 @@ class TargetNode:
             partitions: the topic's partitions (as the leader asked Kafka; another member
                 passes those it knows).
             on_change: asks for a rebalance.
-            graces: live member -> its ``rejoin_grace``, for the named members that have one.
+            graces: member -> its ``rejoin_grace``, for the named members that have one (those
+                not among ``members`` are ignored).
                 The member that publishes a target keeping a member in its grace looks again
                 when the grace ends (``on_change``).
             balance: the other topics' holdings: a target computed here balances the members'
