@@ -191,18 +191,21 @@ class TargetNode:
     ) -> None:
         """Ask for a rebalance when the earliest grace of ``published`` ends (Unix time, so a
         grace keeps its end across leaders); no grace, no timer."""
-        if self._grace_timer is not None:
-            self._grace_timer.cancel()
-            self._grace_timer = None
+        self._cancel_grace_timer()
         until = None if published is None else grace_ends(published)
         if until is not None:
             delay = max(0.0, until / 1000 - time.time()) + 0.05
             self._grace_timer = asyncio.get_running_loop().call_later(delay, on_change)
 
+    def _cancel_grace_timer(self) -> None:
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+
     def close(self) -> None:
         """Cancel the timers (the member leaves)."""
         self._settle()
-        self._wake_at_grace_end(None, lambda: None)
+        self._cancel_grace_timer()
 
     async def _owners(self, partitions: Collection[int]) -> dict[int, str]:
         """partition -> the member its claim node names, for the claimed ones: with no target
