@@ -148,6 +148,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
             if (
                 claim.next_offset != UNPOSITIONED
                 and not claim.buffered
+                and not claim.fenced
                 and not self.states.suspended
                 and partition not in self.paused | set(self.states.withheld)
                 and not self.states.running([partition])
@@ -265,6 +266,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         partition = claim.partition
         assert self.states.claims.get(partition) is claim
         assert not self.states.suspended
+        assert not claim.fenced, "a fenced claim hands out nothing"
         assert partition not in self.paused, "a paused partition hands out nothing"
         assert partition not in self.revoking, "a partition being handed over hands out nothing"
         assert not self._live(partition), "one batch in flight per partition"
@@ -505,6 +507,40 @@ def test_a_fenced_claim_stores_nothing_more() -> None:
         states.committed(0, 6)
     assert states.released(0) is claim, "the rebalance drops it"
     assert states.fenced == []
+
+
+def test_a_fenced_claim_hands_out_nothing_more() -> None:
+    states = PartitionStates()
+    claim = Claim(0, 0, 0, 0)
+    states.claimed(claim)
+    assert states.assignment() == {0: 0}
+    states.fetched(0, [FakeRecord("t", 0, offset) for offset in range(3)])
+    assert states.fenced_off([claim]) == [0]
+    assert states.pick() is None, "its buffered records stay where they are"
+    assert states.fetchable() == [], "and nothing more is fetched for it"
+
+
+def test_an_abandoned_batch_is_read_again_from_its_first_unfinished_record() -> None:
+    """A batch given up after its records 0 and 1 finished: if the partition stays (the store
+    that would release it failed), the next batch starts at 2, never past the gap."""
+    states = PartitionStates()
+    claim = Claim(0, 0, 0, 0)
+    states.claimed(claim)
+    states.assignment()
+    states.fetched(0, [FakeRecord("t", 0, offset) for offset in range(5)])
+    picked = states.pick()
+    assert picked is not None
+    _, batch = picked
+    states.progressed(claim, batch, 2)
+    assert states.abandoned([0]) == {0: 2}
+    assert claim.pending == 2, "the finished prefix is kept"
+    assert states.seeks() == {0: 2}, "the fetcher reads again from the first unfinished"
+    states.fetched(0, [FakeRecord("t", 0, offset) for offset in range(2, 5)])
+    again = states.pick()
+    assert again is not None
+    assert [r.offset for r in again[1]] == [2, 3, 4]
+    states.finished(claim, batch, completed=True, commit=True)
+    assert claim.pending == 2, "the abandoned batch never commits"
 
 
 def test_migrate_takes_kafkas_offset_only_when_further_and_unmoved() -> None:

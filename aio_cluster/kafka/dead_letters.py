@@ -17,7 +17,7 @@ from ..errors import BrokerError
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
-from .records import Record
+from .records import Record, raw_key, raw_value
 
 __all__ = ["HEADERS", "DeadLetters"]
 
@@ -139,8 +139,8 @@ class DeadLetters:
         try:
             await self._producer.send_and_wait(
                 self.topic,
-                value=record.value,
-                key=record.key,
+                value=raw_value(record),
+                key=raw_key(record),
                 headers=dead_letter_headers(record, error, attempts),
             )
         except KafkaError as exc:

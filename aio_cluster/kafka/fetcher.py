@@ -43,6 +43,7 @@ from ..errors import BrokerError, DeserializationError, FetchError
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
+from .records import DecodedRecord
 from .topics import TopicKeys
 
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel", "OffsetsOutOfRange"]
@@ -460,4 +461,6 @@ class Fetcher:
                     field=field,
                     reason=f"{type(exc).__name__}: {exc}",
                 ) from exc
-        return dataclasses.replace(record, **changes)
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        fields.update(changes)
+        return DecodedRecord(**fields, raw_key=record.key, raw_value=record.value)

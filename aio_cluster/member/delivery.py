@@ -62,6 +62,19 @@ class Watcher(Protocol):
     def abandoned(self, partitions: list[int]) -> None:
         """The running batches of ``partitions`` were given up (see `Delivery.abandon()`)."""
 
+    def halt(self) -> None:
+        """ZooKeeper is out of reach: start no record until `go_on()`."""
+
+    def go_on(self) -> None:
+        """ZooKeeper answers again."""
+
+    def lingering(self, partitions: Collection[int]) -> dict[int, list[Any]]:
+        """Of ``partitions``, those whose given-up work still runs, with its records."""
+
+    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Any]]:
+        """Wait (at most ``bound`` seconds) until the given-up work of ``partitions`` ended;
+        returns what still runs, as `lingering()`."""
+
 
 class Delivery:
     """Hands out the batches of the claimed partitions, one in flight per partition."""
@@ -187,10 +200,10 @@ class Delivery:
         ):
             self.wake()
 
-    def progress(self, claim: Claim, offset: int) -> None:
+    def progress(self, claim: Claim, batch: Batch, offset: int) -> None:
         """The records of a running batch before ``offset`` completed (see
         `PartitionStates.progressed`)."""
-        self._states.progressed(claim, offset)
+        self._states.progressed(claim, batch, offset)
 
     async def drain(self, partitions: list[int]) -> None:
         """Stop handing out batches of ``partitions`` and wait until their bodies ended.
@@ -215,6 +228,54 @@ class Delivery:
         if abandoned and self.watcher is not None:
             self.watcher.abandoned(sorted(abandoned))
         return abandoned
+
+    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Any]]:
+        """Wait (at most ``bound`` seconds) until the cancelled handlers of ``partitions``
+        ended.
+
+        Returns:
+            Partition -> the records still in a handler, for those whose handlers run on.
+        """
+        if self.watcher is None:
+            return {}
+        return await self.watcher.quiet(partitions, bound)
+
+    def lingering(self, partitions: Collection[int]) -> dict[int, list[Any]]:
+        """Of ``partitions``, those whose cancelled handlers still run, with their records."""
+        return {} if self.watcher is None else self.watcher.lingering(partitions)
+
+    @property
+    def suspended(self) -> bool:
+        """True while nothing starts: ZooKeeper is out of reach, or the session was lost."""
+        return self._states.suspended
+
+    def suspend(self) -> None:
+        """ZooKeeper is out of reach: hand out no batch, and start no record of one handed out
+        already, until `resume()`."""
+        self._states.suspended = True
+        if self.watcher is not None:
+            self.watcher.halt()
+
+    def resume(self) -> None:
+        """ZooKeeper answers again (on the same session, or a new one whose claims are made
+        afresh): batches and records start again."""
+        self._states.suspended = False
+        if self.watcher is not None:
+            self.watcher.go_on()
+        self.wake()
+
+    async def let_go(self, bound: float) -> dict[int, list[Any]]:
+        """The session may expire any moment: give up every running batch (read again later
+        from its first unfinished record), cancel its handlers and wait for them, at most
+        ``bound`` seconds.
+
+        Returns:
+            As `quiet()`: what still runs after the bound.
+        """
+        self.suspend()
+        running = self._states.in_flight
+        self.abandon(running)
+        return await self.quiet({*running, *self._states.claims}, bound)
 
     def pause(self, partitions: list[int]) -> None:
         """Hand out no batch of ``partitions`` until they are resumed; one no longer owned has

@@ -29,7 +29,10 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a partition moves on to the fetcher's position (past transaction markers, aborted records and
   compaction gaps) only when nothing of it is buffered, in flight, withheld or waiting on a seek,
   and only from a position set for its claim; that is stored only when everything before was;
-- a fenced claim (a write found it gone) stores nothing more, until a rebalance drops it.
+- a fenced claim (a write found it gone) stores nothing more and hands out no batch, until a
+  rebalance drops it;
+- an abandoned batch is read again from its first unfinished record, so a partition that stays
+  (its store failed, say) never goes on past records nobody finished.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ class PartitionStates:
         announced to the listener."""
         self._paused: set[int] = set()
         """Paused partitions, owned or lost and maybe coming back (a pause survives a loss)."""
-        self._inflight: dict[int, tuple[Claim, int]] = {}
-        """Partition -> the claim and first offset of the batch whose body runs."""
+        self._inflight: dict[int, tuple[Claim, Batch, int]] = {}
+        """Partition -> the claim and batch whose body runs, and the offset of that batch's
+        first record not yet finished (its first, or where a processor's progress got)."""
         self._voided: set[int] = set()
         """Partitions whose running batch must not be committed (a seek came meanwhile)."""
         self._seeks: dict[int, int] = {}
@@ -114,6 +118,11 @@ class PartitionStates:
     def fenced(self) -> list[int]:
         """The held partitions whose claims a write found gone, sorted: a rebalance drops them."""
         return sorted(p for p, claim in self._claims.items() if claim.fenced)
+
+    @property
+    def in_flight(self) -> list[int]:
+        """The partitions whose batch is in flight, sorted."""
+        return sorted(self._inflight)
 
     def running(self, partitions: Collection[int]) -> bool:
         """Whether a batch of any of ``partitions`` is in flight."""
@@ -279,7 +288,10 @@ class PartitionStates:
         return [
             p
             for p, claim in self._claims.items()
-            if self._fed.get(p) is claim and not claim.buffered and self._available(p)
+            if self._fed.get(p) is claim
+            and not claim.buffered
+            and not claim.fenced
+            and self._available(p)
         ]
 
     def seeks(self) -> dict[int, int]:
@@ -395,14 +407,19 @@ class PartitionStates:
         start = bisect.bisect_right(self._order, self._cursor)
         for partition in itertools.chain(self._order[start:], self._order[:start]):
             claim = self._claims[partition]
-            if claim.buffered and self._fed.get(partition) is claim and self._available(partition):
+            if (
+                claim.buffered
+                and not claim.fenced
+                and self._fed.get(partition) is claim
+                and self._available(partition)
+            ):
                 break
         else:
             return None
         self._cursor = partition
         batch = claim.buffered.popleft()
         claim.next_offset = batch[-1].offset + 1
-        self._inflight[partition] = (claim, batch[0].offset)
+        self._inflight[partition] = (claim, batch, batch[0].offset)
         self.batches += 1
         self.records += len(batch)
         return claim, batch
@@ -418,23 +435,24 @@ class PartitionStates:
     ) -> bool:
         """A batch's body ended: when it completed, its end becomes pending (with ``commit``)
         and the claim may move on to the fetcher's ``position`` (see `stepped_over`); when not,
-        the partition reads it again.
+        the partition reads it again from its first record not finished (see `progressed`).
 
-        A batch abandoned, overtaken by a seek, or of a claim no longer held is neither.
+        A batch abandoned, overtaken by a seek, or of a claim no longer held is neither; nor
+        is one abandoned whose records were handed out again meanwhile.
 
         Returns:
             False when the batch was no longer in flight (abandoned, or its claim ended).
         """
         partition = claim.partition
         running = self._inflight.get(partition)
-        if running is None or running[0] is not claim:
+        if running is None or running[0] is not claim or running[1] is not batch:
             return False
         del self._inflight[partition]
         if partition in self._voided:
             self._voided.discard(partition)
         elif self._claims.get(partition) is claim:
             if not completed:
-                claim.next_offset = batch[0].offset
+                claim.next_offset = running[2]
                 self._drop(claim)
             else:
                 if commit:
@@ -442,19 +460,21 @@ class PartitionStates:
                 self.stepped_over(partition, position)
         return True
 
-    def progressed(self, claim: Claim, offset: int) -> None:
-        """The records of ``claim``'s running batch before ``offset`` completed (a processor keeps
-        many of them in flight): ``offset`` becomes pending, unless the batch was abandoned or
-        overtaken by a seek, or ``claim`` is no longer the partition's claim."""
+    def progressed(self, claim: Claim, batch: Batch, offset: int) -> None:
+        """The records of ``claim``'s running ``batch`` before ``offset`` completed (a processor
+        keeps many of them in flight): ``offset`` becomes pending, unless the batch was abandoned
+        or overtaken by a seek, or ``claim`` is no longer the partition's claim."""
         partition = claim.partition
         running = self._inflight.get(partition)
         if (
             running is not None
             and running[0] is claim
+            and running[1] is batch
             and partition not in self._voided
             and self._claims.get(partition) is claim
         ):
             claim.pending = offset
+            self._inflight[partition] = (claim, running[1], offset)
 
     def withhold(self, partitions: Iterable[int]) -> None:
         """Hand out no batch of ``partitions`` until `hand_out()`."""
@@ -473,17 +493,25 @@ class PartitionStates:
         self._withheld.difference_update(partitions)
 
     def abandoned(self, partitions: Iterable[int]) -> dict[int, int]:
-        """Waiting for the bodies of ``partitions`` was given up: their batches never commit.
+        """Waiting for the bodies of ``partitions`` was given up: their batches never commit,
+        and a claim still held reads again from the batch's first unfinished record (unless a
+        seek moved it meanwhile), whatever happens next to the partition.
 
         Returns:
-            Partition -> the first offset of its abandoned batch.
+            Partition -> the offset of its abandoned batch's first unfinished record.
         """
         abandoned = {}
         for partition in partitions:
             running = self._inflight.pop(partition, None)
-            if running is not None:
-                abandoned[partition] = running[1]
+            if running is None:
+                continue
+            claim, _, offset = running
+            abandoned[partition] = offset
+            if partition in self._voided:
                 self._voided.discard(partition)
+            elif self._claims.get(partition) is claim:
+                claim.next_offset = offset
+                self._drop(claim)
         return abandoned
 
     def pause(self, partitions: Iterable[int]) -> None:

@@ -25,7 +25,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from tenacity.wait import wait_base
 
 from ..errors import AioClusterError, BrokerError, ConfigurationError
 from ..kafka.dead_letters import DeadLetters
-from ..kafka.records import Record
+from ..kafka.records import Record, raw_key
 from .claims import Batch, Claim
 from .delivery import Delivery
 
@@ -181,11 +181,16 @@ class _Window:
     """Key -> the indices of its unfinished records in order; the first may run."""
     prefix: int = 0
     """The index of the first unfinished record."""
+    furthest: int = -1
+    """The index of the last record finished."""
+    horizon: int = -1
+    """Once it stopped taking: the last index that may still start (the gaps before the
+    records that finished or run are filled, so that none of them runs again; -1: none)."""
     running: set[_Entry] = field(default_factory=set)
     """Records started and not finished: in a handler, waiting for a retry, or being sent to the
     dead-letter topic."""
     taking: bool = True
-    """False once no new record of it may start (handover, stop, shutdown)."""
+    """False once only the records up to `horizon` may start (handover, stop, shutdown)."""
     gone: bool = False
     """True once it ended (settled or abandoned)."""
 
@@ -193,9 +198,13 @@ class _Window:
     def partition(self) -> int:
         return self.claim.partition
 
-    def open(self) -> bool:
-        """True while new records of it may start."""
-        return self.taking and not self.gone
+    def may_start(self, index: int) -> bool:
+        """Whether the record at ``index`` may (still) start."""
+        return not self.gone and (self.taking or index <= self.horizon)
+
+    def drained(self) -> bool:
+        """True once it stopped taking and every record that may start has finished."""
+        return not self.taking and self.prefix > self.horizon and not self.running
 
 
 @dataclass(eq=False)
@@ -253,6 +262,18 @@ class Processor:
         self._tasks: TaskGroup | None = None
         self._failure: BaseException | None = None
         self._ended = asyncio.Event()
+        self._halted = False
+        """True while ZooKeeper is out of reach: no record starts."""
+        self._going = asyncio.Event()
+        self._going.set()
+        self._held_back: list[_Entry] = []
+        """Records that would have started while halted, in order."""
+        self._leaving: set[_Window] = set()
+        """Abandoned batches whose cancelled handlers have not ended yet."""
+        self._deferred: dict[int, list[_Entry]] = {}
+        """Partition -> the first records of a batch taken while an abandoned one of it still
+        runs: they start once it ended, never beside it."""
+        self._calm = asyncio.Event()
         self.running = False
         """True from `run()` until it returned."""
         self.retried = 0
@@ -266,13 +287,40 @@ class Processor:
 
     @property
     def in_flight(self) -> int:
-        """Records started and not finished."""
-        return sum(len(window.running) for window in self._windows.values())
+        """Records started and not finished (cancelled ones not yet ended included)."""
+        return sum(len(window.running) for window in self._all_windows())
 
     def oldest_in_flight(self) -> float | None:
         """Seconds since the oldest record in flight started, or None when none is."""
-        starts = [entry.started for w in self._windows.values() for entry in w.running]
+        starts = [entry.started for w in self._all_windows() for entry in w.running]
         return time.monotonic() - min(starts) if starts else None
+
+    def _all_windows(self) -> list[_Window]:
+        return [*self._windows.values(), *self._leaving]
+
+    def lingering(self, partitions: Collection[int]) -> dict[int, list[Record]]:
+        """Of ``partitions``, those whose abandoned handlers still run, each with the records
+        they run."""
+        found: dict[int, list[Record]] = {}
+        for window in self._leaving:
+            if window.partition in partitions:
+                found.setdefault(window.partition, []).extend(
+                    entry.record for entry in window.running
+                )
+        return found
+
+    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Record]]:
+        """Wait (at most ``bound`` seconds) until the cancelled handlers of ``partitions``
+        ended.
+
+        Returns:
+            Those still running, as `lingering()`.
+        """
+        with anyio.move_on_after(bound):
+            while self.lingering(partitions):
+                self._calm.clear()
+                await self._calm.wait()
+        return self.lingering(partitions)
 
     # -- running -----------------------------------------------------------------------------
 
@@ -285,6 +333,8 @@ class Processor:
         """
         self.running = True
         self._delivery.watcher = self
+        if self._delivery.suspended:
+            self.halt()
         try:
             with self._scope:
                 if self._dead_letters is not None:
@@ -299,6 +349,11 @@ class Processor:
                 self._delivery.watcher = None
             for window in list(self._windows.values()):
                 self._settle(window)
+            # The task group ended: no handler runs any more.
+            self._leaving.clear()
+            self._deferred.clear()
+            self._held_back.clear()
+            self._calm.set()
             self._ready.clear()
             if self._dead_letters is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
@@ -324,11 +379,33 @@ class Processor:
             # Called from a handler (close() inside one): waiting for it would never end.
             self._scope.cancel()
             return
-        with anyio.move_on_after(bound):
-            await self._idle.wait()
-        self._scope.cancel()
+        try:
+            with anyio.move_on_after(bound):
+                await self._idle.wait()
+        finally:
+            # However the wait ends (its bound, or the caller cancelled: close()'s deadline),
+            # run() ends with it; else its workers would wait for records for ever.
+            self._scope.cancel()
+        await self.ended()
+
+    async def ended(self) -> None:
+        """Wait until `run()` returned (at once when it is not running)."""
         if self.running:
             await self._ended.wait()
+
+    def halt(self) -> None:
+        """ZooKeeper is out of reach: start no record (a retry waits too) until `go_on()`;
+        the handlers in flight run on."""
+        self._halted = True
+        self._going.clear()
+
+    def go_on(self) -> None:
+        """ZooKeeper answers again: the records held back start, in order."""
+        self._halted = False
+        self._going.set()
+        held, self._held_back = self._held_back, []
+        for entry in held:
+            self._dispatch(entry)
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
@@ -359,19 +436,25 @@ class Processor:
         self._held += len(batch)
         self._idle.clear()
         ordering = self._policy.ordering
+        first: list[_Entry] = []
         if ordering == "none":
-            for index in range(len(batch)):
-                self._dispatch(_Entry(window, index))
+            first = [_Entry(window, index) for index in range(len(batch))]
+        else:
+            keys = window.keys
+            for index, record in enumerate(batch):
+                # The key's bytes: a deserialized key need not be hashable.
+                key = raw_key(record) if ordering == "key" else _ONE_KEY
+                queue = keys.get(key)
+                if queue is None:
+                    keys[key] = deque((index,))
+                    first.append(_Entry(window, index))
+                else:
+                    queue.append(index)
+        if self.lingering((claim.partition,)):
+            self._deferred.setdefault(claim.partition, []).extend(first)
             return
-        keys = window.keys
-        for index, record in enumerate(batch):
-            key = record.key if ordering == "key" else _ONE_KEY
-            queue = keys.get(key)
-            if queue is None:
-                keys[key] = deque((index,))
-                self._dispatch(_Entry(window, index))
-            else:
-                queue.append(index)
+        for entry in first:
+            self._dispatch(entry)
 
     def _dispatch(self, entry: _Entry) -> None:
         """``entry`` may start: queue it, and wake idle workers once the running task yields.
@@ -432,7 +515,10 @@ class Processor:
 
     async def _run(self, entry: _Entry) -> None:
         window = entry.window
-        if not window.open():
+        if not window.may_start(entry.index):
+            return
+        if self._halted:
+            self._held_back.append(entry)
             return
         window.running.add(entry)
         entry.started = time.monotonic()
@@ -446,7 +532,7 @@ class Processor:
             finally:
                 self._give_slot()
         except Exception as exc:
-            if window.open():
+            if window.may_start(entry.index):
                 assert self._tasks is not None
                 self._tasks.start_soon(self._recover, entry, exc)
             else:
@@ -456,7 +542,7 @@ class Processor:
         except BaseException:
             # Cancelled: its batch was abandoned (nothing to do), or another batch's record was
             # meant and this one runs again later (the processor may be ending too).
-            if window.open():
+            if window.may_start(entry.index):
                 window.running.discard(entry)
                 self._requeue(entry)
             else:
@@ -493,8 +579,21 @@ class Processor:
         record once nothing of it runs."""
         window = entry.window
         window.running.discard(entry)
-        if not window.gone and not window.taking and not window.running:
+        if window.gone:
+            self._left(window)
+        elif window.drained():
             self._settle(window)
+
+    def _left(self, window: _Window) -> None:
+        """A record of an abandoned batch ended: once none runs, its partition is quiet, and a
+        batch of it taken meanwhile may start."""
+        if window.running or window not in self._leaving:
+            return
+        self._leaving.discard(window)
+        self._calm.set()
+        if not self.lingering((window.partition,)):
+            for entry in self._deferred.pop(window.partition, ()):
+                self._dispatch(entry)
 
     async def _recover(self, entry: _Entry, error: Exception) -> None:
         """Retry a failed record, then apply the failure policy."""
@@ -542,9 +641,11 @@ class Processor:
                 if replay is not None:
                     failure, replay = replay, None
                     raise failure
-                if not entry.window.taking:
-                    # Handed over or stopping while it waited: the next owner tries again.
+                if not entry.window.may_start(entry.index):
+                    # Stopped, or handed over, while it waited: the next owner tries again.
                     raise _Interrupted
+                if self._halted:
+                    await self._going.wait()
                 self.retried += 1
                 await self._take_slot()
                 try:
@@ -589,6 +690,8 @@ class Processor:
             self._complete(entry)
             return
         window.running.discard(entry)
+        if window.gone:
+            self._left(window)
         if policy.on_failure == "raise":
             log.error(
                 "member %s: the record at offset %d of partition %d failed %d times: %r",
@@ -613,7 +716,7 @@ class Processor:
         self.stopped[window.partition] = record.offset
         if not window.gone:
             self._delivery.pause([window.partition])
-            self._stop_taking(window)
+            self._stop_taking(window, fill_gaps=False)
 
     async def _send_dead_letter(
         self, dead_letters: DeadLetters, record: Record, error: Exception
@@ -640,17 +743,19 @@ class Processor:
         window = entry.window
         window.running.discard(entry)
         if window.gone:
+            self._left(window)
             return
         index = entry.index
         window.done[index] = 1
+        window.furthest = max(window.furthest, index)
         if self._policy.ordering != "none":
             record = window.batch[index]
-            key = record.key if self._policy.ordering == "key" else _ONE_KEY
+            key = raw_key(record) if self._policy.ordering == "key" else _ONE_KEY
             queue = window.keys[key]
             queue.popleft()
             if not queue:
                 del window.keys[key]
-            elif window.taking:
+            elif window.may_start(queue[0]):
                 self._dispatch(_Entry(window, queue[0]))
         if index == window.prefix:
             done, prefix, size = window.done, window.prefix + 1, len(window.batch)
@@ -663,13 +768,24 @@ class Processor:
             if prefix == size:
                 self._settle(window)
                 return
-            self._delivery.progress(window.claim, window.batch[prefix].offset)
-        if not window.taking and not window.running:
+            self._delivery.progress(window.claim, window.batch, window.batch[prefix].offset)
+        if window.drained():
             self._settle(window)
 
-    def _stop_taking(self, window: _Window) -> None:
-        window.taking = False
-        if not window.running:
+    def _stop_taking(self, window: _Window, *, fill_gaps: bool = True) -> None:
+        """Start no record of ``window`` beyond its horizon. With ``fill_gaps`` (a handover or
+        a shutdown) the records before the last one finished or running still run, so that the
+        offset stored passes every finished record and the next owner repeats none; without
+        (a record failed for good), nothing more starts."""
+        if window.taking:
+            window.taking = False
+            if fill_gaps:
+                window.horizon = max(
+                    window.furthest, max((entry.index for entry in window.running), default=-1)
+                )
+        elif not fill_gaps:
+            window.horizon = -1
+        if window.drained():
             self._settle(window)
 
     def _settle(self, window: _Window) -> None:
@@ -685,9 +801,8 @@ class Processor:
         if window.prefix == len(window.batch):
             self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
         else:
-            self._delivery.finish(
-                window.claim, window.batch[window.prefix :], completed=False, commit=False
-            )
+            # Read again from the first unfinished record, where its progress got.
+            self._delivery.finish(window.claim, window.batch, completed=False, commit=False)
         self._room.set()
         if not self._windows:
             self._idle.set()
@@ -702,22 +817,25 @@ class Processor:
                 self._stop_taking(window)
 
     def abandoned(self, partitions: list[int]) -> None:
-        """The handover stopped waiting: cancel the handlers of these partitions."""
+        """The handover stopped waiting (or ZooKeeper may have dropped the session): cancel the
+        handlers of these partitions; `quiet()` waits until they ended."""
         for partition in partitions:
-            window = self._windows.get(partition)
+            window = self._windows.pop(partition, None)
             if window is None:
                 continue
             window.taking = False
             window.gone = True
-            del self._windows[partition]
+            window.horizon = -1
             self._held -= len(window.batch) - window.prefix
+            if not window.running:
+                continue
+            self._leaving.add(window)
             for seat in self._seats:
                 if seat.entry is not None and seat.entry.window is window:
                     seat.scope.cancel()
             for entry in window.running:
                 if entry.scope is not None:
                     entry.scope.cancel()
-            window.running.clear()
         self._room.set()
         if not self._windows:
             self._idle.set()

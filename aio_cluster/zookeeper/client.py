@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -91,6 +92,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_ANSWERS = (
+    _KazooNoNode,
+    _KazooNodeExists,
+    _KazooBadVersion,
+    NotEmptyError,
+    NoAuthError,
+    RolledBackError,
+)
+"""Failures that are the server's answer: the server heard the request (see `heard_at`)."""
 
 
 class NodeExistsError(CoordinationError):
@@ -309,6 +320,25 @@ class ZooKeeper:
         self._state_callbacks: list[Callable[[SessionState], None]] = []
         self._watch_wrappers: dict[Callable[[], None], Callable[[Any], None]] = {}
         self._client.add_listener(self._on_kazoo_state)
+        self._negotiated = session_timeout
+        self._heard_at = time.monotonic()
+        self._note_handshakes()
+
+    def _note_handshakes(self) -> None:
+        """Learn the timeout the server granted at each (re)connection, and that it heard from
+        the session then: kazoo keeps neither. Its connection handler's handshake returns the
+        read timeout it derives from the granted timeout (two thirds of it, in milliseconds)."""
+        connection = self._client._connection
+        handshake = connection._connect
+
+        def noted(*args: Any) -> Any:
+            sent = time.monotonic()
+            read_timeout, connect_timeout = handshake(*args)
+            self._negotiated = read_timeout * 1.5 / 1000.0
+            self._heard_at = max(self._heard_at, sent)
+            return read_timeout, connect_timeout
+
+        connection._connect = noted
 
     @property
     def hosts(self) -> str:
@@ -317,8 +347,29 @@ class ZooKeeper:
 
     @property
     def session_timeout(self) -> float:
-        """Seconds the server keeps the session alive without hearing from this client."""
+        """Seconds the server keeps the session alive without hearing from this client, as
+        asked for."""
         return self._session_timeout
+
+    @property
+    def negotiated_timeout(self) -> float:
+        """Seconds the server keeps this session alive without hearing from it, as the server
+        granted at the last connection (it bounds the asked-for timeout by its own
+        ``minSessionTimeout`` and ``maxSessionTimeout``); the asked-for one before that."""
+        return self._negotiated
+
+    @property
+    def heard_at(self) -> float:
+        """When (``time.monotonic()``) the last request the server answered was sent: the
+        server heard from the session then or later, so it cannot expire it before
+        ``heard_at + negotiated_timeout``."""
+        return self._heard_at
+
+    async def ping(self) -> None:
+        """A request that costs the server next to nothing, to learn that it still hears from
+        the session (see `heard_at`); it stands in for kazoo's own heartbeat, which kazoo sends
+        only when no request went out for a third of the timeout."""
+        await self.exists("/")
 
     @property
     def state(self) -> SessionState:
@@ -449,8 +500,11 @@ class ZooKeeper:
         if loop is None or self._state is SessionState.CLOSED:
             raise CoordinationError(f"{what}: the ZooKeeper client is not started")
         future: asyncio.Future[Any] = loop.create_future()
+        sent = time.monotonic()
 
         def settle(result: Any) -> None:
+            if result.successful() or isinstance(result.exception, _ANSWERS):
+                self._heard_at = max(self._heard_at, sent)
             if future.done():
                 return
             try:
