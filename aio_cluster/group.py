@@ -63,6 +63,7 @@ from .member.delivery import Delivery
 from .member.handover import Handover
 from .member.lifecycle import GroupState
 from .member.listener import RebalanceListener
+from .member.liveness import Liveness
 from .member.membership import Membership
 from .member.mirror import KafkaMirror
 from .member.offsets import Offsets
@@ -455,6 +456,12 @@ class ConsumerGroup(Generic[PartitionT]):
             max_wait_ms=max_wait_ms,
             trail=trail,
             label=self._layout.label,
+        )
+        self._liveness = Liveness(
+            self._zk,
+            self._delivery,
+            member_id=self._id,
+            on_back=self._membership.request_rebalance,
         )
         self._handover = Handover(
             self._states,
@@ -1124,6 +1131,7 @@ class ConsumerGroup(Generic[PartitionT]):
                     self._every, self._metadata_interval, self._membership.check_partitions
                 )
                 tasks.start_soon(self._mirror.run, self._states.claims)
+                tasks.start_soon(self._liveness.run)
         except Exception as exc:
             # Errors the loops expect are handled there; this is a failure nobody foresaw, or
             # credentials the servers refused. It must not pass silently: register() or the
@@ -1155,14 +1163,11 @@ class ConsumerGroup(Generic[PartitionT]):
         await self._handover.flush(list(self._states.claims))
 
     def _on_session_state(self, state: SessionState) -> None:
-        if state is SessionState.SUSPENDED:
-            self._states.suspended = True
-        elif state is SessionState.LOST:
+        # Suspended: nothing starts; lost: nothing in flight goes on either; connected again:
+        # it all goes on once ZooKeeper answers, after a rebalance (see member/liveness.py).
+        self._liveness.on_state(state)
+        if state is SessionState.LOST:
             self._membership.lose()
             self._membership.request_rebalance()
             self._mirror.forget()
-        elif state is SessionState.CONNECTED and self._states.suspended:
-            # Back after a suspension or a loss: what happened meanwhile is unknown.
-            self._states.suspended = False
-            self._membership.request_rebalance()
         self._delivery.wake()

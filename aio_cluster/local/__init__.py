@@ -22,7 +22,8 @@ The JVMs never outlive their owner: stopping ends each one's process group (SIGT
 also when the ``async with`` body is cancelled, and on Linux the kernel kills them should the Python
 process itself die (``PR_SET_PDEATHSIG``). For the tests of faults a Java-started cluster can stop
 and restart each server (or each node: ``stop_broker(i)``, ``stop_zookeeper_node(i)``) on the
-same port with the same data, tell which broker leads a partition, and expire a ZooKeeper session.
+same port with the same data, tell which broker leads a partition, and expire a ZooKeeper session;
+and `FaultProxy` stands between one client and a server to drop, delay or cut its traffic.
 
 Modules::
 
@@ -32,6 +33,7 @@ Modules::
     config.py       zoo.cfg and server.properties
     docker.py       the Docker fallback (testcontainers)
     env.py          the cluster the environment names
+    faults.py       FaultProxy: a TCP proxy that drops, delays or cuts one client's traffic
     jars.py         the Maven fetch of the jars, and its cache
     probes.py       free ports, readiness
     process.py      child processes, the JVM command line
@@ -52,5 +54,6 @@ only.
 from .cli import main as main
 from .cluster import LocalCluster as LocalCluster
 from .cluster import Mode as Mode
+from .faults import FaultProxy as FaultProxy
 
-__all__ = ["LocalCluster", "Mode", "main"]
+__all__ = ["FaultProxy", "LocalCluster", "Mode", "main"]

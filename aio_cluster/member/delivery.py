@@ -113,6 +113,9 @@ class Delivery:
         self._batch_done = asyncio.Event()
         self.watcher: Watcher | None = None
         """Told when running batches must end early, if set."""
+        self.fresh: Callable[[], bool] = lambda: True
+        """Whether ZooKeeper was heard from recently enough that work may start (see
+        `aio_cluster.member.liveness`); when not, it suspends this delivery itself."""
 
     def wake(self) -> None:
         """Wake every waiting iterator and handover."""
@@ -134,7 +137,7 @@ class Delivery:
             if stopped():
                 return None
             timeout: float | None = None
-            picked = self._states.pick()
+            picked = self._states.pick() if self.may_start() else None
             if picked is not None:
                 return picked
             fetchable = self._states.fetchable()
@@ -244,6 +247,15 @@ class Delivery:
         """Of ``partitions``, those whose cancelled handlers still run, with their records."""
         return {} if self.watcher is None else self.watcher.lingering(partitions)
 
+    def may_start(self) -> bool:
+        """Whether a batch or a record may start now (see `fresh`)."""
+        return not self._states.suspended and self.fresh()
+
+    @property
+    def in_flight(self) -> list[int]:
+        """The partitions whose batch is in flight, sorted."""
+        return self._states.in_flight
+
     @property
     def suspended(self) -> bool:
         """True while nothing starts: ZooKeeper is out of reach, or the session was lost."""
@@ -273,7 +285,7 @@ class Delivery:
             As `quiet()`: what still runs after the bound.
         """
         self.suspend()
-        running = self._states.in_flight
+        running = self.in_flight
         self.abandon(running)
         return await self.quiet({*running, *self._states.claims}, bound)
 

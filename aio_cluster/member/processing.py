@@ -517,7 +517,8 @@ class Processor:
         window = entry.window
         if not window.may_start(entry.index):
             return
-        if self._halted:
+        if self._halted or not self._delivery.may_start():
+            # ZooKeeper is out of reach: it starts once it answers (see go_on()).
             self._held_back.append(entry)
             return
         window.running.add(entry)
