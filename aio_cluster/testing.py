@@ -14,6 +14,10 @@ Fixtures (pytest-asyncio, strict or auto mode):
 - ``produce``: ``await produce(topic, values, keys=None)`` sends the values (``str`` or
   ``bytes``) and returns once the broker acknowledged every one, with the ``(partition,
   offset)`` of each, in order.
+- ``fault_proxy``: ``await fault_proxy(local_cluster.zookeeper)`` starts a
+  [FaultProxy][aio_cluster.local.FaultProxy] to that server (stopped after the test): give one
+  member its ``address`` and ``drop()``, ``delay()`` or ``cut()`` its traffic to test a service
+  against a network partition.
 
 The factories open their Kafka clients per call, in the caller's event loop, so they work in any
 loop scope.
@@ -30,14 +34,24 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from .errors import ConfigurationError
-from .local import LocalCluster
+from .local import FaultProxy, LocalCluster
 
-__all__ = ["NewTopicFactory", "ProduceFunction", "local_cluster", "new_topic", "produce"]
+__all__ = [
+    "FaultProxyFactory",
+    "NewTopicFactory",
+    "ProduceFunction",
+    "fault_proxy",
+    "local_cluster",
+    "new_topic",
+    "produce",
+]
 
 NewTopicFactory = Callable[..., Awaitable[str]]
 """``await new_topic(partitions=1, *, prefix="topic") -> str``."""
 ProduceFunction = Callable[..., Awaitable[list[tuple[int, int]]]]
 """``await produce(topic, values, keys=None) -> [(partition, offset), ...]``."""
+FaultProxyFactory = Callable[[str], Awaitable[FaultProxy]]
+"""``await fault_proxy("host:port") -> FaultProxy``, started."""
 
 Value = str | bytes
 
@@ -103,3 +117,21 @@ def produce(local_cluster: LocalCluster) -> ProduceFunction:
             await producer.stop()
 
     return send
+
+
+@pytest_asyncio.fixture
+async def fault_proxy() -> AsyncIterator[FaultProxyFactory]:
+    """Start FaultProxies to servers, in the test's event loop; all stopped after the test."""
+    started: list[FaultProxy] = []
+
+    async def start(target: str) -> FaultProxy:
+        proxy = FaultProxy(target)
+        await proxy.start()
+        started.append(proxy)
+        return proxy
+
+    try:
+        yield start
+    finally:
+        for proxy in started:
+            await proxy.stop()

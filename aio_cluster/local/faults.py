@@ -162,6 +162,9 @@ class FaultProxy:
     ) -> None:
         await self.stop()
 
+    def _refusing(self) -> bool:
+        return self._mode is Mode.CUT
+
     async def _serve(self) -> None:
         listening = self._listening
         assert listening is not None
@@ -176,7 +179,7 @@ class FaultProxy:
 
     async def _accept(self, client: SocketStream) -> None:
         async with client:
-            if self._mode is Mode.CUT:
+            if self._refusing():
                 return
             try:
                 server = await anyio.connect_tcp(*self._target)
@@ -184,7 +187,7 @@ class FaultProxy:
                 log.warning("fault proxy: the server %s:%d is unreachable: %s", *self._target, exc)
                 return
             async with server:
-                if self._mode is Mode.CUT:
+                if self._refusing():
                     return  # cut while it connected
                 link = _Link(client, server)
                 self._links.add(link)
