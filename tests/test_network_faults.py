@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +160,7 @@ async def run_cut(
     make_topic: MakeTopic,
     producer: AIOKafkaProducer,
     group_name: str,
-    consume: Callable[[ConsumerGroup, Log], Awaitable[Any]],
+    consume: Callable[[ConsumerGroup, Log], Coroutine[Any, Any, None]],
     count: int,
 ) -> None:
     topic = await make_topic(PARTITIONS)
