@@ -946,6 +946,7 @@ class ConsumerGroup(Generic[PartitionT]):
             if scope.cancelled_caught:
                 log.warning("member %s: leaving took over %gs", self.id, self._close_timeout)
         finally:
+            await self._processor_ended(deadline)
             self._membership.forget()
             with anyio.move_on_after(max(deadline - loop.time(), 0.0)) as scope:
                 results = await asyncio.gather(
@@ -962,6 +963,29 @@ class ConsumerGroup(Generic[PartitionT]):
             self._state = GroupState.CLOSED
             self._wake()
             log.info("member %s left", self.id)
+
+    async def _processor_ended(self, deadline: float) -> None:
+        """However the leaving went (the deadline may have cut the processor's shutdown short),
+        `process()` has returned before the session ends: else a handler would still run while
+        the next owner handles its partition. A handler that ignores its cancellation is waited
+        for until the deadline (a second at least), then named."""
+        processor = self._processor
+        if processor is None or not processor.running:
+            return
+        processor.cancel()
+        if processor.handles(asyncio.current_task()):
+            return
+        loop = asyncio.get_running_loop()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(max(deadline - loop.time(), 1.0)):
+            await processor.ended()
+        for partition, records in processor.handling().items():
+            log.warning(
+                "member %s: on closing, the handler of the record at offset %d of partition %d "
+                "ignores its cancellation; its claim ends with the session",
+                self.id,
+                records[0].offset,
+                partition,
+            )
 
     def _check_open(self) -> None:
         if self._state in (GroupState.CLOSING, GroupState.CLOSED):

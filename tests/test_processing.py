@@ -521,6 +521,41 @@ async def test_cancellation_and_close_end_the_call(
     assert {t for t in leftover if t is not asyncio.current_task()} == set()
 
 
+async def test_close_past_its_deadline_still_ends_the_call_first(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """A 5 s handler and close_timeout=2: close() cuts the wait short, and when it returns
+    process() has returned and no handler runs, so the next owner never handles beside it."""
+    topic = await make_topic(1)
+    await send(producer, topic, range(4), keys=4)
+    running: set[int] = set()
+    started = asyncio.Event()
+
+    async def handler(record: Record) -> None:
+        running.add(record.offset)
+        started.set()
+        try:
+            await asyncio.sleep(5)
+        finally:
+            running.discard(record.offset)
+
+    group = member(cluster, group_name, topic, close_timeout=2.0, rebalance_timeout=10.0)
+    await group.register()
+    processes = asyncio.create_task(group.process(handler, ordering="none"))
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        await group.close()
+        assert processes.done(), "process() had not returned when close() did"
+        assert not running, "a handler still ran after close()"
+        await processes
+    finally:
+        processes.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await processes
+    async with member(cluster, group_name, topic) as again:
+        assert await again.offset(0) in (None, 0), "nothing finished: nothing stored"
+
+
 async def test_a_handler_may_close_the_member(
     cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
 ) -> None:

@@ -298,6 +298,14 @@ class Processor:
     def _all_windows(self) -> list[_Window]:
         return [*self._windows.values(), *self._leaving]
 
+    def handling(self) -> dict[int, list[Record]]:
+        """Partition -> the records in a handler now (cancelled ones not yet ended included)."""
+        found: dict[int, list[Record]] = {}
+        for window in self._all_windows():
+            if window.running:
+                found.setdefault(window.partition, []).extend(e.record for e in window.running)
+        return found
+
     def lingering(self, partitions: Collection[int]) -> dict[int, list[Record]]:
         """Of ``partitions``, those whose abandoned handlers still run, each with the records
         they run."""
@@ -387,6 +395,10 @@ class Processor:
             # run() ends with it; else its workers would wait for records for ever.
             self._scope.cancel()
         await self.ended()
+
+    def cancel(self) -> None:
+        """End `run()` now: its handlers are cancelled (their records delivered again)."""
+        self._scope.cancel()
 
     async def ended(self) -> None:
         """Wait until `run()` returned (at once when it is not running)."""
