@@ -9,10 +9,13 @@ import io
 import logging
 import random
 import re
+import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
@@ -335,6 +338,56 @@ async def test_handover_abandons_handlers_after_rebalance_timeout(
             )
             assert cancelled.count(moved) == end[moved], "the abandoned handlers were cancelled"
             assert await second.offset(moved) is not None
+
+
+async def test_a_handler_that_ignores_cancellation_keeps_its_partition_until_it_ends(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A timed-out handover cancels the handler, whose shielded clean-up runs on: the partition is
+    released only once it ended, so the next owner never handles its records beside it."""
+    topic = await make_topic(2)
+    await send(producer, topic, range(2), keys=2)
+    ended: dict[int, float] = {}
+    started_by_second: dict[int, float] = {}
+    release = threading.Event()
+
+    async def stubborn(record: Record) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            # A clean-up that must not be interrupted: a shielded section.
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(release.wait, 30)
+            ended[record.partition] = time.monotonic()
+
+    async def quick(record: Record) -> None:
+        started_by_second.setdefault(record.partition, time.monotonic())
+
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.handover")
+    first = member(cluster, group_name, topic, strategy="range", rebalance_timeout=1.0)
+    second = member(cluster, group_name, topic, strategy="range")
+    try:
+        async with first, processing(first, stubborn):
+            await wait_until(
+                lambda: first._processor is not None and first._processor.in_flight == 2
+            )
+            async with second, processing(second, quick):
+                await wait_until(
+                    lambda: "ignores its cancellation" in caplog.text,
+                    what="the handover names the stubborn handler",
+                )
+                assert second.claimed == [], "the partition is kept while its handler runs"
+                release.set()
+                await wait_until(lambda: len(second.claimed) == 1, what="released once it ended")
+                (moved,) = second.claimed
+                await wait_until(lambda: moved in started_by_second, what="the next owner runs")
+                assert started_by_second[moved] > ended[moved], "never beside the old handler"
+    finally:
+        release.set()
 
 
 async def test_poison_record_goes_to_the_dead_letter_topic(

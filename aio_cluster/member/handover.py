@@ -2,10 +2,12 @@
 take while `membership` releases and makes claims, and what the rebalance listener hears of it.
 
 A partition leaves at a batch boundary: no new batch of it is handed out, its running body is
-awaited (at most ``rebalance_timeout``), the listener hears of it, its completed offset is stored,
-and only then is its claim deleted. A new claim is positioned and handed to the fetcher; its first
-batch waits until the listener heard of it. When the member leaves, running bodies are not awaited
-(their batches go to the next owner), but the listener hears of every partition it gives up.
+awaited (at most ``rebalance_timeout``; then abandoned, and its cancelled handlers awaited), the
+listener hears of it, its completed offset is stored, and only then is its claim deleted; a
+partition whose handler ignores its cancellation stays, handing out nothing, until it ended. A
+new claim is positioned and handed to the fetcher; its first batch waits until the listener
+heard of it. When the member leaves, running bodies are not awaited (their batches go to the
+next owner), but the listener hears of every partition it gives up.
 
 The partitions' state is `aio_cluster.member.partitions.PartitionStates`; this part holds none.
 """
@@ -26,6 +28,9 @@ from .partitions import PartitionStates
 __all__ = ["Handover"]
 
 log = logging.getLogger(__name__)
+
+_QUIET_MAX = 5.0
+"""The most seconds a handover waits for cancelled handlers to end."""
 
 
 class Handover:
@@ -62,22 +67,40 @@ class Handover:
         self._timeout = rebalance_timeout
         self._label = label
 
-    async def revoke(self, partitions: list[int]) -> None:
+    async def revoke(self, partitions: list[int]) -> list[int]:
         """Before the claims of ``partitions`` are deleted: end their batches, tell the listener,
         store their offsets. A body still running after ``rebalance_timeout`` is abandoned: its
-        batch is not committed, and the next owner gets it again."""
+        batch is not committed, and the next owner gets it again from its first unfinished
+        record. The cancelled handlers of ``process()`` are awaited too (at most
+        ``rebalance_timeout`` more, five seconds at most); a partition whose handler ignores its
+        cancellation is kept, handing out nothing, so that no second member runs beside it.
+
+        Returns:
+            The partitions kept: their claims must not be deleted yet (a later rebalance tries
+            again).
+        """
         with anyio.move_on_after(self._timeout):
             await self._delivery.drain(partitions)
         for partition, offset in self._delivery.abandon(partitions).items():
             log.warning(
-                "member %s: the batch at offset %d of %s still runs after %gs; "
-                "releasing the partition without committing it",
+                "member %s: the batch of %s still runs after %gs; releasing the partition "
+                "without committing it (the next owner starts at offset %d)",
                 self._id,
-                offset,
                 self._label(partition),
                 self._timeout,
+                offset,
             )
-        await self._told_revoked(partitions)
+        lingering = await self._delivery.quiet(partitions, min(self._timeout, _QUIET_MAX))
+        for partition, records in lingering.items():
+            log.warning(
+                "member %s: the handler of the record at offset %d of %s ignores its "
+                "cancellation; keeping the partition until it ends",
+                self._id,
+                records[0].offset,
+                self._label(partition),
+            )
+        await self._told_revoked([p for p in partitions if p not in lingering])
+        return sorted(lingering)
 
     async def give_up(self, partitions: list[int]) -> None:
         """The member leaves: hand out no more batches of ``partitions``, leave the running

@@ -527,13 +527,17 @@ class Membership:
                 self._layout.labels(fenced),
             )
         leaving = sorted((set(self._claims) - target) | set(fenced))
+        kept: list[int] = []
         if leaving:
             try:
-                await handover.revoke(leaving)
+                kept = await handover.revoke(leaving)
+                leaving = [p for p in leaving if p not in kept]
                 await asyncio.gather(*(self._release_node(p) for p in leaving))
             finally:
                 handover.released(leaving)
         complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
+        # A partition kept while its handler ignores cancellation is released by a later try.
+        complete = complete and not kept
         if await handover.assigned():
             log.info(
                 "member %s owns %s of %s",
