@@ -227,7 +227,8 @@ class Delivery:
             Partition -> the first offset of its abandoned batch.
         """
         abandoned = self._states.abandoned(partitions)
-        self._batch_done.set()
+        # A partition kept reads its batch again: wake the iterators as well as the handovers.
+        self.wake()
         if abandoned and self.watcher is not None:
             self.watcher.abandoned(sorted(abandoned))
         return abandoned

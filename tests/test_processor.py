@@ -1,0 +1,367 @@
+"""`Processor` and `PartitionStates` driven against a fake fetcher (the `FetcherLike` protocol)
+and, for the liveness, a fake ZooKeeper clock: the processing rules without servers, each case
+one that broke before (see issue 24)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+import anyio
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from aio_cluster.errors import CoordinationError
+from aio_cluster.kafka.records import DecodedRecord, Record
+from aio_cluster.member.claims import Claim
+from aio_cluster.member.delivery import Delivery
+from aio_cluster.member.liveness import Liveness, Phase, phase
+from aio_cluster.member.partitions import PartitionStates
+from aio_cluster.member.processing import Policy, Processor
+from aio_cluster.zookeeper.client import SessionState
+
+from support import wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+def record(partition: int, offset: int, key: Any, raw: bytes | None = None) -> Record:
+    fields: dict[str, Any] = {
+        "topic": "t",
+        "partition": partition,
+        "offset": offset,
+        "timestamp": 0,
+        "timestamp_type": 0,
+        "key": key,
+        "value": str(offset).encode(),
+        "checksum": None,
+        "serialized_key_size": -1,
+        "serialized_value_size": -1,
+        "headers": (),
+    }
+    if raw is None:
+        plain: Record = ConsumerRecord(**fields)
+        return plain
+    return DecodedRecord(**fields, raw_key=raw, raw_value=fields["value"])
+
+
+class LogFetcher:
+    """A fetcher over fixed logs, from the positions it was given, like aiokafka's consumer."""
+
+    def __init__(self, logs: Mapping[int, list[Record]]) -> None:
+        self.logs = logs
+        self.positions: dict[int, int] = {}
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        return frozenset(self.positions)
+
+    def assign(self, positions: Mapping[int, int]) -> None:
+        self.positions = dict(positions)
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.positions[partition] = offset
+
+    def position(self, partition: int) -> int | None:
+        return self.positions.get(partition)
+
+    async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+        return {p: (0, len(self.logs[p])) for p in partitions}
+
+    async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
+        fetched = {}
+        for partition in partitions:
+            start = self.positions.get(partition)
+            if start is not None and start < len(self.logs[partition]):
+                fetched[partition] = self.logs[partition][start:]
+                self.positions[partition] = len(self.logs[partition])
+        if not fetched:
+            await asyncio.sleep(timeout_ms / 1000)
+        return fetched
+
+    async def stop(self) -> None:
+        pass
+
+
+class Member:
+    """A member's partition states, delivery and processor, without servers."""
+
+    def __init__(self, logs: Mapping[int, list[Record]]) -> None:
+        self.states = PartitionStates()
+        self.fetcher = LogFetcher(logs)
+        self.delivery = Delivery(
+            self.fetcher, self.states, member_id="m", loop_delay=0.01, max_wait_ms=10, trail=False
+        )
+        self.closing = False
+        for partition in logs:
+            self.states.claimed(Claim(partition, 0, 0, 0))
+
+    async def start(self) -> None:
+        await self.delivery.reassign()
+
+    def processor(self, handler: Callable[[Record], Awaitable[None]], **policy: Any) -> Processor:
+        return Processor(
+            self.delivery,
+            handler,
+            Policy(**policy),
+            stopped=lambda: self.closing,
+            member_id="m",
+        )
+
+    def pending(self, partition: int) -> int | None:
+        return self.states.claims[partition].pending
+
+
+@contextlib.asynccontextmanager
+async def running(processor: Processor) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(processor.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with anyio.fail_after(10):
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_graceful_move_fills_the_gaps_so_the_next_owner_repeats_nothing() -> None:
+    """Records 0 and 1 share a key; 2, 3, 4 finish while 0 runs. The drain lets 0 and then 1
+    finish, and the offset stored passes all five (before: 1, and 2, 3, 4 were handled again)."""
+    logs = {
+        0: [record(0, 0, b"a"), record(0, 1, b"a")] + [record(0, i, b"%d" % i) for i in (2, 3, 4)]
+    }
+    member = Member(logs)
+    await member.start()
+    gate = asyncio.Event()
+    handled: list[int] = []
+
+    async def handler(r: Record) -> None:
+        if r.offset == 0:
+            await gate.wait()
+        handled.append(r.offset)
+
+    async with running(member.processor(handler, concurrency=4, ordering="key")):
+        await wait_until(lambda: sorted(handled) == [2, 3, 4], what="the other keys finished")
+        drained = asyncio.create_task(member.delivery.drain([0]))
+        await asyncio.sleep(0.05)
+        assert not drained.done(), "record 0 still runs"
+        gate.set()
+        with anyio.fail_after(5):
+            await drained
+        assert sorted(handled) == [0, 1, 2, 3, 4], "each once"
+        assert member.pending(0) == 5, "the offset passes every finished record"
+
+
+async def test_a_stopped_partition_starts_nothing_more() -> None:
+    """on_failure="stop" is no drain: after the failed record nothing starts, and the offset
+    stays at it."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(5)]}
+    member = Member(logs)
+    await member.start()
+    handled: list[int] = []
+
+    async def handler(r: Record) -> None:
+        if r.offset == 1:
+            raise ValueError("poison")
+        await asyncio.sleep(0.05 if r.offset else 0)
+        handled.append(r.offset)
+
+    processor = member.processor(handler, concurrency=1, ordering="key", attempts=1)
+    async with running(processor):
+        await wait_until(lambda: processor.stopped == {0: 1}, what="the partition stopped")
+        await wait_until(lambda: processor.in_flight == 0, what="nothing runs")
+        assert member.pending(0) == 1
+
+
+async def test_suspended_starts_nothing_and_resumed_goes_on() -> None:
+    logs = {0: [record(0, i, b"%d" % i) for i in range(20)]}
+    member = Member(logs)
+    await member.start()
+    started: list[int] = []
+
+    async def handler(r: Record) -> None:
+        started.append(r.offset)
+        await asyncio.sleep(0.01)
+
+    async with running(member.processor(handler, concurrency=1, ordering="key")):
+        await wait_until(lambda: len(started) >= 3, what="a few records")
+        member.delivery.suspend()
+        at_suspend = len(started)
+        await asyncio.sleep(0.2)
+        assert len(started) <= at_suspend + 1, "at most the one whose slot was taken"
+        member.delivery.resume()
+        await wait_until(lambda: len(started) == 20, what="every record once resumed")
+        assert started == list(range(20))
+
+
+async def test_a_shutdown_cancelled_by_its_caller_still_ends_run() -> None:
+    """close()'s deadline cancels the shutdown while it waits: run() must end all the same."""
+    logs = {0: [record(0, 0, b"a")]}
+    member = Member(logs)
+    await member.start()
+
+    async def handler(r: Record) -> None:
+        await asyncio.sleep(30)
+
+    processor = member.processor(handler)
+    async with running(processor) as task:
+        await wait_until(lambda: processor.in_flight == 1, what="the handler runs")
+        shutdown = asyncio.create_task(processor.shutdown(10.0))
+        await asyncio.sleep(0.05)
+        shutdown.cancel()
+        with anyio.fail_after(5):
+            await asyncio.gather(task, return_exceptions=True)
+        assert not processor.running
+        assert member.pending(0) is None, "the unfinished record is not stored"
+
+
+async def test_deserialized_keys_need_not_be_hashable() -> None:
+    """ordering="key" orders by the key's bytes: dict keys from a deserializer work."""
+    logs = {0: [record(0, i, {"customer": i % 3}, raw=b"%d" % (i % 3)) for i in range(30)]}
+    member = Member(logs)
+    await member.start()
+    running_keys: set[bytes] = set()
+    overlaps: list[int] = []
+    handled: list[int] = []
+
+    async def handler(r: Record) -> None:
+        customer: Any = r.key
+        key = b"%d" % customer["customer"]
+        if key in running_keys:
+            overlaps.append(r.offset)
+        running_keys.add(key)
+        await asyncio.sleep(0.005)
+        running_keys.discard(key)
+        handled.append(r.offset)
+
+    async with running(member.processor(handler, concurrency=10, ordering="key")):
+        await wait_until(lambda: len(handled) == 30, what="every record")
+    assert not overlaps
+    assert member.pending(0) == 30
+
+
+async def test_an_abandoned_batch_whose_handler_lingers_is_read_again_never_beside_it() -> None:
+    """Abandoned while its handler runs on (a shielded clean-up), the partition stays: the batch
+    is read again from its first unfinished record, whose handler starts only once the old
+    one ended; the offset never passes it meanwhile."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(3)]}
+    member = Member(logs)
+    await member.start()
+    release = asyncio.Event()
+    runs: list[tuple[int, float, float]] = []
+    first = True
+
+    async def handler(r: Record) -> None:
+        nonlocal first
+        began = time.monotonic()
+        if r.offset == 1 and first:
+            first = False
+            try:
+                await asyncio.Event().wait()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await release.wait()
+                runs.append((r.offset, began, time.monotonic()))
+            return
+        runs.append((r.offset, began, time.monotonic()))
+
+    processor = member.processor(handler, concurrency=3, ordering="key")
+    async with running(processor):
+        await wait_until(lambda: [o for o, *_ in runs] == [0, 2], what="0 and 2 finished")
+        assert member.delivery.abandon([0]) == {0: 1}, "abandoned at its first unfinished record"
+        assert member.delivery.lingering([0]), "its handler ignores the cancellation"
+        assert member.pending(0) == 1
+        await asyncio.sleep(0.1)
+        assert [o for o, *_ in runs] == [0, 2], "the batch read again waits for it"
+        release.set()
+        assert await member.delivery.quiet([0], 5.0) == {}
+        await wait_until(lambda: member.pending(0) == 3, what="read again and finished")
+    ones = [(began, ended) for offset, began, ended in runs if offset == 1]
+    assert len(ones) == 2
+    assert ones[1][0] >= ones[0][1], "never beside the lingering run"
+
+
+class FakeZooKeeper:
+    """The two facts liveness reads, and a ping that fails while ``cut``."""
+
+    def __init__(self, timeout: float) -> None:
+        self.negotiated_timeout = timeout
+        self.heard_at = time.monotonic()
+        self.cut = False
+
+    async def ping(self) -> None:
+        if self.cut:
+            raise CoordinationError("dropped")
+        self.heard_at = time.monotonic()
+
+
+async def test_phases_of_a_silence() -> None:
+    assert phase(0.0, 6.0) is Phase.LIVE
+    assert phase(2.99, 6.0) is Phase.LIVE
+    assert phase(3.0, 6.0) is Phase.SILENT
+    assert phase(4.49, 6.0) is Phase.SILENT
+    assert phase(4.5, 6.0) is Phase.EXPIRING
+
+
+async def test_a_silent_member_starts_nothing_then_lets_go_before_its_session_may_expire() -> None:
+    timeout = 0.8
+    logs = {0: [record(0, i, b"%d" % (i % 4)) for i in range(400)]}
+    member = Member(logs)
+    await member.start()
+    zk = FakeZooKeeper(timeout)
+    backs: list[bool] = []
+    liveness = Liveness(zk, member.delivery, member_id="m", on_back=lambda: backs.append(True))  # type: ignore[arg-type]
+    runs: list[tuple[int, float, float | None]] = []
+    cancelled: list[int] = []
+
+    async def handler(r: Record) -> None:
+        entry = (r.offset, time.monotonic(), None)
+        runs.append(entry)
+        try:
+            await asyncio.sleep(0.3 if r.offset == 8 else 0.01)
+        except asyncio.CancelledError:
+            cancelled.append(r.offset)
+            raise
+        runs[runs.index(entry)] = (r.offset, entry[1], time.monotonic())
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(liveness.run)
+        async with running(member.processor(handler, concurrency=4, ordering="key")):
+            await wait_until(lambda: len(runs) >= 8, what="some records")
+            zk.cut = True
+            cut_at = zk.heard_at
+            await anyio.sleep(timeout * 1.5)
+            late = [offset for offset, began, _ in runs if began > cut_at + timeout / 2 + 0.05]
+            assert not late, f"started once silent: {late}"
+            unfinished = [offset for offset, _, ended in runs if ended is None]
+            assert unfinished == cancelled, "what ran was cancelled, and ended"
+            assert member.delivery.suspended
+            zk.cut = False
+            await wait_until(lambda: member.pending(0) == 400, what="all done once heard again")
+            assert backs, "a rebalance was asked for on coming back"
+        tasks.cancel_scope.cancel()
+    done = {offset for offset, _, ended in runs if ended is not None}
+    assert done == set(range(400)), "nothing skipped"
+
+
+async def test_a_lost_session_gives_up_the_work_in_flight() -> None:
+    """Heard late (a frozen process, say): the loss abandons what runs, so nothing of the old
+    claims is stored."""
+    logs = {0: [record(0, 0, b"a")]}
+    member = Member(logs)
+    await member.start()
+    zk = FakeZooKeeper(30.0)
+    liveness = Liveness(zk, member.delivery, member_id="m", on_back=lambda: None)  # type: ignore[arg-type]
+
+    async def handler(r: Record) -> None:
+        await asyncio.sleep(30)
+
+    processor = member.processor(handler)
+    async with running(processor):
+        await wait_until(lambda: processor.in_flight == 1, what="the handler runs")
+        liveness.on_state(SessionState.LOST)
+        await wait_until(lambda: processor.in_flight == 0, what="cancelled and ended")
+        assert member.delivery.suspended
+        assert member.pending(0) is None
