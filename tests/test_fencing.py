@@ -1,7 +1,8 @@
 """Claim epochs that fence, and nodes nobody owns, against the real servers: a replaced owner
 node refuses the commit and survives the leave; a stray owner node of the member's own session is
 reconciled; a ZooKeeper restart during a join settles; a reset planned before a member claimed
-wins over the offset the member held."""
+wins over the offset the member held; a claim whose offset read fails, or whose session is lost
+during it, leaves no node and records no claim."""
 
 from __future__ import annotations
 
@@ -277,3 +278,86 @@ async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
             logging.getLogger(name).setLevel(level)
     assert reads == 2, "planned again"
     assert await stored(zk, layout, 0) == 7, "the shift applies to what was stored at the write"
+
+
+async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owner node was taken and the offset read after it failed: the node is given back at
+    once, so the member that the assignment gives the partition to next gets it (before, the node
+    stayed with the first member's session and the newcomer waited for it for ever)."""
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    options: dict[str, Any] = {"strategy": "range", "claim_timeout": 1.0}
+    first = member(cluster, group_name, topic, member_name="a", **options)
+    read = first._offsets.stored
+    failures = 0
+
+    async def failing_for_one(partition: int) -> int | None:
+        nonlocal failures
+        if partition == 1:
+            failures += 1
+            raise CoordinationTimeout("injected: the offset read did not return")
+        return await read(partition)
+
+    monkeypatch.setattr(first._offsets, "stored", failing_for_one)
+    async with first:
+        await wait_until(lambda: failures >= 2, what="the claim of partition 1 failed twice")
+        assert first.claimed == [0]
+        # Range gives "b" partition 1: it must not wait on a node that no claim of "a" records.
+        async with member(cluster, group_name, topic, member_name="b", **options) as second:
+            await wait_until(lambda: second.claimed == [1], what="the newcomer owns partition 1")
+            _data, stat = await zk.get(layout.owner(1))
+            assert stat.ephemeral_owner == second._zk.session_id
+            assert first.claimed == [0]
+
+
+async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session is lost while the claim reads its offset: that rebalance records no claim
+    (the node went with the session); the next one claims afresh (before, the claim of the dead
+    session was recorded, since its epoch was checked before the read)."""
+    topic = await make_topic(2)
+    first = member(cluster, group_name, topic, claim_timeout=1.0)
+    membership = first._membership
+    read = first._offsets.stored
+    record = first._states.claimed
+    rebalances = 0
+    lost_in: int | None = None
+    recorded: list[tuple[int, int]] = []
+
+    rebalance = membership._rebalance
+
+    async def counted(*args: Any) -> bool:
+        nonlocal rebalances
+        rebalances += 1
+        return await rebalance(*args)
+
+    async def losing_during_the_read(partition: int) -> int | None:
+        nonlocal lost_in
+        stored = await read(partition)
+        if partition == 1 and lost_in is None:
+            lost_in = rebalances
+            membership.lose()
+        return stored
+
+    def recording(claim: Any) -> None:
+        recorded.append((rebalances, claim.partition))
+        record(claim)
+
+    monkeypatch.setattr(membership, "_rebalance", counted)
+    monkeypatch.setattr(first._offsets, "stored", losing_during_the_read)
+    monkeypatch.setattr(first._states, "claimed", recording)
+    async with first:
+        await wait_until(lambda: first.claimed == [0, 1], what="claimed afresh")
+    assert lost_in is not None
+    assert (lost_in, 1) not in recorded, "no claim recorded in the rebalance that lost it"
+    assert any(r > lost_in and p == 1 for r, p in recorded), "claimed by a later rebalance"

@@ -40,6 +40,8 @@ import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import anyio
+
 from ..errors import CoordinationError
 from ..zookeeper.client import (
     BadVersionError,
@@ -158,6 +160,23 @@ class ClaimNodes:
             self._doubt(partition, exc)
             raise
         await self._delete_stray(partition)
+
+    async def unrecorded(self, partition: int, node_version: int, epoch: int) -> None:
+        """A node just taken is recorded by no claim (what followed the take failed): release
+        it, shielded from the caller's cancellation and never raising; a release that fails
+        leaves the node to `reconcile()`."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.release(partition, node_version, epoch)
+            except CoordinationError as exc:
+                self._doubtful[partition] = self._zk.session_id
+                log.warning(
+                    "member %s: the owner node of %s, taken without a claim, was not deleted "
+                    "(%s); the next rebalance deletes it",
+                    self._id,
+                    self._layout.label(partition),
+                    exc,
+                )
 
     async def reconcile(self, claimed: Collection[int]) -> None:
         """Delete the owner nodes of this session that no claim in ``claimed`` accounts for,

@@ -763,9 +763,16 @@ class Membership:
         taken = await self._nodes.take(partition, self._claim_timeout, self._rebalance_requested)
         if taken is None:
             return False
+        try:
+            stored = await self._offsets.stored(partition)
+        except BaseException:
+            # No claim records the node: give it back at once, or it would block the partition
+            # for this session's life once the assignment moves it elsewhere.
+            await self._nodes.unrecorded(partition, taken.node_version, taken.epoch)
+            raise
         if self._epoch != epoch:
+            # Checked after the last wait: a claim of a lost session must never be recorded.
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
-        stored = await self._offsets.stored(partition)
         self._states.claimed(
             Claim(
                 partition=partition,
