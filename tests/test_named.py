@@ -268,6 +268,41 @@ async def test_a_second_live_member_under_a_taken_name_takes_over(
 
 
 @pytest.mark.asyncio
+async def test_a_replaced_member_stops_at_once_while_its_rebalance_is_busy(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    """The older member's rebalance is held up (as by a listener taking its time), so only the
+    watch on its registration can tell it: it stops handing out batches, and its iteration
+    raises, before any rebalance of its own ran."""
+    topic = await make_topic(2)
+    first = member(cluster, group_name, topic, member_name="twin", rejoin_grace=30.0)
+    async with first:
+        await wait_until(lambda: first.claimed == [0, 1], what="the first owns both")
+        batches = closable(first.batches())
+
+        async def drain() -> None:
+            async for _ in batches:
+                pass
+
+        draining = asyncio.ensure_future(drain())
+        rebalances = first._membership.rebalances
+        busy = first._membership._lock
+        await busy.acquire()
+        second = member(cluster, group_name, topic, member_name="twin", rejoin_grace=30.0)
+        async with second:
+            try:
+                with pytest.raises(MemberReplacedError, match="'twin'"):
+                    await asyncio.wait_for(draining, 30)
+                assert first._membership.rebalances == rebalances, "no rebalance of its own ran"
+                assert first._states.pick() is None, "nothing more is handed out"
+            finally:
+                busy.release()
+            await batches.aclose()
+            await first.close()
+            await wait_until(lambda: second.claimed == [0, 1], what="the newer one owns")
+
+
+@pytest.mark.asyncio
 async def test_a_graceful_restart_under_the_same_name_moves_nothing(
     cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
 ) -> None:

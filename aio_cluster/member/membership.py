@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import anyio
+
 from ..assign.strategies import Strategy, assign
 from ..assign.subscription import Subscription
 from ..assign.target import StickyTarget
@@ -208,6 +210,8 @@ class Membership:
         self._registration_czxid: int | None = None
         """The creation zxid of this member's registration: another one under the same name
         (a named member's newer self) has a later one."""
+        self._registration_touched = asyncio.Event()
+        """Set when this member registered, or its registration changed (a watch)."""
         self._members: dict[str, tuple[MemberInfo, int]] = {}
         self._ids_read: tuple[frozenset[str], int] | None = None
         """The registration names last listed, and the ``ids`` node's child version then."""
@@ -431,8 +435,21 @@ class Membership:
         """Rebalance whenever asked, until cancelled; ``joined`` is settled by the first one.
 
         An error that no retry can mend (a corrupted offset) ends the loop: before joining it
-        settles ``joined``, after joining it goes to ``fail``.
+        settles ``joined``, after joining it goes to ``fail``. A named member also watches its
+        registration meanwhile (see `_guard_name()`).
         """
+        async with anyio.create_task_group() as tasks:
+            if self._named:
+                tasks.start_soon(self._guard_name, fail)
+            await self._rebalances(joined, handover, fail)
+            tasks.cancel_scope.cancel()
+
+    async def _rebalances(
+        self,
+        joined: asyncio.Future[None],
+        handover: Handover,
+        fail: Callable[[AioClusterError], None],
+    ) -> None:
         retry: float | None = 0.0
         loop = asyncio.get_running_loop()
         while True:
@@ -685,6 +702,32 @@ class Membership:
                 await self._zk.delete(path, version=stat.version)
         self._registration_czxid = stat.czxid
         self._registered_session = session
+        self._registration_touched.set()
+
+    async def _guard_name(self, fail: Callable[[AioClusterError], None]) -> None:
+        """Watch a named member's registration: once another session holds the name, stop
+        handing out batches at once and fail the member. The rebalance finds the takeover too,
+        but it may be busy for up to ``rebalance_timeout`` (in a listener) while the newcomer
+        already handles this member's partitions."""
+        path = self._layout.member(self._id)
+        touched = self._registration_touched
+        while True:
+            touched.clear()
+            czxid, session = self._registration_czxid, self._registered_session
+            if czxid is not None and session is not None and session == self._zk.session_id:
+                try:
+                    stat = await self._zk.exists(path, watch=touched.set)
+                except CoordinationError:
+                    # The rebalance and liveness deal with ZooKeeper's troubles; look again.
+                    await asyncio.sleep(_RETRY_DELAY)
+                    continue
+                if stat is not None and stat.czxid != czxid and stat.ephemeral_owner != session:
+                    with contextlib.suppress(MemberReplacedError):
+                        self._replaced()
+                    log.error("member %s: another member took its name over", self._id)
+                    fail(MemberReplacedError(self._layout.group, self._id))
+                    return
+            await touched.wait()
 
     def _replaced(self) -> None:
         """A newer member holds this member's name: stop, and leave its nodes alone."""
