@@ -17,8 +17,8 @@ From the silence ``s`` (now minus ``heard_at``) `phase()` decides:
   ``T/8``; one that ignores its cancellation is named in a warning.
 
 So a member cut off starts nothing after ``T/2`` of silence and has ended its handlers by
-``7T/8`` plus one `tick()`: ahead of the earliest expiry by ``T/12`` at least (0.5 s for the
-default 6 s). While live, a heartbeat keeps the silence short: a ping whenever nothing was
+``7T/8`` plus one `tick()`: ahead of the earliest expiry by ``T/12`` at least (1 s for the
+default 10 s). While live, a heartbeat keeps the silence short: a ping whenever nothing was
 answered for ``T/6``, so that a healthy member never looks silent (kazoo's own pings go only
 after ``T/3`` without requests, and a cut with requests in flight goes unnoticed until its read
 timeout, ``2T/3``).
