@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import logging
 import random
 import re
@@ -475,6 +476,65 @@ async def test_poison_record_goes_to_the_dead_letter_topic(
     assert headers[HEADERS["error_type"]] == b"ValueError"
     assert headers[HEADERS["error_message"]] == b"cannot digest b'poison'"
     assert headers[HEADERS["attempts"]] == b"4"
+
+
+async def test_deserialized_records_keep_their_order_and_dead_letters_their_bytes(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+) -> None:
+    """With JSON deserializers, keys are dicts: ordering="key" orders by their bytes, and a
+    record failed for good reaches the dead-letter topic as it was written (before: every record
+    failed on an unhashable key, and dead-lettering raised on a dict value)."""
+    topic = await make_topic(1)
+    dead = await make_topic(1)
+    for i in range(60):
+        key = json.dumps({"customer": i % 4}).encode()
+        value = b'{"poison": true}' if i == 30 else json.dumps({"n": i}).encode()
+        await producer.send_and_wait(topic, key=key, value=value)
+    running: set[int] = set()
+    overlaps: list[int] = []
+    handled: list[int] = []
+
+    async def handler(record: Record) -> None:
+        value: Any = record.value
+        if value.get("poison"):
+            raise ValueError("poison")
+        key: Any = record.key
+        customer = key["customer"]
+        if customer in running:
+            overlaps.append(value["n"])
+        running.add(customer)
+        await asyncio.sleep(0.005)
+        running.discard(customer)
+        handled.append(value["n"])
+
+    async with (
+        member(
+            cluster, group_name, topic, key_deserializer=json.loads, value_deserializer=json.loads
+        ) as group,
+        processing(
+            group,
+            handler,
+            concurrency=8,
+            attempts=1,
+            on_failure="dead_letter",
+            dead_letter_topic=dead,
+        ),
+    ):
+        await wait_until(lambda: len(handled) == 59, what="every record but the poison")
+        await wait_until(lambda: stored_is(group, 0, 60), what="stored past the poison")
+    assert not overlaps, "one customer's records never ran side by side"
+    consumer = AIOKafkaConsumer(
+        dead, bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        letter = await asyncio.wait_for(consumer.getone(), 30)
+    finally:
+        await consumer.stop()
+    assert (letter.key, letter.value) == (b'{"customer": 2}', b'{"poison": true}')
 
 
 async def test_poison_record_with_stop_pauses_its_partition(
