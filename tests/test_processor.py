@@ -196,6 +196,72 @@ async def test_suspended_starts_nothing_and_resumed_goes_on() -> None:
         assert started == list(range(20))
 
 
+async def test_a_record_waiting_for_a_slot_starts_nothing_once_suspended() -> None:
+    """A retry of record 0 holds the only slot while record 2 waits for it; ZooKeeper falls
+    silent before the slot comes free: record 2 starts only once resumed (before, the silence
+    was looked at before the wait only)."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(3)]}
+    member = Member(logs)
+    await member.start()
+    gates = {0: asyncio.Event(), 1: asyncio.Event()}
+    started: list[tuple[int, bool]] = []
+
+    async def handler(r: Record) -> None:
+        started.append((r.offset, member.delivery.suspended))
+        if r.offset == 0 and len(started) == 1:
+            raise ValueError("the first attempt fails")
+        if r.offset in gates:
+            await gates[r.offset].wait()
+
+    processor = member.processor(
+        handler, concurrency=1, ordering="none", attempts=2, retry_initial=0.0, retry_jitter=0.0
+    )
+    async with running(processor):
+        await wait_until(lambda: len(started) == 2, what="record 1 holds the slot")
+        gates[1].set()
+        await wait_until(lambda: len(started) == 3, what="the retry holds the slot")
+        await asyncio.sleep(0.05)
+        assert [offset for offset, _ in started] == [0, 1, 0], "record 2 waits for the slot"
+        member.delivery.suspend()
+        gates[0].set()
+        await asyncio.sleep(0.1)
+        assert len(started) == 3, f"nothing starts while suspended: {started}"
+        member.delivery.resume()
+        await wait_until(lambda: member.pending(0) == 3, what="record 2 once resumed")
+    assert started[-1] == (2, False)
+
+
+async def test_a_retry_waiting_for_a_slot_starts_nothing_once_suspended() -> None:
+    """Record 0's retry waits for the slot record 1 holds; ZooKeeper falls silent before it
+    comes free: the retry runs only once resumed."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(2)]}
+    member = Member(logs)
+    await member.start()
+    gate = asyncio.Event()
+    started: list[tuple[int, bool]] = []
+
+    async def handler(r: Record) -> None:
+        started.append((r.offset, member.delivery.suspended))
+        if r.offset == 0 and len(started) == 1:
+            raise ValueError("the first attempt fails")
+        if r.offset == 1:
+            await gate.wait()
+
+    processor = member.processor(
+        handler, concurrency=1, ordering="none", attempts=2, retry_initial=0.0, retry_jitter=0.0
+    )
+    async with running(processor):
+        await wait_until(lambda: len(started) == 2, what="record 1 holds the slot")
+        await asyncio.sleep(0.05)
+        member.delivery.suspend()
+        gate.set()
+        await asyncio.sleep(0.1)
+        assert started == [(0, False), (1, False)], "the retry waits while suspended"
+        member.delivery.resume()
+        await wait_until(lambda: member.pending(0) == 2, what="the retry once resumed")
+    assert started[-1] == (0, False)
+
+
 async def test_a_shutdown_cancelled_by_its_caller_still_ends_run() -> None:
     """close()'s deadline cancels the shutdown while it waits: run() must end all the same."""
     logs = {0: [record(0, 0, b"a")]}

@@ -525,21 +525,31 @@ class Processor:
             seat.entry = None
             seat.scope = anyio.CancelScope()
 
+    def _may_start(self, entry: _Entry) -> bool:
+        """Whether ``entry`` may start now: its batch still takes it, and ZooKeeper answers (else
+        it is held back, and starts once it answers: see `go_on()`)."""
+        if not entry.window.may_start(entry.index):
+            return False
+        if self._halted or not self._delivery.may_start():
+            self._held_back.append(entry)
+            return False
+        return True
+
     async def _run(self, entry: _Entry) -> None:
         window = entry.window
-        if not window.may_start(entry.index):
+        if not self._may_start(entry):
             return
-        if self._halted or not self._delivery.may_start():
-            # ZooKeeper is out of reach: it starts once it answers (see go_on()).
-            self._held_back.append(entry)
-            return
-        window.running.add(entry)
-        entry.started = time.monotonic()
         try:
             if self._busy < self._policy.concurrency and not self._slot_waiters:
                 self._busy += 1
             else:
                 await self._take_slot()
+                if not self._may_start(entry):
+                    # Stopped, given up or silenced while it waited for a slot.
+                    self._give_slot()
+                    return
+            window.running.add(entry)
+            entry.started = time.monotonic()
             try:
                 await self._handler(window.batch[entry.index])
             finally:
@@ -654,17 +664,31 @@ class Processor:
                 if replay is not None:
                     failure, replay = replay, None
                     raise failure
-                if not entry.window.may_start(entry.index):
-                    # Stopped, or handed over, while it waited: the next owner tries again.
-                    raise _Interrupted
-                if self._halted:
-                    await self._going.wait()
+                await self._retry_slot(entry)
                 self.retried += 1
-                await self._take_slot()
                 try:
                     await self._handler(entry.record)
                 finally:
                     self._give_slot()
+
+    async def _retry_slot(self, entry: _Entry) -> None:
+        """Take a handler slot for a retry of ``entry`` once it may run: never while ZooKeeper is
+        silent, checked again after each wait.
+
+        Raises:
+            _Interrupted: its batch stopped taking it (stopped, handed over, given up): the next
+                owner tries again.
+        """
+        while True:
+            if not entry.window.may_start(entry.index):
+                raise _Interrupted
+            if not self._going.is_set():
+                await self._going.wait()
+                continue
+            await self._take_slot()
+            if self._going.is_set() and entry.window.may_start(entry.index):
+                return
+            self._give_slot()
 
     def _log_retry(self, entry: _Entry, state: RetryCallState) -> None:
         record = entry.record
