@@ -325,7 +325,7 @@ class Worker:
     async def reap(self) -> None:
         if self.process is not None:
             await self.process.wait()
-            self.gone_at = now()
+            self.gone_at = min(self.gone_at, now())
 
     def consumed_keys(self) -> list[str]:
         """The keys of the records it consumed (in ``process`` mode: whose handler returned)."""
