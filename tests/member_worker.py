@@ -8,20 +8,30 @@ to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leav
 loop stops at the next batch boundary, before processing, and the member closes. SIGUSR1 blocks
 its event loop for a minute, as a body stuck in synchronous code would; kazoo's threads go on
 answering ZooKeeper's pings, so the session holds. In ``process`` mode the records go through
-``process()`` instead, 50 at a time in key order, each handler awaiting a random 0-20 ms before
-it writes its line; SIGTERM closes the member, which waits for the handlers in flight.
+``process()`` instead, 50 at a time in key order, each handler awaiting a random 0-20 ms; OUT_FILE
+then logs every run instead: ``start RUN CLOCK MEMBER PARTITION OFFSET KEY VALUE`` as the handler
+starts and ``OUTCOME RUN CLOCK`` as it ends (``done``, or ``cancelled`` by the member), RUN
+numbering the process's runs and CLOCK read from CLOCK_MONOTONIC (one clock for every process of a
+Linux machine, never stepped, so the runs of different processes compare); SIGTERM closes the
+member, which waits for the handlers in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import signal
 import sys
 import time
 
 from aio_cluster import ConsumerGroup, CoordinationError, NotOwnedError, Record
+
+
+def clock() -> float:
+    """The runs' clock: CLOCK_MONOTONIC, which the test process reads too (see the module)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
 async def main(
@@ -60,12 +70,26 @@ async def main(
         with open(out, "a", encoding="ascii") as sink:
             if mode == "process":
                 rng = random.Random()
+                runs = itertools.count()
+
+                def note(line: str) -> None:
+                    sink.write(line + "\n")
+                    sink.flush()
 
                 async def handler(record: Record) -> None:
-                    await asyncio.sleep(rng.random() * 0.02)
+                    run = next(runs)
                     key = (record.key or b"").decode()
-                    sink.write(f"{record.partition} {record.offset} {key}\n")
-                    sink.flush()
+                    value = (record.value or b"").decode()
+                    note(
+                        f"start {run} {clock()} {member.id} {record.partition} {record.offset} "
+                        f"{key} {value}"
+                    )
+                    outcome = "cancelled"
+                    try:
+                        await asyncio.sleep(rng.random() * 0.02)
+                        outcome = "done"
+                    finally:
+                        note(f"{outcome} {run} {clock()}")
 
                 await member.process(handler, concurrency=50, ordering="key")
                 await leaver

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import shutil
 import signal
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import (
@@ -18,9 +20,11 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Mapping,
     Sequence,
 )
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -240,12 +244,38 @@ async def running(
 WORKER = Path(__file__).with_name("member_worker.py")
 
 
+def now() -> float:
+    """The clock of the workers' run logs (CLOCK_MONOTONIC: one for every process of a Linux
+    machine), read by the test process to place a worker's death among its runs."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One handler run of a ``process`` worker, as its log tells it (times from `now()`)."""
+
+    member: str
+    partition: int
+    offset: int
+    key: str
+    value: str
+    started: float
+    ended: float
+    """When the handler returned; for a run its process never ended (killed), when the process
+    was reaped (no later than the run's end); infinite while the process lives."""
+    outcome: str
+    """``done``, ``cancelled`` (by the member), or ``unended`` (the process ended first)."""
+
+
 class Worker:
     """A member process and the records it wrote."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.process: asyncio.subprocess.Process | None = None
+        self.mode = ""
+        self.gone_at = math.inf
+        """When the process was seen to have ended (`now()`)."""
 
     async def start(
         self,
@@ -257,15 +287,18 @@ class Worker:
         *,
         name: str | None = None,
         grace: float = 0.0,
+        zookeeper: str | None = None,
     ) -> None:
         """Start the member process and wait for it to join; ``name`` and ``grace`` make it a
-        named member (``member_name``, ``rejoin_grace``)."""
+        named member (``member_name``, ``rejoin_grace``); ``zookeeper`` is the address it is
+        given for ZooKeeper (a `aio_cluster.local.FaultProxy`'s; default the cluster's)."""
         named = [] if name is None else [name, str(grace)]
+        self.mode = mode
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(WORKER),
             cluster.bootstrap,
-            cluster.zookeeper,
+            zookeeper or cluster.zookeeper,
             topic,
             group,
             str(self.out),
@@ -282,6 +315,7 @@ class Worker:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(self.process.wait(), 60) == 0
+        self.gone_at = now()
 
     def kill(self) -> None:
         """SIGKILL: the member dies without a word; its claims go with its session."""
@@ -291,11 +325,57 @@ class Worker:
     async def reap(self) -> None:
         if self.process is not None:
             await self.process.wait()
+            self.gone_at = min(self.gone_at, now())
 
     def consumed_keys(self) -> list[str]:
+        """The keys of the records it consumed (in ``process`` mode: whose handler returned)."""
+        if self.mode == "process":
+            return [run.key for run in self.runs() if run.outcome == "done"]
         if not self.out.exists():
             return []
         return [line.split()[2] for line in self.out.read_text().splitlines()]
+
+    def runs(self) -> list[Run]:
+        """The handler runs of a ``process`` worker, in the order they started."""
+        if not self.out.exists():
+            return []
+        started: dict[str, list[str]] = {}
+        ends: dict[str, tuple[float, str]] = {}
+        text = self.out.read_text()
+        # A line being written as the file is read is taken at the next read.
+        for line in text[: text.rfind("\n") + 1].splitlines():
+            event, run, *fields = line.split()
+            if event == "start":
+                started[run] = fields
+            else:
+                ends[run] = (float(fields[0]), event)
+        found: list[Run] = []
+        for run, (clock, member, partition, offset, key, value) in started.items():
+            ended, outcome = ends.get(run, (self.gone_at, "unended"))
+            found.append(
+                Run(member, int(partition), int(offset), key, value, float(clock), ended, outcome)
+            )
+        return found
+
+
+def partition_overlaps(runs: Iterable[Run]) -> list[tuple[Run, Run]]:
+    """Pairs of runs of one partition by different members that overlap in time: the second
+    started before the first ended (a partition has one owner at a time)."""
+    by_partition: dict[int, list[Run]] = {}
+    for run in runs:
+        by_partition.setdefault(run.partition, []).append(run)
+    found: list[tuple[Run, Run]] = []
+    for of_partition in by_partition.values():
+        latest: dict[str, Run] = {}  # member -> its run that ends last of those started so far
+        for run in sorted(of_partition, key=lambda run: run.started):
+            found.extend(
+                (other, run)
+                for member, other in latest.items()
+                if member != run.member and other.ended > run.started
+            )
+            if run.member not in latest or run.ended > latest[run.member].ended:
+                latest[run.member] = run
+    return found
 
 
 def numbered_by(producer: AIOKafkaProducer, topic: str) -> Callable[[int, int], Awaitable[None]]:
