@@ -434,3 +434,44 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
         assert sorted(group.claimed) == claimed
         assert group.topics == sorted([steady, topic])
         assert await zk.exists(target) is not None, "the target of a topic that exists was deleted"
+
+
+async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    zk: ZooKeeper,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader of a deleted topic deletes its target only as it last saw it: a target another
+    leader writes just before (the topic made again) stays."""
+    base = fresh("rewritten")
+    topic = await new_topic(admin, f"{base}.t", 2)
+    steady = await new_topic(admin, f"{base}.steady", 1)  # so that the listing is not empty
+    group = many(cluster, group_name, re.compile(re.escape(base) + r"\..*"), metadata_interval=0.2)
+    async with group:
+        assert group.topics == sorted([steady, topic])
+        target = GroupLayout(group_name, topic).assignment
+        data, _stat = await zk.get(target)
+        written: list[int] = []
+        tried = asyncio.Event()
+        delete = group._zk.delete
+
+        async def written_first(path: str, *, version: int = -1) -> None:
+            if path != target:
+                return await delete(path, version=version)
+            # Another leader's write lands between this member's last read and its delete.
+            written.append((await zk.set(target, data)).version)
+            try:
+                await delete(path, version=version)
+            finally:
+                tried.set()
+
+        monkeypatch.setattr(group._zk, "delete", written_first)
+        await admin.delete_topics([topic])
+        await wait_until(lambda: gone(admin, topic), what="the topic deleted")
+        await wait_until(tried.is_set, what="the member deleting the deleted topic's target")
+        assert group.topics == [steady]
+        stat = await zk.exists(target)
+        assert stat is not None, "the member deleted a target written after it read it"
+        assert stat.version == written[-1]

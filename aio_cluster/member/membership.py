@@ -591,7 +591,7 @@ class Membership:
     async def _retire(self) -> None:
         """Forget the topics a pattern no longer reads (deleted, or renamed out of it): their
         partitions were released by the rebalance; the target node of a deleted topic goes
-        with it (deleted by the member that led it)."""
+        with it (deleted by the member that led it, unless written again since)."""
         if not self._subscription.is_pattern:
             return
         reading = set(self._subscription.select(self._cluster or {}))
@@ -599,9 +599,14 @@ class Membership:
             state = self._topics.pop(name)
             state.target.close()
             if state.leading and name not in (self._cluster or {}):
-                with contextlib.suppress(NoNodeError):
-                    await self._zk.delete(state.layout.assignment)
-                log.info("member %s: topic %r is gone; its target deleted", self._id, name)
+                if await state.target.delete():
+                    log.info("member %s: topic %r is gone; its target deleted", self._id, name)
+                else:
+                    log.info(
+                        "member %s: topic %r is gone; its target, written since, stays",
+                        self._id,
+                        name,
+                    )
 
     async def _target_of_topic(
         self,
