@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from aio_cluster import ConfigurationError, ConsumerGroup, MemberReplacedError, Strategy
 from aio_cluster.assign.target import StickyTarget, follows, grace_ends, next_target
@@ -340,6 +341,57 @@ async def test_a_graceful_restart_under_the_same_name_moves_nothing(
             after = await _claims(zk, layout, 6)
             for partition in set(range(6)) - held:
                 assert after[partition][1].czxid == before[partition][1].czxid
+
+
+@pytest.mark.asyncio
+async def test_a_member_in_its_grace_is_given_no_leavers_nor_new_partitions(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    admin: AIOKafkaAdminClient,
+    make_topic: MakeTopic,
+    group_name: str,
+) -> None:
+    """While a named member is away in its grace, another member's leave and new partitions
+    go to the member present; the one away keeps only its own, which nobody claims."""
+    topic = await make_topic(6)
+    layout = GroupLayout(group_name, topic)
+
+    async def target() -> StickyTarget:
+        data, _stat = await zk.get(layout.assignment)
+        return decode_target(data)
+
+    stay = member(
+        cluster, group_name, topic, member_name="m-0", rejoin_grace=60.0, metadata_interval=0.3
+    )
+    async with stay:
+        plain = member(cluster, group_name, topic)
+        async with plain:
+            async with member(cluster, group_name, topic, member_name="m-2", rejoin_grace=60.0):
+                await wait_until(lambda: len(stay.claimed) == 2, what="three settle")
+                held = set((await target()).partitions_of("m-2"))
+                assert len(held) == 2
+
+            async def in_grace() -> bool:
+                return "m-2" in (await target()).absent
+
+            await wait_until(in_grace, what="m-2 in its grace")
+
+        async def left() -> bool:
+            return plain.id not in (await target()).members
+
+        await wait_until(left, what="the target without the plain member")
+        assert set((await target()).partitions_of("m-2")) == held, "m-2 got the leaver's"
+        await wait_until(lambda: set(stay.claimed) == set(range(6)) - held, what="m-0 has them")
+
+        await admin.create_partitions({topic: NewPartitions(total_count=9)})
+
+        async def grown() -> bool:
+            return sorted((await target()).owners) == list(range(9))
+
+        await wait_until(grown, what="the new partitions in the target")
+        assert set((await target()).partitions_of("m-2")) == held, "m-2 got a new partition"
+        await wait_until(lambda: set(stay.claimed) == set(range(9)) - held, what="m-0 has them")
+        assert not set(await _claims(zk, layout, 9)) & held, "a partition of m-2 was claimed"
 
 
 @pytest.mark.asyncio

@@ -229,3 +229,46 @@ def test_topics_with_fewer_partitions_than_members_spread_over_the_group() -> No
         if owners_before[topic][p] != target.owners[p]
     )
     assert moved == 40, "the fewest moves that balance the totals"
+
+
+@given(partitions=partitions_st, members=members_st, data=st.data())
+def test_a_member_away_keeps_only_its_own_and_the_present_share_the_rest(
+    partitions: set[int], members: list[str], data: st.DataObject
+) -> None:
+    """A member in its rejoin grace is given nothing it did not hold: a leaver's or a new
+    partition would sit idle with it."""
+    present = data.draw(st.lists(st.sampled_from(members), min_size=1, unique=True))
+    away = [m for m in members if m not in present]
+    owner_st = st.sampled_from([*members, "gone"])
+    previous = data.draw(st.dictionaries(st.integers(0, 450), owner_st))
+    result = sticky(partitions, members, previous, away=away)
+    owned = [p for ps in result.values() for p in ps]
+    assert sorted(owned) == sorted(partitions), "a partition went to nobody or to two members"
+    for member in away:
+        assert set(result[member]) <= {p for p, o in previous.items() if o == member}
+    sizes = [len(result[m]) for m in present]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_leavers_and_new_partitions_go_to_members_present_not_one_in_its_grace() -> None:
+    first = next_target(None, range(12), ["a", "b", "n"], graces={"n": 30.0}, now_ms=1_000)
+    assert first is not None
+    held = first.partitions_of("n")
+    gone = next_target(first, range(12), ["a", "b"], now_ms=2_000)
+    assert gone is not None
+    assert gone.absent == {"n": 32_000}
+
+    left = next_target(gone, range(12), ["a"], now_ms=3_000)
+    assert left is not None
+    assert left.partitions_of("n") == held, "the member in its grace got the leaver's"
+    assert len(left.partitions_of("a")) == 8
+
+    grown = next_target(gone, range(15), ["a", "b"], now_ms=3_000)
+    assert grown is not None
+    assert grown.partitions_of("n") == held, "the member in its grace got a new partition"
+    assert sorted(len(grown.partitions_of(m)) for m in ("a", "b")) == [5, 6]
+
+    back = next_target(grown, range(15), ["a", "b", "n"], graces={"n": 30.0}, now_ms=4_000)
+    assert back is not None
+    assert sorted(Counter(back.owners.values()).values()) == [5, 5, 5], "balanced once back"
+    assert set(held) <= set(back.partitions_of("n"))

@@ -374,3 +374,104 @@ async def test_pattern_members_share_a_topic_created_later(
             what="the new topic shared by both pattern members",
         )
         assert sorted(first.claimed + second.claimed) == [TP(topic, p) for p in range(4)]
+
+
+_LEADER_NOT_AVAILABLE = 5
+"""Kafka's error code LEADER_NOT_AVAILABLE: the topic is there, its leader is moving."""
+
+
+async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    zk: ZooKeeper,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka answers a topic with LEADER_NOT_AVAILABLE, in the listing and asked on its own: the
+    topic exists, so a pattern member keeps it, its claims and its target."""
+    base = fresh("blip")
+    topic = await new_topic(admin, f"{base}.t", 2)
+    steady = await new_topic(admin, f"{base}.steady", 1)  # listed as ever
+    recorder = Recorder()
+    group = many(
+        cluster,
+        group_name,
+        re.compile(re.escape(base) + r"\..*"),
+        metadata_interval=0.2,
+        listener=recorder,
+    )
+    claimed = sorted([TP(steady, 0), TP(topic, 0), TP(topic, 1)])
+    async with group:
+        assert sorted(group.claimed) == claimed
+        target = GroupLayout(group_name, topic).assignment
+        assert await zk.exists(target) is not None
+        kafka = group._fetcher._reader._admin
+        describe = kafka.describe_topics
+        listings = 0
+
+        async def leaderless(topics: list[str] | None = None) -> list[dict[str, Any]]:
+            nonlocal listings
+            described = [dict(found) for found in await describe(topics)]
+            for found in described:
+                if found["topic"] == topic:
+                    found.update(error_code=_LEADER_NOT_AVAILABLE, partitions=[])
+            listings += topics is None
+            return described
+
+        monkeypatch.setattr(kafka, "describe_topics", leaderless)
+        await wait_until(lambda: listings >= 2, what="the topic listed without a leader twice")
+        membership = group._membership
+
+        async def rebalanced() -> None:
+            count = membership.rebalances
+            membership.request_rebalance()
+            await wait_until(lambda: membership.rebalances > count, what="a rebalance")
+
+        # The second of these began after the listings above were taken in.
+        await rebalanced()
+        await rebalanced()
+        assert recorder.revoked == [], "a partition of a topic that exists was released"
+        assert sorted(group.claimed) == claimed
+        assert group.topics == sorted([steady, topic])
+        assert await zk.exists(target) is not None, "the target of a topic that exists was deleted"
+
+
+async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    zk: ZooKeeper,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader of a deleted topic deletes its target only as it last saw it: a target another
+    leader writes just before (the topic made again) stays."""
+    base = fresh("rewritten")
+    topic = await new_topic(admin, f"{base}.t", 2)
+    steady = await new_topic(admin, f"{base}.steady", 1)  # so that the listing is not empty
+    group = many(cluster, group_name, re.compile(re.escape(base) + r"\..*"), metadata_interval=0.2)
+    async with group:
+        assert group.topics == sorted([steady, topic])
+        target = GroupLayout(group_name, topic).assignment
+        data, _stat = await zk.get(target)
+        written: list[int] = []
+        tried = asyncio.Event()
+        delete = group._zk.delete
+
+        async def written_first(path: str, *, version: int = -1) -> None:
+            if path != target:
+                return await delete(path, version=version)
+            # Another leader's write lands between this member's last read and its delete.
+            written.append((await zk.set(target, data)).version)
+            try:
+                await delete(path, version=version)
+            finally:
+                tried.set()
+
+        monkeypatch.setattr(group._zk, "delete", written_first)
+        await admin.delete_topics([topic])
+        await wait_until(lambda: gone(admin, topic), what="the topic deleted")
+        await wait_until(tried.is_set, what="the member deleting the deleted topic's target")
+        assert group.topics == [steady]
+        stat = await zk.exists(target)
+        assert stat is not None, "the member deleted a target written after it read it"
+        assert stat.version == written[-1]

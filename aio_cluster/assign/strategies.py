@@ -55,6 +55,7 @@ def sticky(
     members: Sequence[str],
     previous: Mapping[int, str],
     loads: Mapping[str, int] | None = None,
+    away: Collection[str] = (),
 ) -> dict[str, list[int]]:
     """A balanced assignment (sizes differing by at most one) that moves the fewest partitions.
 
@@ -73,6 +74,10 @@ def sticky(
     member of 50 topics of 4 partitions would get none), and the moves are the fewest that
     balance the members' totals.
 
+    A member ``away`` (gone, but waiting out its rejoin grace) keeps what it holds of its share
+    and is given nothing more: a leaver's or a new partition would sit idle with it. The members
+    present share the rest, balanced among themselves.
+
     Args:
         partitions: the topic's partition ids (duplicates and order do not matter).
         members: the live members, oldest first; ties (equal holdings) go to the older member,
@@ -80,6 +85,7 @@ def sticky(
         previous: partition -> owner of the last assignment; owners not among ``members`` and
             partitions no longer in ``partitions`` are ignored.
         loads: member -> the partitions it holds of other topics (none: no other topics).
+        away: those of ``members`` that are absent (ignored when every member is).
 
     Returns:
         Every member's sorted partitions.
@@ -101,6 +107,16 @@ def sticky(
     # Stable: ties go to the older member.
     by_holding = sorted(ordered, key=lambda m: (elsewhere.get(m, 0), -len(held[m])))
     quota = {member: share + (1 if rank < extra else 0) for rank, member in enumerate(by_holding)}
+    present = [member for member in by_holding if member not in away]
+    if present and len(present) < len(ordered):
+        for member in ordered:
+            if member in away:
+                quota[member] = min(quota[member], len(held[member]))
+        rest = len(wanted) - sum(quota[member] for member in ordered if member in away)
+        share, extra = divmod(rest, len(present))
+        quota.update(
+            (member, share + (1 if rank < extra else 0)) for rank, member in enumerate(present)
+        )
     for member in ordered:
         keep = quota[member]
         free.extend(held[member][keep:])

@@ -92,8 +92,9 @@ def next_target(
 
     A named member with a grace that is gone from ``members`` stays counted, with its partitions,
     until its grace has passed since the target first found it gone (``absent``): nothing moves
-    when it leaves, and nothing when it comes back under the same name. Once the grace passed,
-    its partitions are spread as any leaver's.
+    when it leaves, and nothing when it comes back under the same name. Meanwhile it is given
+    nothing more (another leaver's partitions, new ones): those go to the members present. Once
+    the grace passed, its partitions are spread as any leaver's.
 
     Args:
         published: the target in ZooKeeper now, or None when none is there (or none readable).
@@ -128,7 +129,7 @@ def next_target(
     ):
         return None
     previous = dict(owned or {}) if published is None else published.owners
-    assigned = sticky(wanted, ordered, previous, loads)
+    assigned = sticky(wanted, ordered, previous, loads, away=kept)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
     return StickyTarget(

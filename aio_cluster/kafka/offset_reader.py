@@ -113,17 +113,22 @@ class OffsetReader:
             described = await self._describe(topic)
         except KafkaError as exc:
             raise BrokerError(f"metadata request failed: {exc}") from exc
-        if described["error_code"] == _UNKNOWN_TOPIC or not described["partitions"]:
+        # Only "unknown topic" says it does not exist: with another code (its leader moving,
+        # say) it exists, and its partitions may be missing from the answer for that moment.
+        if described["error_code"] == _UNKNOWN_TOPIC:
             raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
         if described["error_code"]:
             raise BrokerError(
                 f"metadata of topic {topic!r} has error code {described['error_code']}"
             )
+        if not described["partitions"]:
+            raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
         return sorted(int(partition["partition"]) for partition in described["partitions"])
 
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, in one metadata request: of ``names`` (those that
-        exist), or of every topic of the cluster but Kafka's internal ones (None).
+        exist), or of every topic of the cluster but Kafka's internal ones (None). A topic the
+        answer names with an error code is left out: ask `partitions()` whether it is gone.
 
         Raises:
             BrokerError: the metadata request failed.

@@ -360,7 +360,9 @@ class Membership:
     async def _list_topics(self) -> bool:
         """A pattern member reads the cluster's topics; True when those it reads changed.
 
-        An empty listing while topics were known is taken for a broker's blip and ignored.
+        An empty listing while topics were known is taken for a broker's blip and ignored. A
+        topic read until now that the listing leaves out is asked on its own (`_still_there`):
+        the listing also leaves out a topic it names with a passing error code.
 
         Raises:
             BrokerError: the metadata request failed.
@@ -370,12 +372,37 @@ class Membership:
             log.warning("member %s: Kafka lists no topic now; keeping those known", self._id)
             return False
         before = {t: p for t, p in (self._cluster or {}).items() if self._subscription.matches(t)}
+        missing = sorted(set(before) - set(found))
+        again = await asyncio.gather(*(self._still_there(t, before[t]) for t in missing))
+        found.update((t, p) for t, p in zip(missing, again, strict=True) if p is not None)
         self._cluster = found
         after = {t: p for t, p in found.items() if self._subscription.matches(t)}
         if before != after:
             log.info("member %s: the topics matching now: %s", self._id, sorted(after))
             return True
         return False
+
+    async def _still_there(self, topic: str, known: list[int]) -> list[int] | None:
+        """The partitions of a topic read until now that the listing left out; None when Kafka
+        says again that it does not exist (so it was deleted).
+
+        Any other answer keeps the topic: releasing it on one passing error code (its leader
+        moving) would stop its partitions for every member that reads it, and the leader would
+        delete its target. A failure keeps the partitions ``known``.
+        """
+        try:
+            return await self._fetcher.partitions_of(topic)
+        except ConfigurationError:
+            return None
+        except BrokerError as exc:
+            log.warning(
+                "member %s: topic %r not listed, %s; keeping its partitions %s",
+                self._id,
+                topic,
+                exc,
+                known,
+            )
+            return known
 
     def request_rebalance(self) -> None:
         """Rebalance again soon (a member came or went, the topic changed, the session is back)."""
@@ -581,7 +608,7 @@ class Membership:
     async def _retire(self) -> None:
         """Forget the topics a pattern no longer reads (deleted, or renamed out of it): their
         partitions were released by the rebalance; the target node of a deleted topic goes
-        with it (deleted by the member that led it)."""
+        with it (deleted by the member that led it, unless written again since)."""
         if not self._subscription.is_pattern:
             return
         reading = set(self._subscription.select(self._cluster or {}))
@@ -589,9 +616,14 @@ class Membership:
             state = self._topics.pop(name)
             state.target.close()
             if state.leading and name not in (self._cluster or {}):
-                with contextlib.suppress(NoNodeError):
-                    await self._zk.delete(state.layout.assignment)
-                log.info("member %s: topic %r is gone; its target deleted", self._id, name)
+                if await state.target.delete():
+                    log.info("member %s: topic %r is gone; its target deleted", self._id, name)
+                else:
+                    log.info(
+                        "member %s: topic %r is gone; its target, written since, stays",
+                        self._id,
+                        name,
+                    )
 
     async def _target_of_topic(
         self,

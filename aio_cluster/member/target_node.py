@@ -57,6 +57,8 @@ class TargetNode:
         self._takeover_after = takeover_after
         self._last_version = -1
         """The highest target version seen: a target republished after a loss goes on from it."""
+        self._node_version: int | None = None
+        """The version of the node as this member last followed it (None: no node then)."""
         self._unfit: float | None = None
         """Since when (loop time) the published target has not fit the registrations: reset
         only once it fits again, so members that keep coming and going cannot put off a
@@ -148,6 +150,7 @@ class TargetNode:
                 self._last_version = max(self._last_version, target.version)
             stat = await self._zk.exists(self._path, watch=on_change)
             if (None if stat is None else stat.version) == version:
+                self._node_version = version
                 self._settle()
                 self._wake_at_grace_end(
                     published if leading or target is not None else None, on_change
@@ -201,6 +204,24 @@ class TargetNode:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
+
+    async def delete(self) -> bool:
+        """Delete the node of a topic gone from Kafka, only at the version this member last
+        followed; True when it was deleted.
+
+        Another leader may have written a target since (the topic was made again): that one
+        stays.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        if self._node_version is None:
+            return False
+        try:
+            await self._zk.delete(self._path, version=self._node_version)
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
 
     def close(self) -> None:
         """Cancel the timers (the member leaves)."""
