@@ -42,6 +42,7 @@ import anyio
 
 from .assign.strategies import Strategy
 from .assign.subscription import Subscription
+from .config import Processing
 from .errors import (
     AccessDeniedError,
     AioClusterError,
@@ -68,7 +69,7 @@ from .member.membership import Membership
 from .member.mirror import KafkaMirror
 from .member.offsets import Offsets
 from .member.partitions import PartitionStates
-from .member.processing import Policy, Processor, check_handler
+from .member.processing import Processor, check_handler
 from .member.statistics import GroupStatistics, partition_statistics
 from .member.topics import KeyedLayout
 from .zookeeper.client import SessionState, ZooKeeper
@@ -1087,7 +1088,7 @@ class ConsumerGroup(Generic[PartitionT]):
             Exception: the handler's error, with ``on_failure="raise"``.
         """
         check_handler(handler)
-        policy = Policy(
+        policy = Processing(
             concurrency=concurrency,
             ordering=ordering,
             attempts=attempts,
