@@ -147,7 +147,9 @@ class Fetching:
             that its memory does not grow with them: each partition's fetch asks for at most
             its share (the budget over twice the partitions; never more than ``max_bytes``).
             Soft, as Kafka's own bounds: a broker returns at least one whole record batch of a
-            partition however small the share. None: only ``max_bytes`` per partition.
+            partition however small the share. Counted as the bytes Kafka sends; the records as
+            Python objects take somewhat more. None: no budget, only ``max_bytes`` per
+            partition (memory then grows with the partitions owned).
         max_wait: how long the broker may wait for ``min_bytes`` before it answers a fetch, in
             seconds (``max_wait_ms``, in milliseconds, is deprecated).
         min_bytes: the least data a fetch should return; the broker waits up to ``max_wait``.
@@ -205,10 +207,12 @@ class Membership:
             ``"range"`` or ``"roundrobin"``. Every member of a group must use the same: a group
             still running range needs ``strategy="range"`` on new members. Kept as a Strategy.
         member_name: a name stable across the member's restarts (a StatefulSet pod's name,
-            say), used as its member id. A member started under the name of a live member takes
+            say), used as its member id and written into its registration: 1 to 249 of
+            ``A-Z a-z 0-9 . _ -``. A member started under the name of a live member takes
             that member's registration and partitions over at once (a restart back before its
-            old session expired); the older member stops with
-            [MemberReplacedError][aio_cluster.MemberReplacedError]. Run one member per name.
+            old session expired), bumping their fences; the older member, if it still runs,
+            stops with [MemberReplacedError][aio_cluster.MemberReplacedError] and never
+            registers again on its own. Run one member per name.
             None: a unique id is made.
         rejoin_grace: with ``member_name`` and the sticky strategy, how many seconds the
             partitions of a member that left or died wait for it: back under the same name
@@ -222,8 +226,10 @@ class Membership:
             the group's name, so that Kafka's own tools show the group and its lag (ZooKeeper
             stays the truth; a refused commit goes again with the next). ``"migrate"`` mirrors
             too, and starts a newly claimed partition where a Kafka group of the same name
-            stopped, when that is further than the offset stored in ZooKeeper (or none is).
-            ``"off"``: neither.
+            stopped, when that is further than the offset stored in ZooKeeper (or none is):
+            moving from the Kafka group and back again never re-reads. Under ``"migrate"`` a
+            reset of the ZooKeeper offsets alone does not take where Kafka's offset is further:
+            reset both, or use ``"mirror"`` once the move is done. ``"off"``: neither.
     """
 
     strategy: Strategy | str = Strategy.STICKY

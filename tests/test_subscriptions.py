@@ -47,7 +47,7 @@ def many(
 ) -> ConsumerGroup[TopicPartition]:
     """A member on many topics with the tests' short delays."""
     options.setdefault("loop_delay", 0.05)
-    options.setdefault("max_wait_ms", 50)
+    options.setdefault("max_wait", 0.05)
     options.setdefault("claim_timeout", 10.0)
     return ConsumerGroup(group, cluster.bootstrap, cluster.zookeeper, topics, **options)
 

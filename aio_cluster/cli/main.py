@@ -866,7 +866,7 @@ async def _consume(args: argparse.Namespace) -> int:
 
 async def _join(group: ConsumerGroup) -> None:
     """Register the member; a failure is the command's one line, not also the member's log."""
-    group_log = logging.getLogger("aio_cluster.group")
+    group_log = logging.getLogger("aio_cluster.member.member")
     level = group_log.level
     group_log.setLevel(logging.CRITICAL)
     try:
