@@ -15,12 +15,7 @@ lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandon
 
 `ConsumerGroup` is the facade: its options become the configuration objects of
 `aio_cluster.config`, and the work is done by a `aio_cluster.member.member.Member`, which builds
-the parts and owns the task its background and its closing run in. One part owns the state of
-every partition (`partitions`: claims, positions, buffers, batches in flight, pauses, seeks,
-pending and stored offsets) and decides which transitions are legal; the others are drivers that
-ask it and tell it: `membership` (registration, the rebalance, owner nodes, with `claiming`),
-`delivery` (the fetcher), `offsets` (the fenced offset writes), `mirror` (Kafka's copy of the
-offsets) and `handover` (the order of a rebalance's steps, and the listener).
+the member's parts from them and owns the task its background and its closing run in.
 
 A member on many topics (a list, or a pattern) is the same machinery: its parts know each
 partition by an ``int`` key (`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition
@@ -51,7 +46,7 @@ from .kafka.records import Record
 from .kafka.topics import PartitionT, TopicKeys, TopicPartition
 from .member.claims import Batch
 from .member.lifecycle import GroupState
-from .member.listener import RebalanceListener
+from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
 from .member.statistics import GroupStatistics
 from .member.topics import KeyedLayout
@@ -66,28 +61,6 @@ __all__ = ["Batch", "ConsumerGroup", "GroupState", "TopicPartition"]
 def _check_offset(value: object, label: str = "offset") -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigurationError(f"{label} must be a non-negative integer, not {value!r}")
-
-
-class _NamingListener:
-    """Passes a many-topic member's partition keys to the user's listener as TopicPartitions."""
-
-    def __init__(self, listener: RebalanceListener[Any], name: Callable[[int], Any]) -> None:
-        self._listener = listener
-        self._name = name
-
-    async def _tell(self, method: str, partitions: list[int]) -> None:
-        hook = getattr(self._listener, method, None)
-        if hook is not None:
-            await hook(sorted(self._name(key) for key in partitions))
-
-    async def on_partitions_revoked(self, partitions: list[int]) -> None:
-        await self._tell("on_partitions_revoked", partitions)
-
-    async def on_partitions_assigned(self, partitions: list[int]) -> None:
-        await self._tell("on_partitions_assigned", partitions)
-
-    async def on_partitions_lost(self, partitions: list[int]) -> None:
-        await self._tell("on_partitions_lost", partitions)
 
 
 class ConsumerGroup(Generic[PartitionT]):
@@ -219,7 +192,7 @@ class ConsumerGroup(Generic[PartitionT]):
             listener=(
                 listener
                 if listener is None or not subscription.many
-                else cast(RebalanceListener[int], _NamingListener(listener, self._name))
+                else NamingListener(listener, self._name)
             ),
         )
 
