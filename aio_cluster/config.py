@@ -191,11 +191,6 @@ class Fetching:
             if deserializer is not None and not callable(deserializer):
                 raise ConfigurationError(f"{label} must be callable, not {deserializer!r}")
 
-    @property
-    def max_wait_ms(self) -> int:
-        """``max_wait`` in whole milliseconds (at least 1), as Kafka's fetch request takes it."""
-        return max(1, round(self.max_wait * 1000))
-
 
 @dataclass(frozen=True, slots=True)
 class Membership:

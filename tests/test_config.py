@@ -20,6 +20,7 @@ from aio_cluster import (
     ZooKeeperSecurity,
 )
 from aio_cluster.config import Options, ProcessOptions, Settings
+from aio_cluster.member.member import milliseconds
 
 SERVERS = ("g", "127.0.0.1:9092", "127.0.0.1:2181", "t")
 
@@ -47,8 +48,8 @@ def test_values_are_kept_in_one_form() -> None:
     assert Membership(strategy="range").strategy is Strategy.RANGE
     auth = ZooKeeperSecurity(auth=[("digest", "a:b")], acl="creator").auth
     assert auth == (("digest", "a:b"),)
-    assert Fetching().max_wait_ms == 100
-    assert Fetching(max_wait=0.0001).max_wait_ms == 1
+    assert milliseconds(Fetching().max_wait) == 100, "Kafka takes the wait in milliseconds"
+    assert milliseconds(0.0001) == 1
 
 
 @pytest.mark.parametrize(

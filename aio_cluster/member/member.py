@@ -71,7 +71,7 @@ from .processing import Handler, Processor, check_handler
 from .statistics import GroupStatistics, partition_statistics
 from .topics import KeyedLayout
 
-__all__ = ["Member"]
+__all__ = ["Member", "milliseconds"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,11 @@ def _member_id(group: str) -> str:
     return "-".join(
         [group, socket.gethostname(), str(os.getpid()), str(int(time.time())), str(next(_counter))]
     )
+
+
+def milliseconds(seconds: float) -> int:
+    """Seconds in whole milliseconds (at least 1), as Kafka's fetch request takes a wait."""
+    return max(1, round(seconds * 1000))
 
 
 def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | None:
@@ -185,13 +190,14 @@ class Member:
             ) from None
         self.brokers = brokers
         first = subscription.topics[0] if subscription.topics else ""
+        wait_ms = milliseconds(fetching.max_wait)
         self.fetcher = Fetcher(
             brokers,
             first,
             keys=layout.keys,
             client_id=self.id,
             max_bytes=fetching.max_bytes,
-            max_wait_ms=fetching.max_wait_ms,
+            max_wait_ms=wait_ms,
             min_bytes=fetching.min_bytes,
             options=settings.kafka,
             isolation_level=fetching.isolation_level,
@@ -238,7 +244,7 @@ class Member:
             self.states,
             member_id=self.id,
             loop_delay=timing.loop_delay,
-            max_wait_ms=fetching.max_wait_ms,
+            max_wait_ms=wait_ms,
             trail=fetching.trail,
             label=layout.label,
         )
