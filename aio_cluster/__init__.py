@@ -11,6 +11,7 @@ layers)::
     the public face      __init__, group, errors       ConsumerGroup and the error tree
     the command          cli/                          the aio-cluster command
     one member           member/                       the machinery behind the facade
+    the configuration    config                        the options, checked, as value objects
     the servers          zookeeper/, kafka/            the only code that speaks each server
     pure logic, helpers  assign/, net/                 strategies and targets; addresses, TLS
 
@@ -19,8 +20,9 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     __main__.py     ``python -m aio_cluster``: the aio-cluster command
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
+    config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
     errors.py       the error tree
-    group.py        ConsumerGroup: the public facade composing a member's parts
+    group.py        ConsumerGroup: the public facade over a member
     kafka/          the only package that speaks Kafka: fetcher, offset reader, group offsets
     local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL, multi-node)
     member/         one member's machinery: membership, claims, delivery, offsets, statistics
@@ -31,6 +33,11 @@ Module map (one line per module or folder; each folder's docstring maps its own 
 """
 
 from .assign.strategies import Strategy as Strategy
+from .config import Fetching as Fetching
+from .config import Membership as Membership
+from .config import Processing as Processing
+from .config import Timing as Timing
+from .config import ZooKeeperSecurity as ZooKeeperSecurity
 from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
 from .errors import AuthenticationError as AuthenticationError
@@ -71,20 +78,25 @@ __all__ = [
     "CorruptOffsetError",
     "DeserializationError",
     "FetchError",
+    "Fetching",
     "GroupClosedError",
     "GroupState",
     "GroupStatistics",
     "KafkaOptions",
     "LocalClusterError",
     "MemberReplacedError",
+    "Membership",
     "NotOwnedError",
     "PartitionStatistics",
+    "Processing",
     "RebalanceListener",
     "Record",
     "SessionLostError",
     "Strategy",
     "StrategyMismatchError",
+    "Timing",
     "TopicPartition",
+    "ZooKeeperSecurity",
     "ZooKeeperTLS",
 ]
 

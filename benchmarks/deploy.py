@@ -94,7 +94,7 @@ async def rollout(cluster: LocalCluster, topic: str, named: bool, args: argparse
             cluster.zookeeper,
             topic,
             loop_delay=0.02,
-            max_wait_ms=20,
+            max_wait=0.02,
             commit_interval=0.2,
             **options,  # type: ignore[arg-type]
         )

@@ -1,13 +1,14 @@
 """The documentation is what the library does: every row of ``docs/bad-input.md``'s "When a
 member is made" table, tried; every Python snippet of the README and of ``docs/`` compiled,
 checked for undefined names and run up to its event loop (the local cluster's against the
-session's cluster); the configuration page's defaults compared with the signature."""
+session's cluster); the configuration page's defaults compared with the configuration objects'."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
 import builtins
+import dataclasses
 import enum
 import inspect
 import os
@@ -162,29 +163,65 @@ def test_the_security_snippet_configures_a_member(
     assert isinstance(options, aio_cluster.KafkaOptions)
     assert options["sasl_plain_password"] == "kafka-secret"
     assert "kafka-secret" not in repr(options)
-    assert arguments.arguments["zookeeper_auth"] == [("digest", "orders:zookeeper-secret")]
-    assert arguments.arguments["zookeeper_tls"] == aio_cluster.ZooKeeperTLS(ca=str(ca_file))
+    security = arguments.arguments["zookeeper_security"]
+    assert security.auth == (("digest", "orders:zookeeper-secret"),)
+    assert security.acl == "creator"
+    assert security.tls == aio_cluster.ZooKeeperTLS(ca=str(ca_file))
 
 
-def test_the_configuration_snippet_spells_out_the_real_defaults() -> None:
-    source = (ROOT / "docs" / "configuration.md").read_text()
-    snippet = next(match.group(1) for match in FENCE.finditer(source))
-    call = next(
-        node
-        for node in ast.walk(ast.parse(snippet))
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ConsumerGroup"
+CONFIGURATION = {
+    kind.__name__: kind
+    for kind in (
+        aio_cluster.Timing,
+        aio_cluster.Fetching,
+        aio_cluster.Membership,
+        aio_cluster.ZooKeeperSecurity,
+        aio_cluster.Processing,
     )
-    shown = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+}
+
+
+def _shown(call: ast.Call) -> dict[str, Any]:
+    """A call's keyword arguments, a configuration object's as the keywords of its call."""
+    return {
+        keyword.arg: _shown(keyword.value)
+        if isinstance(keyword.value, ast.Call)
+        else ast.literal_eval(keyword.value)
+        for keyword in call.keywords
+        if keyword.arg is not None
+    }
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def test_the_configuration_snippets_spell_out_the_real_defaults() -> None:
+    """The configuration page's snippets show every option of every configuration object (and
+    every keyword-only argument of ConsumerGroup) with the default the code has."""
+    source = (ROOT / "docs" / "configuration.md").read_text()
+    calls = [
+        (node.func.id, node)
+        for match in FENCE.finditer(source)
+        for node in ast.walk(ast.parse(match.group(1)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    for name, kind in CONFIGURATION.items():
+        defaults = {field.name: _plain(field.default) for field in dataclasses.fields(kind)}
+        shown = [_shown(call) for called, call in calls if called == name]
+        assert defaults in shown, f"{name}(...) with every field at its default"
+    member = next(c for called, c in calls if called == "ConsumerGroup" and len(c.keywords) > 3)
     parameters = inspect.signature(ConsumerGroup).parameters
-    defaults = {
+    keyword_only = {
         name: parameter.default
         for name, parameter in parameters.items()
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY
     }
-    assert set(shown) == set(defaults), "every option, and only those, is shown"
-    for name, default in defaults.items():
-        expected = default.value if isinstance(default, enum.Enum) else default
-        assert shown[name] == expected, name
+    given = {keyword.arg: keyword.value for keyword in member.keywords if keyword.arg is not None}
+    assert set(given) == set(keyword_only), "every keyword-only argument, and only those"
+    for name, value in given.items():
+        if not isinstance(value, ast.Call):
+            assert ast.literal_eval(value) == keyword_only[name], name
 
 
 @pytest.mark.asyncio

@@ -39,8 +39,9 @@ LAYERS: dict[str, set[str]] = {
     "assign": {"errors", "assign"},
     "zookeeper": {"errors", "net", "assign", "zookeeper"},
     "kafka": {"errors", "net", "kafka"},
-    "member": {"errors", "net", "assign", "zookeeper", "kafka", "member"},
-    "group": {"errors", "net", "assign", "zookeeper", "kafka", "member"},
+    "config": {"errors", "net", "assign", "zookeeper", "kafka", "config"},
+    "member": {"errors", "net", "assign", "zookeeper", "kafka", "config", "member"},
+    "group": {"errors", "net", "assign", "zookeeper", "kafka", "config", "member"},
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
     "metrics": {"errors", "group", "member"},
@@ -48,6 +49,7 @@ LAYERS: dict[str, set[str]] = {
 }
 # Pure modules: computing, never waiting on a server.
 PURE = [
+    "config.py",
     "assign/strategies.py",
     "assign/subscription.py",
     "assign/target.py",

@@ -71,7 +71,7 @@ async def test_a_replaced_owner_node_refuses_the_commit_and_survives_the_leave(
 
 
 def claimed_anew(group: ConsumerGroup, partition: int) -> bool:
-    claim = group._membership.claims.get(partition)
+    claim = group._member.membership.claims.get(partition)
     return claim is not None and not claim.fenced
 
 
@@ -109,15 +109,15 @@ async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
     # A long claim_timeout: the newcomer could not get the stray's partition by waiting it out.
     async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
         assert first.claimed == [0, 1, 2, 3]
-        failing = FailFirstDelete(first._zk, layout)
-        monkeypatch.setattr(first._zk, "transaction", failing)
+        failing = FailFirstDelete(first._member.zk, layout)
+        monkeypatch.setattr(first._member.zk, "transaction", failing)
         async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
             await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
             assert failing.failed, "a release failed"
             assert len(first.claimed) == len(second.claimed) == 2
             for path in failing.failed:
                 _data, stat = await zk.get(path)
-                assert stat.ephemeral_owner == second._zk.session_id
+                assert stat.ephemeral_owner == second._member.zk.session_id
 
 
 async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_timeout(
@@ -137,7 +137,7 @@ async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_
         claim_timeout=claim_timeout,
     )
     restarted = asyncio.Event()
-    ensure_path = group._zk.ensure_path
+    ensure_path = group._member.zk.ensure_path
 
     async def restart() -> None:
         await cluster.start_zookeeper()
@@ -151,7 +151,7 @@ async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_
         await ensure_path(path, shared=shared)
 
     tasks: list[asyncio.Task[None]] = []
-    monkeypatch.setattr(group._zk, "ensure_path", stop_zookeeper_then_ensure_path)
+    monkeypatch.setattr(group._member.zk, "ensure_path", stop_zookeeper_then_ensure_path)
     join = asyncio.create_task(group.register())
     try:
         await wait_until(restarted.is_set, timeout=120, what="ZooKeeper restarted")
@@ -219,7 +219,7 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
         await asyncio.to_thread(planned.wait, 60)
         async with member(cluster, group_name, topic) as group:
             assert group.claimed == [0]
-            assert group._membership.claims[0].stored == 3, "the member read the old offset"
+            assert group._member.membership.claims[0].stored == 3, "the member read the old offset"
             claimed.set()
             assert await command == 0
             assert await stored(zk, layout, 0) == 10
@@ -294,7 +294,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
     layout = GroupLayout(group_name, topic)
     options: dict[str, Any] = {"strategy": "range", "claim_timeout": 1.0}
     first = member(cluster, group_name, topic, member_name="a", **options)
-    read = first._offsets.stored
+    read = first._member.offsets.stored
     failures = 0
 
     async def failing_for_one(partition: int) -> int | None:
@@ -304,7 +304,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
             raise CoordinationTimeout("injected: the offset read did not return")
         return await read(partition)
 
-    monkeypatch.setattr(first._offsets, "stored", failing_for_one)
+    monkeypatch.setattr(first._member.offsets, "stored", failing_for_one)
     async with first:
         await wait_until(lambda: failures >= 2, what="the claim of partition 1 failed twice")
         assert first.claimed == [0]
@@ -312,7 +312,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
         async with member(cluster, group_name, topic, member_name="b", **options) as second:
             await wait_until(lambda: second.claimed == [1], what="the newcomer owns partition 1")
             _data, stat = await zk.get(layout.owner(1))
-            assert stat.ephemeral_owner == second._zk.session_id
+            assert stat.ephemeral_owner == second._member.zk.session_id
             assert first.claimed == [0]
 
 
@@ -327,9 +327,9 @@ async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read
     session was recorded, since its epoch was checked before the read)."""
     topic = await make_topic(2)
     first = member(cluster, group_name, topic, claim_timeout=1.0)
-    membership = first._membership
-    read = first._offsets.stored
-    record = first._states.claimed
+    membership = first._member.membership
+    read = first._member.offsets.stored
+    record = first._member.states.claimed
     rebalances = 0
     lost_in: int | None = None
     recorded: list[tuple[int, int]] = []
@@ -354,8 +354,8 @@ async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read
         record(claim)
 
     monkeypatch.setattr(membership, "_rebalance", counted)
-    monkeypatch.setattr(first._offsets, "stored", losing_during_the_read)
-    monkeypatch.setattr(first._states, "claimed", recording)
+    monkeypatch.setattr(first._member.offsets, "stored", losing_during_the_read)
+    monkeypatch.setattr(first._member.states, "claimed", recording)
     async with first:
         await wait_until(lambda: first.claimed == [0, 1], what="claimed afresh")
     assert lost_in is not None

@@ -139,7 +139,9 @@ async def test_bad_input_is_refused_before_any_record_is_taken(
             await gate.wait()
 
         async with processing(group, blocked, concurrency=2):
-            await wait_until(lambda: group._processor is not None and group._processor.running)
+            await wait_until(
+                lambda: group._member.processor is not None and group._member.processor.running
+            )
             with pytest.raises(ConfigurationError, match="runs already"):
                 await group.process(handler)
             with pytest.raises(ConfigurationError, match="process"):
@@ -200,8 +202,8 @@ async def test_key_order_and_offsets_past_the_completed_prefix_only(
                 await wait_until(lambda: len(handled) == total, what="every record handled")
                 await wait_until(
                     lambda: (
-                        all(group._membership.claims[p].pending is None for p in (0, 1))
-                        and all(group._membership.claims[p].stored == end[p] for p in (0, 1))
+                        all(group._member.membership.claims[p].pending is None for p in (0, 1))
+                        and all(group._member.membership.claims[p].stored == end[p] for p in (0, 1))
                     ),
                     what="the end stored",
                 )
@@ -326,7 +328,9 @@ async def test_handover_abandons_handlers_after_rebalance_timeout(
     first = member(cluster, group_name, topic, strategy="range", rebalance_timeout=1.0)
     second = member(cluster, group_name, topic, strategy="range")
     async with first, processing(first, stuck, concurrency=100):
-        await wait_until(lambda: first._processor is not None and first._processor.in_flight == 20)
+        await wait_until(
+            lambda: first._member.processor is not None and first._member.processor.in_flight == 20
+        )
         stats = await first.statistics()
         assert stats.in_flight == 20
         assert stats.oldest_in_flight is not None
@@ -377,7 +381,9 @@ async def test_a_handler_that_ignores_cancellation_keeps_its_partition_until_it_
     try:
         async with first, processing(first, stubborn):
             await wait_until(
-                lambda: first._processor is not None and first._processor.in_flight == 2
+                lambda: (
+                    first._member.processor is not None and first._member.processor.in_flight == 2
+                )
             )
             async with second, processing(second, quick):
                 await wait_until(
@@ -621,12 +627,14 @@ async def test_cancellation_and_close_end_the_call(
         processes.cancel()
         with pytest.raises(asyncio.CancelledError):
             await processes
-        assert group._processor is not None
-        assert group._processor.in_flight == 0
+        assert group._member.processor is not None
+        assert group._member.processor.in_flight == 0
         assert await group.offset(0) == 4, "the completed prefix"
         # Closing the member lets the handlers in flight finish, and stores their offset.
         processes = asyncio.create_task(group.process(handler, ordering="none"))
-        await wait_until(lambda: group._processor is not None and group._processor.in_flight == 6)
+        await wait_until(
+            lambda: group._member.processor is not None and group._member.processor.in_flight == 6
+        )
         gate.set()
         await group.close()
         await asyncio.wait_for(processes, 30)

@@ -14,13 +14,14 @@ import anyio
 import pytest
 from aiokafka.structs import ConsumerRecord
 
+from aio_cluster.config import Processing
 from aio_cluster.errors import CoordinationError
 from aio_cluster.kafka.records import DecodedRecord, Record
 from aio_cluster.member.claims import Claim
 from aio_cluster.member.delivery import Delivery
 from aio_cluster.member.liveness import Liveness, Phase, phase
 from aio_cluster.member.partitions import PartitionStates
-from aio_cluster.member.processing import Policy, Processor
+from aio_cluster.member.processing import Processor
 from aio_cluster.zookeeper.client import SessionState
 
 from support import wait_until
@@ -106,7 +107,7 @@ class Member:
         return Processor(
             self.delivery,
             handler,
-            Policy(**policy),
+            Processing(**policy),
             stopped=lambda: self.closing,
             member_id="m",
         )

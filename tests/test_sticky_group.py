@@ -26,7 +26,7 @@ pytestmark = pytest.mark.asyncio
 
 def member(cluster: LocalCluster, group: str, topic: str) -> ConsumerGroup:
     return ConsumerGroup(
-        group, [cluster.bootstrap], [cluster.zookeeper], topic, loop_delay=0.05, max_wait_ms=50
+        group, [cluster.bootstrap], [cluster.zookeeper], topic, loop_delay=0.05, max_wait=0.05
     )
 
 

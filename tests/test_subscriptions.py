@@ -47,7 +47,7 @@ def many(
 ) -> ConsumerGroup[TopicPartition]:
     """A member on many topics with the tests' short delays."""
     options.setdefault("loop_delay", 0.05)
-    options.setdefault("max_wait_ms", 50)
+    options.setdefault("max_wait", 0.05)
     options.setdefault("claim_timeout", 10.0)
     return ConsumerGroup(group, cluster.bootstrap, cluster.zookeeper, topics, **options)
 
@@ -405,7 +405,7 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
         assert sorted(group.claimed) == claimed
         target = GroupLayout(group_name, topic).assignment
         assert await zk.exists(target) is not None
-        kafka = group._fetcher._reader._admin
+        kafka = group._member.fetcher._reader._admin
         describe = kafka.describe_topics
         listings = 0
 
@@ -420,7 +420,7 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
 
         monkeypatch.setattr(kafka, "describe_topics", leaderless)
         await wait_until(lambda: listings >= 2, what="the topic listed without a leader twice")
-        membership = group._membership
+        membership = group._member.membership
 
         async def rebalanced() -> None:
             count = membership.rebalances
@@ -455,7 +455,7 @@ async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
         data, _stat = await zk.get(target)
         written: list[int] = []
         tried = asyncio.Event()
-        delete = group._zk.delete
+        delete = group._member.zk.delete
 
         async def written_first(path: str, *, version: int = -1) -> None:
             if path != target:
@@ -467,7 +467,7 @@ async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
             finally:
                 tried.set()
 
-        monkeypatch.setattr(group._zk, "delete", written_first)
+        monkeypatch.setattr(group._member.zk, "delete", written_first)
         await admin.delete_topics([topic])
         await wait_until(lambda: gone(admin, topic), what="the topic deleted")
         await wait_until(tried.is_set, what="the member deleting the deleted topic's target")

@@ -33,7 +33,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
 from rich.console import Group as Stack
@@ -41,6 +41,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..assign.strategies import Strategy
+from ..config import ZooKeeperSecurity
 from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, CoordinationError
 from ..group import ConsumerGroup
 from ..kafka.fetcher import ISOLATION_LEVELS
@@ -48,7 +49,7 @@ from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout
-from ..zookeeper.security import ZooKeeperTLS
+from ..zookeeper.security import Acl, ZooKeeperTLS
 from . import survey, tables
 from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
 from .plans import (
@@ -415,8 +416,8 @@ def _zookeeper_tls(args: argparse.Namespace) -> ZooKeeperTLS | None:
     )
 
 
-def _zookeeper_security(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``auth``, ``acl`` and ``tls`` settings of the command's ZooKeeper session."""
+def _zookeeper_security(args: argparse.Namespace) -> ZooKeeperSecurity:
+    """The credentials, ACL and TLS of the command's ZooKeeper session."""
     auth = _zookeeper_auth(args)
     acl = args.zookeeper_acl or _env(_ACL_VAR) or ("creator" if auth else "open")
     if acl not in ("open", "creator"):
@@ -427,17 +428,20 @@ def _zookeeper_security(args: argparse.Namespace) -> dict[str, Any]:
             "--zookeeper-auth-file"
         )
     tls = _zookeeper_tls(args)
-    return {"auth": auth, "acl": acl, "tls": False if tls is None else tls}
+    return ZooKeeperSecurity(auth=auth, acl=cast(Acl, acl), tls=False if tls is None else tls)
 
 
 @contextlib.asynccontextmanager
 async def _zookeeper(args: argparse.Namespace) -> AsyncIterator[ZooKeeper]:
     if not args.timeout > 0:
         raise ConfigurationError(f"--timeout must be positive, not {args.timeout}")
+    security = _zookeeper_security(args)
     zk = ZooKeeper(
         _address(args.zookeeper, _ZOOKEEPER_VAR, "--zookeeper"),
         request_timeout=args.timeout,
-        **_zookeeper_security(args),
+        auth=security.auth,
+        acl=security.acl,
+        tls=security.tls,
     )
     await zk.start()
     try:
@@ -838,9 +842,7 @@ async def _consume(args: argparse.Namespace) -> int:
         # An operator who names a topic that does not exist wants to hear so, not to wait.
         wait_for_topic=False,
         strategy=strategy,
-        zookeeper_auth=security["auth"],
-        zookeeper_acl=security["acl"],
-        zookeeper_tls=security["tls"],
+        zookeeper_security=security,
         register=False,
         isolation_level=args.isolation_level,
     )
@@ -866,7 +868,7 @@ async def _consume(args: argparse.Namespace) -> int:
 
 async def _join(group: ConsumerGroup) -> None:
     """Register the member; a failure is the command's one line, not also the member's log."""
-    group_log = logging.getLogger("aio_cluster.group")
+    group_log = logging.getLogger("aio_cluster.member.member")
     level = group_log.level
     group_log.setLevel(logging.CRITICAL)
     try:

@@ -12,6 +12,7 @@ Modules::
     lifecycle.py    GroupState: the stages of a member's life
     listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
     liveness.py     how long ZooKeeper has been silent, and what a member may still do
+    member.py       Member: builds the parts from the configuration, owns the member's task
     membership.py   registration, members, the rebalance under the lock, making claims
     mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py      stored offsets and the fenced transaction

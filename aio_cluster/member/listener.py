@@ -7,11 +7,12 @@ raises is logged, and the group goes on.
 
 from __future__ import annotations
 
-from typing import Generic
+from collections.abc import Callable
+from typing import Any, Generic
 
 from ..kafka.topics import PartitionT
 
-__all__ = ["RebalanceListener"]
+__all__ = ["NamingListener", "RebalanceListener"]
 
 
 class RebalanceListener(Generic[PartitionT]):
@@ -43,3 +44,26 @@ class RebalanceListener(Generic[PartitionT]):
         Nothing can be committed for them any more (``commit`` raises ``NotOwnedError``); their
         uncommitted batches go to whoever owns them next.
         """
+
+
+class NamingListener(RebalanceListener[int]):
+    """Passes a many-topic member's partition keys to its user's listener by the names the user
+    knows them by (TopicPartitions), sorted."""
+
+    def __init__(self, listener: RebalanceListener[Any], name: Callable[[int], Any]) -> None:
+        self._listener = listener
+        self._name = name
+
+    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions: list[int]) -> None:
+        await self._tell("on_partitions_lost", partitions)
+
+    async def _tell(self, method: str, partitions: list[int]) -> None:
+        hook = getattr(self._listener, method, None)  # a listener may lack a hook
+        if hook is not None:
+            await hook(sorted(self._name(key) for key in partitions))

@@ -43,21 +43,19 @@ from tenacity import (
 )
 from tenacity.wait import wait_base
 
+from ..config import Processing
 from ..errors import AioClusterError, BrokerError, ConfigurationError
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.records import Record, raw_key
 from .claims import Batch, Claim
 from .delivery import Delivery
 
-__all__ = ["FAILURES", "ORDERINGS", "Handler", "Policy", "Processor", "check_handler"]
+__all__ = ["Handler", "Processor", "check_handler"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Awaitable[object]]
 """``async def handler(record)``: what `Processor` runs for every record."""
-
-ORDERINGS = ("key", "partition", "none")
-FAILURES = ("dead_letter", "stop", "raise")
 
 _ONE_KEY = object()
 """The key all records share with ``ordering="partition"``."""
@@ -83,75 +81,11 @@ def check_handler(handler: object) -> None:
     )
 
 
-def _count(label: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"{label} must be an integer of at least 1, not {value!r}")
-    return value
-
-
-def _seconds(label: str, value: object) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-        raise ConfigurationError(f"{label} must be a non-negative number, not {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How `Processor` runs the handler: checked when made, before any record is taken.
-
-    Attributes:
-        concurrency: the most handlers running at once, over all partitions.
-        ordering: ``"key"``, ``"partition"`` or ``"none"`` (see the module).
-        attempts: how often the handler runs for one record before it has failed for good.
-        retry_initial: seconds before the first retry; each further retry waits twice as long.
-        retry_max: the most seconds of the exponential part of a wait.
-        retry_jitter: up to this many random seconds added to each wait.
-        on_failure: ``"dead_letter"``, ``"stop"`` or ``"raise"``.
-        dead_letter_topic: where ``"dead_letter"`` writes failed records.
-        max_records: records taken and not yet finished beyond which no further batch is taken.
-    """
-
-    concurrency: int = 100
-    ordering: str = "key"
-    attempts: int = 3
-    retry_initial: float = 0.1
-    retry_max: float = 10.0
-    retry_jitter: float = 0.1
-    on_failure: str = "stop"
-    dead_letter_topic: str | None = None
-    max_records: int = 10_000
-
-    def __post_init__(self) -> None:
-        _count("concurrency", self.concurrency)
-        _count("attempts", self.attempts)
-        _count("max_records", self.max_records)
-        for label in ("retry_initial", "retry_max", "retry_jitter"):
-            _seconds(label, getattr(self, label))
-        if self.retry_initial > self.retry_max:
-            raise ConfigurationError(
-                f"retry_initial ({self.retry_initial}) must not exceed retry_max ({self.retry_max})"
-            )
-        if self.ordering not in ORDERINGS:
-            raise ConfigurationError(
-                f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}"
-            )
-        if self.on_failure not in FAILURES:
-            raise ConfigurationError(
-                f"unknown on_failure {self.on_failure!r}; use one of {', '.join(FAILURES)}"
-            )
-        if self.on_failure == "dead_letter" and (
-            not isinstance(self.dead_letter_topic, str) or not self.dead_letter_topic
-        ):
-            raise ConfigurationError(
-                'on_failure="dead_letter" needs a dead_letter_topic, not '
-                f"{self.dead_letter_topic!r}"
-            )
-
-    def waits(self) -> wait_base:
-        """The waits between attempts: exponential up to ``retry_max``, plus the jitter."""
-        return wait_exponential(multiplier=self.retry_initial, max=self.retry_max) + wait_random(
-            0, self.retry_jitter
-        )
+def _waits(policy: Processing) -> wait_base:
+    """The waits between attempts: exponential up to ``retry_max``, plus the jitter."""
+    return wait_exponential(multiplier=policy.retry_initial, max=policy.retry_max) + wait_random(
+        0, policy.retry_jitter
+    )
 
 
 @dataclass(eq=False)
@@ -222,7 +156,7 @@ class Processor:
         self,
         delivery: Delivery,
         handler: Handler,
-        policy: Policy,
+        policy: Processing,
         *,
         stopped: Callable[[], bool],
         member_id: str,
@@ -252,7 +186,7 @@ class Processor:
         self._busy = 0
         """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
-        self._waits = policy.waits()
+        self._waits = _waits(policy)
         self._held = 0
         """Records of the running batches not yet finished (started or not)."""
         self._room = asyncio.Event()
