@@ -60,6 +60,7 @@ PURE = [
     "member/partitions.py",
     "kafka/topics.py",
     "member/topics.py",
+    "member/windows.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 

@@ -21,4 +21,5 @@ Modules::
     statistics.py   GroupStatistics: an immutable snapshot of a member
     target_node.py  the sticky target's node: reading it, publishing the next one
     topics.py       KeyedLayout: the ZooKeeper paths of partition keys, over many topics
+    windows.py      process()'s running batches: which records may start, the prefix (pure)
 """

@@ -3,14 +3,15 @@ key order, with retries and a policy for records that fail for good.
 
 `Processor` takes batches from `aio_cluster.member.delivery` like the ``async for`` loop does,
 one running batch per partition, but keeps a batch running while up to ``concurrency`` of its
-records (over all partitions) are in a handler. The ordering decides which records may run side
-by side: ``"key"``: those with different keys (a key's records run one after another, in offset
-order; records without a key share one key); ``"partition"``: none of one partition; ``"none"``:
-any. The offset stored is the first record not yet finished (the completed prefix), never past it.
+records (over all partitions) are in a handler. Which records may start, in which order, and how
+far the completed prefix got is the pure bookkeeping of `aio_cluster.member.windows`; this module
+runs the handlers, waits, and tells the delivery. The offset stored is the first record not yet
+finished (the completed prefix), never past it.
 
 A batch ends when all its records finished (it is committed, as a completed loop body), when its
-partition is handed over (the handover waits for the handlers in flight, no new record of it
-starts, and the first unfinished record is delivered again), or when the processor stops.
+partition is handed over (the handover waits for the handlers in flight, and only the gaps before
+the furthest record start; past ``rebalance_timeout`` they are cancelled and awaited, and the
+first unfinished record is delivered again), or when the processor stops.
 
 A failing record is retried (tenacity: exponential back-off with jitter; a record waiting for its
 retry holds back only its own key and no handler slot), then, by policy, written to a dead-letter
@@ -25,7 +26,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +47,10 @@ from tenacity.wait import wait_base
 from ..config import Processing
 from ..errors import AioClusterError, BrokerError, ConfigurationError
 from ..kafka.dead_letters import DeadLetters
-from ..kafka.records import Record, raw_key
+from ..kafka.records import Record
 from .claims import Batch, Claim
 from .delivery import Delivery
+from .windows import Entry, Window
 
 __all__ = ["Handler", "Processor", "check_handler"]
 
@@ -56,9 +58,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Awaitable[object]]
 """``async def handler(record)``: what `Processor` runs for every record."""
-
-_ONE_KEY = object()
-"""The key all records share with ``ordering="partition"``."""
 
 
 class _Interrupted(Exception):
@@ -89,64 +88,11 @@ def _waits(policy: Processing) -> wait_base:
 
 
 @dataclass(eq=False)
-class _Entry:
-    """One record of a running batch that may start (or has started)."""
-
-    window: _Window
-    index: int
-    started: float = 0.0
-    """When its first attempt started (``time.monotonic()``)."""
-    scope: anyio.CancelScope | None = None
-    """The scope of its retries and dead-lettering, once it failed."""
-
-    @property
-    def record(self) -> Record:
-        return self.window.batch[self.index]
-
-
-@dataclass(eq=False)
-class _Window:
-    """The running batch of one partition and how far its records got."""
-
-    claim: Claim
-    batch: Batch
-    done: bytearray
-    keys: dict[Hashable, deque[int]] = field(default_factory=dict)
-    """Key -> the indices of its unfinished records in order; the first may run."""
-    prefix: int = 0
-    """The index of the first unfinished record."""
-    furthest: int = -1
-    """The index of the last record finished."""
-    horizon: int = -1
-    """Once it stopped taking: the last index that may still start (the gaps before the
-    records that finished or run are filled, so that none of them runs again; -1: none)."""
-    running: set[_Entry] = field(default_factory=set)
-    """Records started and not finished: in a handler, waiting for a retry, or being sent to the
-    dead-letter topic."""
-    taking: bool = True
-    """False once only the records up to `horizon` may start (handover, stop, shutdown)."""
-    gone: bool = False
-    """True once it ended (settled or abandoned)."""
-
-    @property
-    def partition(self) -> int:
-        return self.claim.partition
-
-    def may_start(self, index: int) -> bool:
-        """Whether the record at ``index`` may (still) start."""
-        return not self.gone and (self.taking or index <= self.horizon)
-
-    def drained(self) -> bool:
-        """True once it stopped taking and every record that may start has finished."""
-        return not self.taking and self.prefix > self.horizon and not self.running
-
-
-@dataclass(eq=False)
 class _Seat:
     """One worker: its cancel scope and the record it runs."""
 
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    entry: _Entry | None = None
+    entry: Entry | None = None
 
 
 class Processor:
@@ -176,10 +122,10 @@ class Processor:
         self._stopped = stopped
         self._id = member_id
         self._dead_letters = dead_letters
-        self._windows: dict[int, _Window] = {}
-        self._ready: deque[_Entry] = deque()
+        self._windows: dict[int, Window] = {}
+        self._ready: deque[Entry] = deque()
         self._kicking = False
-        self._parked: deque[asyncio.Future[_Entry]] = deque()
+        self._parked: deque[asyncio.Future[Entry]] = deque()
         self._seats: list[_Seat] = []
         self._own: set[asyncio.Task[Any]] = set()
         """The tasks that run handlers (workers, retries)."""
@@ -200,11 +146,11 @@ class Processor:
         """True while ZooKeeper is out of reach: no record starts."""
         self._going = asyncio.Event()
         self._going.set()
-        self._held_back: list[_Entry] = []
+        self._held_back: list[Entry] = []
         """Records that would have started while halted, in order."""
-        self._leaving: set[_Window] = set()
+        self._leaving: set[Window] = set()
         """Abandoned batches whose cancelled handlers have not ended yet."""
-        self._deferred: dict[int, list[_Entry]] = {}
+        self._deferred: dict[int, list[Entry]] = {}
         """Partition -> the first records of a batch taken while an abandoned one of it still
         runs: they start once it ended, never beside it."""
         self._calm = asyncio.Event()
@@ -229,7 +175,7 @@ class Processor:
         starts = [entry.started for w in self._all_windows() for entry in w.running]
         return time.monotonic() - min(starts) if starts else None
 
-    def _all_windows(self) -> list[_Window]:
+    def _all_windows(self) -> list[Window]:
         return [*self._windows.values(), *self._leaving]
 
     def handling(self) -> dict[int, list[Record]]:
@@ -376,33 +322,19 @@ class Processor:
             self._fail(exc)
 
     def _admit(self, claim: Claim, batch: Batch) -> None:
-        window = _Window(claim, batch, bytearray(len(batch)))
+        window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
         self.stopped.pop(claim.partition, None)
         self._held += len(batch)
         self._idle.clear()
-        ordering = self._policy.ordering
-        first: list[_Entry] = []
-        if ordering == "none":
-            first = [_Entry(window, index) for index in range(len(batch))]
-        else:
-            keys = window.keys
-            for index, record in enumerate(batch):
-                # The key's bytes: a deserialized key need not be hashable.
-                key = raw_key(record) if ordering == "key" else _ONE_KEY
-                queue = keys.get(key)
-                if queue is None:
-                    keys[key] = deque((index,))
-                    first.append(_Entry(window, index))
-                else:
-                    queue.append(index)
+        first = window.first()
         if self.lingering((claim.partition,)):
             self._deferred.setdefault(claim.partition, []).extend(first)
             return
         for entry in first:
             self._dispatch(entry)
 
-    def _dispatch(self, entry: _Entry) -> None:
+    def _dispatch(self, entry: Entry) -> None:
         """``entry`` may start: queue it, and wake idle workers once the running task yields.
 
         A worker whose handler returned without waiting takes the next queued record itself,
@@ -411,7 +343,7 @@ class Processor:
         self._ready.append(entry)
         self._wake_idle()
 
-    def _requeue(self, entry: _Entry) -> None:
+    def _requeue(self, entry: Entry) -> None:
         """``entry`` was taken but did not run (its worker was cancelled): first in line again."""
         self._ready.appendleft(entry)
         self._wake_idle()
@@ -429,9 +361,9 @@ class Processor:
             if not waiter.done():
                 waiter.set_result(self._ready.popleft())
 
-    async def _park(self) -> _Entry:
+    async def _park(self) -> Entry:
         """Wait for a record that may start."""
-        waiter: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
         self._parked.append(waiter)
         try:
             return await waiter
@@ -459,7 +391,7 @@ class Processor:
             seat.entry = None
             seat.scope = anyio.CancelScope()
 
-    def _may_start(self, entry: _Entry) -> bool:
+    def _may_start(self, entry: Entry) -> bool:
         """Whether ``entry`` may start now: its batch still takes it, and ZooKeeper answers (else
         it is held back, and starts once it answers: see `go_on()`)."""
         if not entry.window.may_start(entry.index):
@@ -469,7 +401,7 @@ class Processor:
             return False
         return True
 
-    async def _run(self, entry: _Entry) -> None:
+    async def _run(self, entry: Entry) -> None:
         window = entry.window
         if not self._may_start(entry):
             return
@@ -531,7 +463,7 @@ class Processor:
                 return
         self._busy -= 1
 
-    def _drop(self, entry: _Entry) -> None:
+    def _drop(self, entry: Entry) -> None:
         """``entry`` ends unfinished: its batch is delivered again from its first unfinished
         record once nothing of it runs."""
         window = entry.window
@@ -541,7 +473,7 @@ class Processor:
         elif window.drained():
             self._settle(window)
 
-    def _left(self, window: _Window) -> None:
+    def _left(self, window: Window) -> None:
         """A record of an abandoned batch ended: once none runs, its partition is quiet, and a
         batch of it taken meanwhile may start."""
         if window.running or window not in self._leaving:
@@ -552,19 +484,20 @@ class Processor:
             for entry in self._deferred.pop(window.partition, ()):
                 self._dispatch(entry)
 
-    async def _recover(self, entry: _Entry, error: Exception) -> None:
+    async def _recover(self, entry: Entry, error: Exception) -> None:
         """Retry a failed record, then apply the failure policy."""
-        entry.scope = anyio.CancelScope()
+        scope = anyio.CancelScope()
+        entry.cancel = scope.cancel
         task = asyncio.current_task()
         if task is not None:
             self._own.add(task)
         try:
-            await self._settle_failure(entry, entry.scope, error)
+            await self._settle_failure(entry, scope, error)
         finally:
             self._own.discard(task)
 
     async def _settle_failure(
-        self, entry: _Entry, scope: anyio.CancelScope, error: Exception
+        self, entry: Entry, scope: anyio.CancelScope, error: Exception
     ) -> None:
         with scope:
             try:
@@ -581,7 +514,7 @@ class Processor:
         if scope.cancelled_caught:
             self._drop(entry)
 
-    async def _retry(self, entry: _Entry, error: Exception) -> None:
+    async def _retry(self, entry: Entry, error: Exception) -> None:
         """Run the handler again up to ``attempts`` in all; the failure that led here counts as
         the first. Raises the last failure."""
         replay: Exception | None = error
@@ -605,7 +538,7 @@ class Processor:
                 finally:
                     self._give_slot()
 
-    async def _retry_slot(self, entry: _Entry) -> None:
+    async def _retry_slot(self, entry: Entry) -> None:
         """Take a handler slot for a retry of ``entry`` once it may run: never while ZooKeeper is
         silent, checked again after each wait.
 
@@ -624,7 +557,7 @@ class Processor:
                 return
             self._give_slot()
 
-    def _log_retry(self, entry: _Entry, state: RetryCallState) -> None:
+    def _log_retry(self, entry: Entry, state: RetryCallState) -> None:
         record = entry.record
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         error = state.outcome.exception() if state.outcome is not None else None
@@ -640,7 +573,7 @@ class Processor:
             wait,
         )
 
-    async def _give_up(self, entry: _Entry, error: Exception) -> None:
+    async def _give_up(self, entry: Entry, error: Exception) -> None:
         record = entry.record
         window = entry.window
         policy = self._policy
@@ -709,67 +642,43 @@ class Processor:
 
     # -- finishing ---------------------------------------------------------------------------
 
-    def _complete(self, entry: _Entry) -> None:
+    def _complete(self, entry: Entry) -> None:
         """``entry`` finished: the next record of its key may start, the prefix may grow."""
         window = entry.window
         window.running.discard(entry)
         if window.gone:
             self._left(window)
             return
-        index = entry.index
-        window.done[index] = 1
-        window.furthest = max(window.furthest, index)
-        if self._policy.ordering != "none":
-            record = window.batch[index]
-            key = raw_key(record) if self._policy.ordering == "key" else _ONE_KEY
-            queue = window.keys[key]
-            queue.popleft()
-            if not queue:
-                del window.keys[key]
-            elif window.may_start(queue[0]):
-                self._dispatch(_Entry(window, queue[0]))
-        if index == window.prefix:
-            done, prefix, size = window.done, window.prefix + 1, len(window.batch)
-            while prefix < size and done[prefix]:
-                prefix += 1
-            self._held -= prefix - window.prefix
-            window.prefix = prefix
+        following, grown = window.finished(entry.index)
+        if following is not None:
+            self._dispatch(following)
+        if grown:
+            self._held -= grown
             if self._held < self._policy.max_records:
                 self._room.set()
-            if prefix == size:
+            if not window.unfinished:
                 self._settle(window)
                 return
-            self._delivery.progress(window.claim, window.batch, window.batch[prefix].offset)
+            self._delivery.progress(window.claim, window.batch, window.batch[window.prefix].offset)
         if window.drained():
             self._settle(window)
 
-    def _stop_taking(self, window: _Window, *, fill_gaps: bool = True) -> None:
-        """Start no record of ``window`` beyond its horizon. With ``fill_gaps`` (a handover or
-        a shutdown) the records before the last one finished or running still run, so that the
-        offset stored passes every finished record and the next owner repeats none; without
-        (a record failed for good), nothing more starts."""
-        if window.taking:
-            window.taking = False
-            if fill_gaps:
-                window.horizon = max(
-                    window.furthest, max((entry.index for entry in window.running), default=-1)
-                )
-        elif not fill_gaps:
-            window.horizon = -1
+    def _stop_taking(self, window: Window, *, fill_gaps: bool = True) -> None:
+        """Start no record of ``window`` beyond its horizon (see `Window.stop_taking()`)."""
+        window.stop_taking(fill_gaps=fill_gaps)
         if window.drained():
             self._settle(window)
 
-    def _settle(self, window: _Window) -> None:
+    def _settle(self, window: Window) -> None:
         """End a running batch: committed when all its records finished, else delivered again
         from its first unfinished record."""
         if window.gone:
             return
-        window.gone = True
-        window.taking = False
+        window.give_up()
         if self._windows.get(window.partition) is window:
             del self._windows[window.partition]
-        self._held -= len(window.batch) - window.prefix
-        if window.prefix == len(window.batch):
+        self._held -= window.unfinished
+        if not window.unfinished:
             self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
         else:
             # Read again from the first unfinished record, where its progress got.
@@ -794,10 +703,8 @@ class Processor:
             window = self._windows.pop(partition, None)
             if window is None:
                 continue
-            window.taking = False
-            window.gone = True
-            window.horizon = -1
-            self._held -= len(window.batch) - window.prefix
+            window.give_up()
+            self._held -= window.unfinished
             if not window.running:
                 continue
             self._leaving.add(window)
@@ -805,8 +712,8 @@ class Processor:
                 if seat.entry is not None and seat.entry.window is window:
                     seat.scope.cancel()
             for entry in window.running:
-                if entry.scope is not None:
-                    entry.scope.cancel()
+                if entry.cancel is not None:
+                    entry.cancel()
         self._room.set()
         if not self._windows:
             self._idle.set()
