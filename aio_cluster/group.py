@@ -45,11 +45,11 @@ from .errors import ConfigurationError, NotOwnedError
 from .kafka.records import Record
 from .kafka.topics import PartitionT, TopicKeys, TopicPartition
 from .member.claims import Batch
+from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
 from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
 from .member.statistics import GroupStatistics
-from .member.topics import KeyedLayout
 from .zookeeper.layout import check_name
 
 if TYPE_CHECKING:

@@ -59,7 +59,7 @@ PURE = [
     "member/claims.py",
     "member/partitions.py",
     "kafka/topics.py",
-    "member/topics.py",
+    "member/keyed_layout.py",
     "member/windows.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}

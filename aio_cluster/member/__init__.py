@@ -5,21 +5,21 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 
 Modules::
 
-    claiming.py     owner nodes: claims under a fence epoch, releases, strays reconciled
-    claims.py       the Claim record the parts of a member share
-    delivery.py     buffers, batches in flight, the round-robin pick, pause and seek
-    handover.py     a rebalance's handover: draining, the listener, new claims
-    lifecycle.py    GroupState: the stages of a member's life
-    listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
-    liveness.py     how long ZooKeeper has been silent, and what a member may still do
-    member.py       Member: builds the parts from the configuration, owns the member's task
-    membership.py   registration, members, the rebalance under the lock, making claims
-    mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
-    offsets.py      stored offsets and the fenced transaction
-    partitions.py   PartitionStates: every partition's state and its legal transitions (pure)
-    processing.py   Processor: many records in flight, in key order, retries, dead letters
-    statistics.py   GroupStatistics: an immutable snapshot of a member
-    target_node.py  the sticky target's node: reading it, publishing the next one
-    topics.py       KeyedLayout: the ZooKeeper paths of partition keys, over many topics
-    windows.py      process()'s running batches: which records may start, the prefix (pure)
+    claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
+    claims.py        the Claim record the parts of a member share
+    delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
+    handover.py      a rebalance's handover: draining, the listener, new claims
+    keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
+    lifecycle.py     GroupState: the stages of a member's life
+    listener.py      RebalanceListener: hooks for assigned, revoked and lost partitions
+    liveness.py      how long ZooKeeper has been silent, and what a member may still do
+    member.py        Member: builds the parts from the configuration, owns the member's task
+    membership.py    registration, members, the rebalance under the lock, making claims
+    mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
+    offsets.py       stored offsets and the fenced transaction
+    partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
+    processing.py    Processor: many records in flight, in key order, retries, dead letters
+    statistics.py    GroupStatistics: an immutable snapshot of a member
+    target_node.py   the sticky target's node: reading it, publishing the next one
+    windows.py       process()'s running batches: which records may start, the prefix (pure)
 """

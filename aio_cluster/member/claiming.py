@@ -55,7 +55,7 @@ from ..zookeeper.client import (
     Stat,
     ZooKeeper,
 )
-from .topics import KeyedLayout
+from .keyed_layout import KeyedLayout
 
 __all__ = ["ClaimNodes", "Taken"]
 

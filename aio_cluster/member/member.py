@@ -60,6 +60,7 @@ from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
 from .delivery import Delivery
 from .handover import Handover
+from .keyed_layout import KeyedLayout
 from .lifecycle import GroupState
 from .listener import RebalanceListener
 from .liveness import Liveness
@@ -69,7 +70,6 @@ from .offsets import Offsets
 from .partitions import PartitionStates
 from .processing import Handler, Processor, check_handler
 from .statistics import GroupStatistics, partition_statistics
-from .topics import KeyedLayout
 
 __all__ = ["Member", "milliseconds"]
 

@@ -51,10 +51,10 @@ from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, encode_me
 from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .handover import Handover
+from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .partitions import PartitionStates
 from .target_node import TargetNode
-from .topics import KeyedLayout
 
 __all__ = ["Membership"]
 

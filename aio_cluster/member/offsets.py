@@ -28,8 +28,8 @@ from ..zookeeper.client import (
 )
 from ..zookeeper.layout import decode_offset
 from .claims import Claim
+from .keyed_layout import KeyedLayout
 from .partitions import PartitionStates
-from .topics import KeyedLayout
 
 __all__ = ["Offsets"]
 
