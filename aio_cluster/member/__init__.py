@@ -14,12 +14,15 @@ Modules::
     listener.py      RebalanceListener: hooks for assigned, revoked and lost partitions
     liveness.py      how long ZooKeeper has been silent, and what a member may still do
     member.py        Member: builds the parts from the configuration, owns the member's task
-    membership.py    registration, members, the rebalance under the lock, making claims
+    membership.py    Membership: registration, topics and rebalance put together for Member
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py       stored offsets and the fenced transaction
     partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
     processing.py    Processor: many records in flight, in key order, retries, dead letters
+    rebalance.py     the rebalance under the lock: a target per topic, releases and claims
+    registration.py  this member's node, the name it holds, the members seen, the strategy
     statistics.py    GroupStatistics: an immutable snapshot of a member
     target_node.py   the sticky target's node: reading it, publishing the next one
+    topics.py        the topics and partitions a member reads now, and when they changed
     windows.py       process()'s running batches: which records may start, the prefix (pure)
 """
