@@ -1,7 +1,7 @@
 """A claim: one partition this member owns, and what the member knows about it.
 
 Plain data, changed only by `aio_cluster.member.partitions.PartitionStates` (the owner of every
-partition's state); the drivers (`membership`, `delivery`, `offsets`) read it.
+partition's state); the drivers (`rebalance`, `delivery`, `offsets`) read it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The handover of partitions at a rebalance and at leaving: the order of the steps the drivers
-take while `membership` releases and makes claims, and what the rebalance listener hears of it.
+take while `rebalance` releases and makes claims, and what the rebalance listener hears of it.
 
 A partition leaves at a batch boundary: no new batch of it is handed out, its running body is
 awaited (at most ``rebalance_timeout``; then abandoned, and its cancelled handlers awaited), the

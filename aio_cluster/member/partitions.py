@@ -7,7 +7,7 @@ running batch that must not be committed), sought (the fetcher must move), annou
 was told it is ours). Only this class changes them. Its methods are the transitions; each checks
 that it is legal and returns what the driver must do. The drivers (`delivery` for the fetcher,
 `offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener,
-`membership` for the owner nodes) ask it and tell it, and never each other's state.
+`rebalance` for the owner nodes) ask it and tell it, and never each other's state.
 
 The life of one partition::
 
