@@ -8,10 +8,10 @@ computes the targets it leads in turns (`_Turns`), so that the members' totals b
 Partitions are known by key (`aio_cluster.kafka.topics.TopicKeys`; a one-topic member's keys are
 its partition ids).
 
-Who the members are is `aio_cluster.member.registration`'s business, which topics and partitions
-are read `aio_cluster.member.topics`'; what happens to a partition's batches and offsets around a
-handover is not this part's either: it asks the `Handover` to drain what it releases and to start
-what it claimed.
+It asks `aio_cluster.member.registration` who the members are, and `aio_cluster.member.topics`
+which topics and partitions are read; neither knows this part. What happens to a partition's
+batches and offsets around a handover is not its business: it asks the `Handover` to drain what it
+releases and to start what it claimed.
 """
 
 from __future__ import annotations
