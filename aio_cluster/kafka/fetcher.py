@@ -39,14 +39,14 @@ from aiokafka.errors import (
     UnsupportedCodecError,
 )
 
-from ..errors import BrokerError, DeserializationError, FetchError
+from ..errors import BrokerError, DeserializationError, FetchError, OffsetsOutOfRange
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
 from .topics import TopicKeys
 
-__all__ = ["Deserializer", "Fetcher", "IsolationLevel", "OffsetsOutOfRange"]
+__all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
@@ -75,21 +75,6 @@ def _reason(exc: KafkaError) -> str:
     if isinstance(exc, TopicAuthorizationFailedError):
         return f"Kafka refused to let this client read the topic ({type(exc).__name__})"
     return f"{type(exc).__name__}: {exc}"
-
-
-class OffsetsOutOfRange(BrokerError):
-    """The positions of some partitions are outside what the broker holds (retention deleted
-    them, or the topic was recreated).
-
-    Attributes:
-        partitions: the partition keys concerned, with the offset that was asked for.
-    """
-
-    retriable = False
-
-    def __init__(self, partitions: Mapping[int, int]) -> None:
-        super().__init__(f"offsets out of range: {dict(partitions)}")
-        self.partitions = dict(partitions)
 
 
 class Fetcher:
