@@ -47,7 +47,7 @@ from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout
+from ..zookeeper.layout import GroupLayout, group_path
 from ..zookeeper.security import ZooKeeperTLS
 from . import survey, tables
 from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
@@ -714,7 +714,7 @@ async def _reset(args: argparse.Namespace) -> int:
                 raise ConfigurationError(
                     f"none of the topics of group {args.group!r} exists in Kafka: nothing to reset"
                 )
-        where = layouts[topics[0]].offsets if len(topics) == 1 else f"/consumers/{args.group}"
+        where = layouts[topics[0]].offsets if len(topics) == 1 else group_path(args.group)
         for attempt in range(1, _RESET_ATTEMPTS + 1):
             members = await survey.read_members(zk, args.group)
             plans: dict[str, list[PlanRow]] = {}

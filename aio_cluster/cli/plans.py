@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..assign.strategies import Strategy
 from ..errors import ConfigurationError, CoordinationError
 from ..member.statistics import lag
-from ..zookeeper.layout import GroupLayout, decode_member
+from ..zookeeper.layout import check_name, decode_member
 
 __all__ = [
     "LagRow",
@@ -107,7 +107,7 @@ def topic_name(name: str) -> bool:
     """Whether ``name`` can be a topic (Kafka's rule): a subscription's or a ZooKeeper node's
     name that cannot is no topic to look up."""
     try:
-        GroupLayout("-", name)
+        check_name("topic", name)
     except ConfigurationError:
         return False
     return True

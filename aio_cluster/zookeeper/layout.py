@@ -21,6 +21,10 @@ checks it in the same transaction as the write, so a member whose claim is gone 
 expired, its node was replaced, its request was queued across a reconnect) can never store an
 offset or delete a node of that partition again. ``aio-cluster reset-offsets --execute`` bumps
 the fences it writes under, which fences off every claim made before it.
+
+This module is the only place that spells these paths: the group's own nodes come from
+`group_path` and its siblings, a topic's from `GroupLayout`; the member (by partition key) and
+the command build on them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ..assign.target import StickyTarget
 from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
 __all__ = [
+    "ROOT",
     "GroupLayout",
     "MemberInfo",
     "check_member_name",
@@ -44,6 +49,11 @@ __all__ = [
     "decode_target",
     "encode_member",
     "encode_target",
+    "group_path",
+    "ids_path",
+    "member_path",
+    "offsets_path",
+    "owners_path",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -62,9 +72,39 @@ def check_name(kind: str, name: object) -> None:
         )
 
 
+ROOT = "/consumers"
+"""The parent of every group's nodes, shared with other groups (and other tools' consumers)."""
+
+
+def group_path(group: str) -> str:
+    """A group's node, the parent of all of its nodes."""
+    return f"{ROOT}/{group}"
+
+
+def ids_path(group: str) -> str:
+    """The parent of a group's member registrations."""
+    return f"{group_path(group)}/ids"
+
+
+def member_path(group: str, member_id: str) -> str:
+    """A member's registration node."""
+    return f"{ids_path(group)}/{member_id}"
+
+
+def owners_path(group: str) -> str:
+    """The parent of a group's claims: one child per topic, its partitions' owner nodes below."""
+    return f"{group_path(group)}/owners"
+
+
+def offsets_path(group: str) -> str:
+    """The parent of a group's stored offsets: one child per topic, its partitions below."""
+    return f"{group_path(group)}/offsets"
+
+
 @dataclass(frozen=True)
 class GroupLayout:
-    """The paths of one group's coordination nodes for one topic."""
+    """The paths of one group's coordination nodes for one topic (the group's own nodes, by
+    the functions above; names checked)."""
 
     group: str
     topic: str
@@ -74,38 +114,33 @@ class GroupLayout:
         check_name("topic", self.topic)
 
     @property
-    def root(self) -> str:
-        """The parent of every group's nodes, shared with other groups."""
-        return "/consumers"
-
-    @property
     def ids(self) -> str:
         """The parent of the members' registrations."""
-        return f"/consumers/{self.group}/ids"
+        return ids_path(self.group)
 
     @property
     def owners(self) -> str:
         """The parent of this topic's claims."""
-        return f"/consumers/{self.group}/owners/{self.topic}"
+        return f"{owners_path(self.group)}/{self.topic}"
 
     @property
     def offsets(self) -> str:
         """The parent of this topic's stored offsets."""
-        return f"/consumers/{self.group}/offsets/{self.topic}"
+        return f"{offsets_path(self.group)}/{self.topic}"
 
     @property
     def assignment(self) -> str:
         """This topic's published sticky target (see `aio_cluster.assign.target`)."""
-        return f"/consumers/{self.group}/assignment/{self.topic}"
+        return f"{group_path(self.group)}/assignment/{self.topic}"
 
     @property
     def fences(self) -> str:
         """The parent of this topic's claim fences."""
-        return f"/consumers/{self.group}/fences/{self.topic}"
+        return f"{group_path(self.group)}/fences/{self.topic}"
 
     def member(self, member_id: str) -> str:
         """A member's registration node."""
-        return f"{self.ids}/{member_id}"
+        return member_path(self.group, member_id)
 
     def owner(self, partition: int) -> str:
         """A partition's claim node."""
