@@ -20,10 +20,10 @@ from aio_cluster.zookeeper.client import parse_hosts
 from aio_cluster.zookeeper.layout import (
     ROOT,
     GroupLayout,
-    decode_member,
     decode_offset,
+    decode_registration,
     decode_target,
-    encode_member,
+    encode_registration,
     encode_target,
     group_path,
     ids_path,
@@ -74,7 +74,7 @@ def test_bad_names_are_refused_with_the_name(bad: str) -> None:
 
 
 def test_member_data_is_the_classic_json_plus_strategy() -> None:
-    doc = json.loads(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    doc = json.loads(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert doc == {
         "version": 1,
         "subscription": {"t": 1},
@@ -82,21 +82,24 @@ def test_member_data_is_the_classic_json_plus_strategy() -> None:
         "timestamp": "1234",
         "assignment": "roundrobin",
     }
-    info = decode_member(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    info = decode_registration(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert info.topics == {"t"}
     assert info.strategy is Strategy.ROUND_ROBIN
 
 
 def test_classic_consumer_registration_counts_as_range() -> None:
     data = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
-    assert decode_member(data).strategy is Strategy.RANGE
-    assert decode_member(data.replace(b'"1"}', b'"1","assignment":"sticky"}')).strategy == "sticky"
+    assert decode_registration(data).strategy is Strategy.RANGE
+    assert (
+        decode_registration(data.replace(b'"1"}', b'"1","assignment":"sticky"}')).strategy
+        == "sticky"
+    )
 
 
 @pytest.mark.parametrize("data", [b"{}", b"not json", b'{"subscription": 3}', b"[]"])
 def test_bad_member_data(data: bytes) -> None:
     with pytest.raises(CoordinationError, match="registration"):
-        decode_member(data)
+        decode_registration(data)
 
 
 @given(st.integers(min_value=0, max_value=2**63))

@@ -47,14 +47,13 @@ from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout, group_path
+from ..zookeeper.layout import GroupLayout, Registration, group_path
 from ..zookeeper.security import ZooKeeperTLS
 from . import survey, tables
 from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
 from .plans import (
     LagRow,
     PlanRow,
-    Registration,
     ResetTarget,
     ShiftBy,
     ToEarliest,
@@ -63,7 +62,9 @@ from .plans import (
     ToTime,
     Unreadable,
     lag_rows,
+    may_read,
     member_host,
+    member_json,
     parse_partitions,
     parse_timestamp,
     plan_reset,
@@ -545,7 +546,10 @@ async def _describe(args: argparse.Namespace) -> int:
         owned = _owned(rows)
         print(
             json.dumps(
-                [_member_json(args.group, m, info, owned) for m, info in sorted(members.items())],
+                [
+                    member_json(m, member_host(args.group, m), info, owned[m])
+                    for m, info in sorted(members.items())
+                ],
                 indent=2,
             )
         )
@@ -560,24 +564,6 @@ async def _describe(args: argparse.Namespace) -> int:
 def _owned(rows: Sequence[LagRow]) -> Counter[str]:
     """member id -> how many of the rows' partitions it owns."""
     return Counter(row.owner for row in rows if row.owner is not None)
-
-
-def _member_json(
-    group: str, member: str, info: Registration | None, owned: Counter[str]
-) -> dict[str, object]:
-    host = member_host(group, member)
-    if info is not None:
-        return info.as_json(member, host, owned[member])
-    return {
-        "member": member,
-        "name": None,
-        "host": host,
-        "since": None,
-        "strategy": None,
-        "pattern": None,
-        "subscription": [],
-        "partitions": owned[member],
-    }
 
 
 def _describe_view(group: str, look: Look, *, members_only: bool = False) -> Stack:
@@ -724,9 +710,7 @@ async def _reset(args: argparse.Namespace) -> int:
                     zk, kafka, layouts[topic], target, wanted, execute=args.execute
                 )
             active = {
-                topic: sorted(
-                    m for m, info in members.items() if info is None or info.subscribes(topic)
-                )
+                topic: sorted(m for m, info in members.items() if may_read(info, topic))
                 for topic in topics
             }
             registered = sorted({m for ids in active.values() for m in ids})

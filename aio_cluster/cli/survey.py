@@ -20,15 +20,17 @@ from ..zookeeper.client import (
 from ..zookeeper.layout import (
     ROOT,
     GroupLayout,
+    Registration,
     check_name,
     decode_offset,
+    decode_registration,
     group_path,
     ids_path,
     member_path,
     offsets_path,
     owners_path,
 )
-from .plans import Registration, Stored, Unreadable, read_registration, topic_name
+from .plans import Stored, Unreadable, topic_name
 
 __all__ = [
     "RESET_FENCE_DATA",
@@ -81,7 +83,7 @@ async def read_members(zk: ZooKeeper, group: str) -> dict[str, Registration | No
         except NoNodeError:
             continue  # it left meanwhile
         try:
-            members[member] = read_registration(data)
+            members[member] = decode_registration(data)
         except CoordinationError:
             members[member] = None
     return members

@@ -47,7 +47,7 @@ from ..zookeeper.client import (
     SessionState,
     ZooKeeper,
 )
-from ..zookeeper.layout import GroupLayout, MemberInfo, decode_member, encode_member
+from ..zookeeper.layout import GroupLayout, Registration, decode_registration, encode_registration
 from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
 from .handover import Handover
@@ -212,7 +212,7 @@ class Membership:
         (a named member's newer self) has a later one."""
         self._registration_touched = asyncio.Event()
         """Set when this member registered, or its registration changed (a watch)."""
-        self._members: dict[str, tuple[MemberInfo, int]] = {}
+        self._members: dict[str, tuple[Registration, int]] = {}
         self._ids_read: tuple[frozenset[str], int] | None = None
         """The registration names last listed, and the ``ids`` node's child version then."""
         for topic in subscription.topics:
@@ -300,7 +300,7 @@ class Membership:
             for state in list(self._topics.values()):
                 state.partitions = await self._topic_partitions(state)
 
-    async def _prepare_nodes(self) -> dict[str, tuple[MemberInfo, int]]:
+    async def _prepare_nodes(self) -> dict[str, tuple[Registration, int]]:
         """The group's paths exist; returns the members registered now."""
         await self._zk.ensure_path(self._layout.root, shared=True)
         await asyncio.gather(
@@ -707,7 +707,7 @@ class Membership:
         on after a SIGKILL); once registered, a named member that finds the name taken was
         replaced, and stops."""
         path = self._layout.member(self._id)
-        data = encode_member(
+        data = encode_registration(
             self._subscription,
             self._strategy,
             int(time.time() * 1000),
@@ -767,7 +767,7 @@ class Membership:
         self._states.lost()
         raise MemberReplacedError(self._layout.group, self._id)
 
-    async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[MemberInfo, int]]:
+    async def _read_members(self, *, watch: bool = True) -> dict[str, tuple[Registration, int]]:
         """The live members, each with its registration's info and creation zxid. ``watch`` asks
         for a rebalance at the next change.
 
@@ -798,13 +798,13 @@ class Membership:
                 raise result
             data, stat = result
             try:
-                known[member] = (decode_member(data), stat.czxid)
+                known[member] = (decode_registration(data), stat.czxid)
             except CoordinationError as exc:
                 log.warning("ignoring member %s: %s", member, exc)
         self._members = known
         return known
 
-    def _check_strategy(self, members: dict[str, tuple[MemberInfo, int]]) -> None:
+    def _check_strategy(self, members: dict[str, tuple[Registration, int]]) -> None:
         """The oldest member's strategy is the group's; a member with another may not join."""
         if not members:
             return

@@ -29,6 +29,7 @@ the command build on them.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -41,13 +42,13 @@ from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 __all__ = [
     "ROOT",
     "GroupLayout",
-    "MemberInfo",
+    "Registration",
     "check_member_name",
     "check_name",
-    "decode_member",
     "decode_offset",
+    "decode_registration",
     "decode_target",
-    "encode_member",
+    "encode_registration",
     "encode_target",
     "group_path",
     "ids_path",
@@ -156,28 +157,53 @@ class GroupLayout:
 
 
 @dataclass(frozen=True)
-class MemberInfo:
-    """What a member's registration says: its topics, its assignment strategy, when it
-    registered (Unix milliseconds; None where the registration does not say) and, for a named
-    member, its name and grace.
+class Registration:
+    """What a member's registration node says, as this library or Kafka's ZooKeeper consumer
+    wrote it; the member and the ``aio-cluster`` command read it alike.
 
-    ``topics`` holds the topics a static subscription names (none for a pattern, whose regex is
-    no topic name); ``subscription`` says which topics the member reads (`subscribes`).
+    ``entries`` are the keys of its ``subscription`` map: the topics where ``pattern`` is
+    ``static``, the one regular expression of a ``white_list`` (topics it matches) or
+    ``black_list`` (topics it does not) otherwise. A pattern is matched against the whole topic
+    name, as Java's ``String.matches`` did for Kafka's consumer.
     """
 
-    topics: frozenset[str]
-    strategy: Strategy | str
+    entries: tuple[str, ...]
+    """The keys of the registration's ``subscription`` map, sorted."""
+    pattern: str = "static"
+    """The registration's ``pattern``: ``static``, ``white_list``, ``black_list``, or any other
+    text another tool wrote."""
+    strategy: Strategy | str = Strategy.RANGE
+    """The member's assignment strategy; an unknown one is kept as its text."""
     since_ms: int | None = None
-    subscription: Subscription | None = None
+    """When the member registered, in Unix milliseconds; None where the registration does not
+    say."""
     name: str | None = None
     """The member's ``member_name``, for a named member."""
     rejoin_grace: float | None = None
     """How long, in seconds, a named member's partitions wait for it to come back."""
 
+    @functools.cached_property
+    def subscription(self) -> Subscription:
+        """What the member reads, by the library's rules (see `understood`)."""
+        return Subscription.recorded(self.pattern, self.entries)
+
+    @property
+    def understood(self) -> bool:
+        """Whether the library reads the recorded subscription as written: ``static``, or a
+        ``white_list`` / ``black_list`` of one regular expression Python compiles. One it does
+        not (a kind of pattern unknown here, an expression Python refuses) is read as the
+        single-topic releases read every registration, as the topics named; a reader that must
+        not miss a member (a reset) takes such a member as reading any topic."""
+        return self.subscription.kind == self.pattern
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """The topics a static subscription names (none for a pattern, whose regex is no topic
+        name)."""
+        return frozenset(self.subscription.topics)
+
     def subscribes(self, topic: str) -> bool:
         """Whether the member reads ``topic`` (for a pattern: whether it matches the name)."""
-        if self.subscription is None:
-            return topic in self.topics
         return self.subscription.matches(topic)
 
 
@@ -191,7 +217,7 @@ def check_member_name(name: object) -> None:
     check_name("member", name)
 
 
-def encode_member(
+def encode_registration(
     subscription: str | Subscription,
     strategy: Strategy,
     timestamp_ms: int,
@@ -222,19 +248,22 @@ def encode_member(
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decode_member(data: bytes) -> MemberInfo:
+def decode_registration(data: bytes) -> Registration:
     """Read a registration written by this library or another classic ZooKeeper consumer.
 
     A registration without an ``assignment`` field comes from a classic consumer, whose default is
-    the range strategy. An unknown strategy is kept as its text, so it never matches ours.
+    the range strategy. An unknown strategy is kept as its text, so it never matches ours. One
+    without a ``pattern`` (an older one) is static.
 
     Raises:
-        CoordinationError: the data is not a registration.
+        CoordinationError: the data is not a registration (no JSON object with a
+            ``subscription`` object).
     """
     try:
         doc = json.loads(data)
         subscription = doc["subscription"]
-        topics = frozenset(str(topic) for topic in subscription)
+        if not isinstance(subscription, dict):
+            raise TypeError(subscription)
     except (ValueError, KeyError, TypeError) as exc:
         raise CoordinationError(f"member registration {data[:80]!r} is not valid JSON") from exc
     raw = doc.get("assignment", Strategy.RANGE.value)
@@ -243,15 +272,13 @@ def decode_member(data: bytes) -> MemberInfo:
     except ValueError:
         strategy = str(raw)
     stamp = str(doc.get("timestamp", ""))
-    since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
-    # Registrations without a pattern (older ones) are static.
-    subscription = Subscription.recorded(str(doc.get("pattern", "static")), sorted(topics))
+    pattern = doc.get("pattern", "static")
     name = doc.get("name")
-    return MemberInfo(
-        topics=frozenset(subscription.topics),
+    return Registration(
+        entries=tuple(sorted(str(key) for key in subscription)),
+        pattern=pattern if isinstance(pattern, str) else str(pattern),
         strategy=strategy,
-        since_ms=since_ms,
-        subscription=subscription,
+        since_ms=int(stamp) if stamp.isascii() and stamp.isdigit() else None,
         name=name if isinstance(name, str) else None,
         rejoin_grace=_seconds(doc.get("rejoin_grace")),
     )
