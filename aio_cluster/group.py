@@ -399,7 +399,6 @@ class ConsumerGroup(Generic[PartitionT]):
         first = subscription.topics[0] if subscription.topics else ""
         self._fetcher = Fetcher(
             brokers,
-            first,
             keys=keys,
             client_id=self._id,
             max_bytes=max_bytes,

@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import anyio
@@ -46,6 +46,7 @@ from ..group import ConsumerGroup
 from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
+from ..kafka.topics import TopicPartition
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, Registration, group_path
 from ..zookeeper.security import ZooKeeperTLS
@@ -511,7 +512,7 @@ async def _look(
                 f"topic {name} does not exist in Kafka: the group's nodes of it are not shown"
             )
             continue
-        bounds = await kafka.bounds(name, partitions)
+        bounds = _by_partition(await kafka.bounds({name: partitions}))
         stored = await survey.read_stored(zk, layout)
         owners = await survey.read_owners(zk, layout)
         rows += lag_rows(name, owners, stored, bounds)
@@ -522,6 +523,11 @@ async def _look(
             if isinstance(value, Unreadable)
         ]
     return members, rows, notes
+
+
+def _by_partition(found: Mapping[TopicPartition, T]) -> dict[int, T]:
+    """One topic's answer of the offset reader, by partition id."""
+    return {tp.partition: value for tp, value in found.items()}
 
 
 def _stop_on_signals() -> anyio.Event:
@@ -781,10 +787,12 @@ async def _plan_topic(
     partitions = select_partitions(await kafka.partitions(topic), wanted)
     if execute:
         await _refusable(layout.offsets, survey.ensure_fences(zk, layout, partitions))
-    bounds = await kafka.bounds(topic, partitions)
+    bounds = _by_partition(await kafka.bounds({topic: partitions}))
     at_time = None
     if isinstance(target, ToTime):
-        at_time = await kafka.offsets_for_time(topic, partitions, target.timestamp_ms)
+        at_time = _by_partition(
+            await kafka.offsets_for_time({topic: partitions}, target.timestamp_ms)
+        )
     nodes = await survey.read_offset_nodes(zk, layout)
     stored = {p: value for p, (value, _version) in nodes.items()}
     return (
