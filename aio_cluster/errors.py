@@ -2,7 +2,11 @@
 
 Every error derives from [AioClusterError][aio_cluster.AioClusterError], so one
 ``except AioClusterError`` catches all of them. Errors of the third-party clients (kazoo, aiokafka)
-are translated where they enter the library, with the original kept as ``__cause__``::
+are translated where they enter the library, with the original kept as ``__cause__``. The
+errors marked *internal* are handled inside the library (a server's answer it acts on: a node
+that exists, a stale version, an offset the broker no longer holds; or a bug check); they are
+here so that every error the package raises has its place in the tree, and should one ever
+reach a caller, an ``except`` of its parent catches it::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
@@ -10,24 +14,32 @@ are translated where they enter the library, with the original kept as ``__cause
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
     │   ├── CoordinationTimeout     a ZooKeeper call took longer than its bound
     │   ├── SessionLostError        the ZooKeeper session expired: every claim is gone
-    │   └── CorruptOffsetError      an offset node holds no offset (not retriable: reset it)
+    │   ├── CorruptOffsetError      an offset node holds no offset (not retriable: reset it)
+    │   ├── NodeExistsError         internal: the node to create exists already
+    │   ├── NoNodeError             internal: the node (or a create's parent) does not exist
+    │   └── BadVersionError         internal: a conditional write found another version
     ├── StrategyMismatchError       the group's members use another assignment strategy
     ├── MemberReplacedError         a newer member took this named member's name and partitions
     ├── NotOwnedError               commit, pause or seek of a partition this member does not own
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
+    ├── IllegalTransition           internal: a partition state change it does not allow (a bug)
     ├── BrokerError                 Kafka did not answer as expected (retriable)
+    │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
     └── FetchError                  records of a partition cannot be read: retrying cannot mend it
         └── DeserializationError    the key or value deserializer refused a record
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
     "AuthenticationError",
+    "BadVersionError",
     "BrokerError",
     "ConfigurationError",
     "CoordinationError",
@@ -36,9 +48,13 @@ __all__ = [
     "DeserializationError",
     "FetchError",
     "GroupClosedError",
+    "IllegalTransition",
     "LocalClusterError",
     "MemberReplacedError",
+    "NoNodeError",
+    "NodeExistsError",
     "NotOwnedError",
+    "OffsetsOutOfRange",
     "SessionLostError",
     "StrategyMismatchError",
 ]
@@ -99,6 +115,26 @@ class CorruptOffsetError(CoordinationError):
         self.data = data
 
 
+class NodeExistsError(CoordinationError):
+    """The node to create exists already (internal: the library acts on this answer)."""
+
+    retriable = False
+
+
+class NoNodeError(CoordinationError):
+    """The node (or, for a create, its parent) does not exist (internal: the library acts on
+    this answer)."""
+
+    retriable = False
+
+
+class BadVersionError(CoordinationError):
+    """A conditional write found the node at another version, or gone (internal: the library
+    acts on this answer)."""
+
+    retriable = False
+
+
 class StrategyMismatchError(AioClusterError):
     """The group's live members publish another assignment strategy than this member's."""
 
@@ -143,12 +179,33 @@ class GroupClosedError(AioClusterError):
     """The ConsumerGroup was used after it was closed."""
 
 
+class IllegalTransition(AioClusterError):
+    """A part of the member asked for a transition the state of the partition does not allow:
+    a bug in the library (internal: `aio_cluster.member.partitions` raises it)."""
+
+
 class BrokerError(AioClusterError):
     """Kafka did not answer as expected (an unreachable broker, a failed request, a protocol
     error). A topic that does not exist is a
     [ConfigurationError][aio_cluster.ConfigurationError]."""
 
     retriable = True
+
+
+class OffsetsOutOfRange(BrokerError):
+    """The positions of some partitions are outside what the broker holds (retention deleted
+    them, or the topic was recreated). Internal: the member moves those partitions back within
+    the log and fetches on.
+
+    Attributes:
+        partitions: the partition keys concerned, with the offset that was asked for.
+    """
+
+    retriable = False
+
+    def __init__(self, partitions: Mapping[int, int]) -> None:
+        super().__init__(f"offsets out of range: {dict(partitions)}")
+        self.partitions = dict(partitions)
 
 
 class FetchError(AioClusterError):

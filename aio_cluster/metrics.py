@@ -17,8 +17,12 @@ refreshing task running::
     start_http_server(9100)
     tasks.start_soon(metrics.run, 5.0)
 
-The series, every one labelled with ``group``, ``topic`` and ``member`` (and ``partition``
-where per partition)::
+The series, every one labelled with ``group`` and ``member``; those per partition also with
+the partition's own ``topic`` and ``partition``, so that a member on many topics (a list, a
+pattern) has one series per partition of each, and every ``topic`` label is one topic's name.
+The member's own figures carry no ``topic``: they count the member as a whole, whatever it
+reads, and summing them over a group counts each record, batch and rebalance once. Its claimed
+partitions per topic are ``count by (group, topic) (aio_cluster_partition_end_offset)``::
 
     aio_cluster_partition_lag                    gauge      records not yet committed
     aio_cluster_partition_stored_offset          gauge      the offset stored in ZooKeeper
@@ -78,8 +82,10 @@ DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 milliseconds, one that waits for a previous owner's claim up to ``claim_timeout``."""
 
 _SESSION_STATES = ("connected", "suspended", "lost", "closed")
-_MEMBER = ("group", "topic", "member")
+_MEMBER = ("group", "member")
+"""The labels of a member's own figures: no topic, since they count the member as a whole."""
 _PARTITION = ("group", "topic", "partition", "member")
+"""The labels of a partition's figures: the topic is the partition's own."""
 
 
 @dataclass
@@ -284,13 +290,13 @@ class GroupMetrics(Collector):
             if snapshot is None:
                 continue
             group = member.group
-            who = [group.name, group.topic, snapshot.member_id]
+            who = [group.name, snapshot.member_id]
             for figures in snapshot.partitions:
-                # A member on many topics: each partition is labelled with its own topic.
+                # A member on one topic names a partition by its id, on many by TopicPartition.
                 topic, partition = (
                     figures.partition
                     if isinstance(figures.partition, TopicPartition)
-                    else (group.topic, figures.partition)
+                    else (group.topics[0], figures.partition)
                 )
                 labels = [group.name, topic, str(partition), snapshot.member_id]
                 lag.add_metric(labels, figures.lag)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
 import aio_cluster
-from aio_cluster import AioClusterError
+from aio_cluster import AioClusterError, errors
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -28,6 +30,29 @@ def test_every_error_derives_from_the_root() -> None:
     ]
     assert len(errors) > 5
     assert all(issubclass(error, AioClusterError) for error in errors)
+
+
+def test_every_error_the_package_defines_is_in_the_documented_tree() -> None:
+    """Every exception class of the package lives in errors.py, is exported there, and has its
+    line in the tree its docstring draws."""
+    modules = [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(aio_cluster.__path__, "aio_cluster.")
+        if not info.name.endswith("__main__")
+    ]
+    defined = {
+        obj
+        for module in modules
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, BaseException)
+        and obj.__module__.startswith("aio_cluster")
+        and not obj.__name__.startswith("_")  # private signals that never leave their module
+    }
+    assert {error.__module__ for error in defined} == {"aio_cluster.errors"}
+    assert {error.__name__ for error in defined} == set(errors.__all__)
+    tree = re.findall(r"^ *[│ ]*[├└]── (\w+)", errors.__doc__ or "", flags=re.MULTILINE)
+    assert sorted(["AioClusterError", *tree]) == sorted(errors.__all__)
 
 
 PACKAGE = Path(aio_cluster.__file__).parent

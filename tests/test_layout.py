@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import aio_cluster
 from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetError, Strategy
 from aio_cluster.assign.target import StickyTarget
 from aio_cluster.kafka.options import parse_bootstrap
+from aio_cluster.kafka.topics import TopicKeys
+from aio_cluster.member.keyed_layout import KeyedLayout
 from aio_cluster.zookeeper.client import parse_hosts
 from aio_cluster.zookeeper.layout import (
+    ROOT,
     GroupLayout,
-    decode_member,
     decode_offset,
+    decode_registration,
     decode_target,
-    encode_member,
+    encode_registration,
     encode_target,
+    group_path,
+    ids_path,
+    member_path,
+    offsets_path,
+    owners_path,
 )
 
 
@@ -27,6 +38,31 @@ def test_classic_paths() -> None:
     assert layout.member("m-1") == "/consumers/my-group/ids/m-1"
     assert layout.owner(3) == "/consumers/my-group/owners/my.topic/3"
     assert layout.offset(0) == "/consumers/my-group/offsets/my.topic/0"
+
+
+def test_the_group_paths_are_spelled_in_one_place() -> None:
+    assert (ROOT, group_path("g"), ids_path("g")) == (
+        "/consumers",
+        "/consumers/g",
+        "/consumers/g/ids",
+    )
+    assert member_path("g", "m") == GroupLayout("g", "t").member("m") == "/consumers/g/ids/m"
+    assert owners_path("g") == "/consumers/g/owners"
+    assert offsets_path("g") == "/consumers/g/offsets"
+    keyed = KeyedLayout("g", TopicKeys(("t", "u")), many=True)
+    assert (keyed.root, keyed.ids, keyed.member("m")) == (
+        ROOT,
+        ids_path("g"),
+        member_path("g", "m"),
+    )
+    assert keyed.offset(2**31 + 4) == GroupLayout("g", "u").offset(4)
+    package = Path(aio_cluster.__file__).parent
+    spelled = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if re.search(r'f?"/consumers', path.read_text()) and path.name != "layout.py"
+    ]
+    assert spelled == [], "only zookeeper/layout.py spells the layout's paths"
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "..", ".", "x" * 250, "spa ce", "ü"])
@@ -38,7 +74,7 @@ def test_bad_names_are_refused_with_the_name(bad: str) -> None:
 
 
 def test_member_data_is_the_classic_json_plus_strategy() -> None:
-    doc = json.loads(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    doc = json.loads(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert doc == {
         "version": 1,
         "subscription": {"t": 1},
@@ -46,21 +82,24 @@ def test_member_data_is_the_classic_json_plus_strategy() -> None:
         "timestamp": "1234",
         "assignment": "roundrobin",
     }
-    info = decode_member(encode_member("t", Strategy.ROUND_ROBIN, 1234))
+    info = decode_registration(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert info.topics == {"t"}
     assert info.strategy is Strategy.ROUND_ROBIN
 
 
 def test_classic_consumer_registration_counts_as_range() -> None:
     data = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
-    assert decode_member(data).strategy is Strategy.RANGE
-    assert decode_member(data.replace(b'"1"}', b'"1","assignment":"sticky"}')).strategy == "sticky"
+    assert decode_registration(data).strategy is Strategy.RANGE
+    assert (
+        decode_registration(data.replace(b'"1"}', b'"1","assignment":"sticky"}')).strategy
+        == "sticky"
+    )
 
 
 @pytest.mark.parametrize("data", [b"{}", b"not json", b'{"subscription": 3}', b"[]"])
 def test_bad_member_data(data: bytes) -> None:
     with pytest.raises(CoordinationError, match="registration"):
-        decode_member(data)
+        decode_registration(data)
 
 
 @given(st.integers(min_value=0, max_value=2**63))

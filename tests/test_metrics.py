@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +39,11 @@ async def test_collector_shows_lag_falling_to_zero_and_the_counters(
         group_name, cluster.bootstrap, cluster.zookeeper, topic, commit_interval=0.1
     ) as group:
         metrics = GroupMetrics(group, registry=registry)
-        who = {"group": group_name, "topic": topic, "member": group.id}
+        who = {"group": group_name, "member": group.id}
         # Nothing handed out yet: each partition's lag is all of its records.
         await metrics.refresh()
         for partition in (0, 1):
-            where = {**who, "partition": str(partition)}
+            where = {**who, "topic": topic, "partition": str(partition)}
             assert value(registry, "aio_cluster_partition_lag", **where) == counts[partition]
             assert value(registry, "aio_cluster_partition_end_offset", **where) == counts[partition]
             assert value(registry, "aio_cluster_partition_stored_offset", **where) is None
@@ -63,13 +64,14 @@ async def test_collector_shows_lag_falling_to_zero_and_the_counters(
         async def caught_up() -> bool:
             await metrics.refresh()
             return all(
-                value(registry, "aio_cluster_partition_lag", **who, partition=str(p)) == 0
+                value(registry, "aio_cluster_partition_lag", **who, topic=topic, partition=str(p))
+                == 0
                 for p in (0, 1)
             )
 
         await wait_until(caught_up, what="the lag gauges fall to 0")
         for partition in (0, 1):
-            where = {**who, "partition": str(partition)}
+            where = {**who, "topic": topic, "partition": str(partition)}
             assert (
                 value(registry, "aio_cluster_partition_stored_offset", **where) == counts[partition]
             )
@@ -87,8 +89,49 @@ async def test_collector_shows_lag_falling_to_zero_and_the_counters(
         assert value(registry, "aio_cluster_rebalance_duration_seconds_count", **who) == rebalances
         assert value(registry, "aio_cluster_claim_timeouts_total", **who) == 0
     await metrics.refresh()
-    assert value(registry, "aio_cluster_partition_lag", **who, partition="0") is None  # closed
+    gone = value(registry, "aio_cluster_partition_lag", **who, topic=topic, partition="0")
+    assert gone is None  # closed
     metrics.unregister()
+
+
+def labels_by_series(registry: CollectorRegistry) -> dict[str, list[dict[str, str]]]:
+    """Family name -> the labels of each of its samples."""
+    return {
+        family.name: [dict(sample.labels) for sample in family.samples]
+        for family in registry.collect()
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_member_on_many_topics_labels_each_series_with_one_topic(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    """Per partition, the partition's own topic; the member's own figures carry no topic, for
+    a list of topics and for a pattern alike (never the topics joined, never the regex)."""
+    a, b = await make_topic(partitions=2), await make_topic(partitions=1)
+    counts = {a: await produce(a, 6), b: await produce(b, 3)}
+    pattern = re.compile(f"{re.escape(a)}|{re.escape(b)}")
+    for topics, name in (([a, b], f"{group_name}-list"), (pattern, f"{group_name}-pattern")):
+        registry = CollectorRegistry()
+        async with ConsumerGroup(name, cluster.bootstrap, cluster.zookeeper, topics) as group:
+            await wait_until(lambda: len(group.claimed) == 3, what=f"{name} claims both topics")
+            metrics = GroupMetrics(group, registry=registry)
+            await metrics.refresh()
+            who = {"group": name, "member": group.id}
+            for topic, partition in ((a, 0), (a, 1), (b, 0)):
+                where = {**who, "topic": topic, "partition": str(partition)}
+                lag = value(registry, "aio_cluster_partition_lag", **where)
+                assert lag == counts[topic][partition], (topics, topic, partition)
+            assert value(registry, "aio_cluster_claimed_partitions", **who) == 3
+            assert value(registry, "aio_cluster_records_total", **who) == 0
+            assert value(registry, "aio_cluster_member_state", **who, state="joined") == 1
+            for family, samples in labels_by_series(registry).items():
+                for labels in samples:
+                    if family.startswith("aio_cluster_partition_"):
+                        assert labels["topic"] in (a, b), (family, labels)
+                    else:
+                        assert "topic" not in labels, (family, labels)
+            metrics.unregister()
 
 
 def test_bad_buckets_are_refused() -> None:
@@ -169,9 +212,10 @@ async def test_app_serves_metrics_over_http_lag_falls_and_a_rebalance_is_counted
 
             await wait_until(lambda: caught_up(200), timeout=60, what=f"{app}: lag 0 after 200")
             labels = next(iter(seen[-1]["aio_cluster_records_total"]))
-            assert {name for name, _ in labels} == {"group", "topic", "member"}
+            assert {name for name, _ in labels} == {"group", "member"}
             assert dict(labels)["group"] == group_name
-            assert dict(labels)["topic"] == topic
+            for labels in seen[-1]["aio_cluster_partition_lag"]:
+                assert dict(labels)["topic"] == topic
             # More records while it serves: the scrapes follow them to lag 0 again.
             await produce(topic, 100, start=200)
             await wait_until(lambda: caught_up(300), what=f"{app}: lag 0 after 300")

@@ -243,7 +243,7 @@ async def test_leader_broker_dies_mid_consumption(multi_cluster: LocalCluster, t
             # A member's metadata requests go to the live brokers, never to the dead one.
             fetcher = run.members[0].group._member.fetcher
             for _ in range(10):
-                assert await fetcher.partitions() == list(range(PARTITIONS))
+                assert await fetcher.partitions(topic) == list(range(PARTITIONS))
             await run.progress(lambda: run.consumed_from(led), 100, "consumed from the new leaders")
             await multi_cluster.start_broker(leader)
             stopped = None

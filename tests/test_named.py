@@ -20,9 +20,9 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import Stat, ZooKeeper
 from aio_cluster.zookeeper.layout import (
     GroupLayout,
-    decode_member,
+    decode_registration,
     decode_target,
-    encode_member,
+    encode_registration,
     encode_target,
 )
 
@@ -81,9 +81,11 @@ def test_graces_and_names_survive_their_nodes() -> None:
     gone = next_target(first, range(12), ["a", "b"], now_ms=2_000)
     assert gone is not None
     assert decode_target(encode_target(gone)) == gone
-    info = decode_member(encode_member("t", Strategy.STICKY, 5, name="n", rejoin_grace=30.0))
+    info = decode_registration(
+        encode_registration("t", Strategy.STICKY, 5, name="n", rejoin_grace=30.0)
+    )
     assert (info.name, info.rejoin_grace) == ("n", 30.0)
-    plain = decode_member(encode_member("t", Strategy.STICKY, 5))
+    plain = decode_registration(encode_registration("t", Strategy.STICKY, 5))
     assert (plain.name, plain.rejoin_grace) == (None, None)
 
 

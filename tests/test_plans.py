@@ -10,7 +10,6 @@ from aio_cluster import ConfigurationError, CoordinationError, Strategy
 from aio_cluster.cli.plans import (
     LagRow,
     PlanRow,
-    Registration,
     ResetTarget,
     ShiftBy,
     ToEarliest,
@@ -19,14 +18,17 @@ from aio_cluster.cli.plans import (
     ToTime,
     Unreadable,
     lag_rows,
+    may_read,
     member_host,
+    member_json,
     parse_partitions,
     parse_timestamp,
     plan_reset,
-    read_registration,
     reset_topics,
     select_partitions,
+    subscription_text,
 )
+from aio_cluster.zookeeper.layout import Registration, decode_registration
 
 BOUNDS = {0: (0, 100), 1: (10, 50), 2: (0, 0)}
 
@@ -116,7 +118,7 @@ def test_times_are_iso_8601_and_utc_without_a_zone() -> None:
 
 
 def test_registrations_of_topics_patterns_and_names_are_read() -> None:
-    many = read_registration(
+    many = decode_registration(
         b'{"version":1,"subscription":{"orders":1,"refunds":1},"pattern":"static",'
         b'"timestamp":"1764720000000","assignment":"sticky","name":"orders-3"}'
     )
@@ -126,9 +128,20 @@ def test_registrations_of_topics_patterns_and_names_are_read() -> None:
     assert many.topics == {"orders", "refunds"}
     assert many.subscribes("refunds")
     assert not many.subscribes("chargebacks")
-    assert many.shown() == "orders, refunds"
+    assert subscription_text(many) == "orders, refunds"
+    assert member_json("m", "h", many, 2) == {
+        "member": "m",
+        "name": "orders-3",
+        "host": "h",
+        "since": "2025-12-03T00:00:00+00:00",
+        "strategy": "sticky",
+        "pattern": "static",
+        "subscription": ["orders", "refunds"],
+        "partitions": 2,
+    }
+    assert member_json("m", None, None, 0)["subscription"] == []
 
-    white = read_registration(
+    white = decode_registration(
         b'{"version":1,"subscription":{"events\\\\..*":1},"pattern":"white_list",'
         b'"timestamp":"x","name":"x"}'
     )
@@ -137,23 +150,36 @@ def test_registrations_of_topics_patterns_and_names_are_read() -> None:
     assert white.subscribes("events.a")
     assert not white.subscribes("events")
     assert not white.subscribes("my.events.a")  # the whole name matches, as in Java
-    assert white.shown() == "white_list events\\..*"
+    assert subscription_text(white) == "white_list events\\..*"
 
-    black = Registration(("events\\..*", "audit"), "black_list")
+    black = Registration(("events\\..*|audit",), "black_list")
     assert black.subscribes("orders")
     assert not black.subscribes("audit")
     assert not black.subscribes("events.a")
-    # An invalid expression matches nothing; a kind of pattern unknown here takes everything.
-    assert not Registration(("(",), "white_list").subscribes("(")
-    assert Registration(("x",), "regex_v2").subscribes("orders")
-    # A subscription key that cannot be a topic is none.
-    assert Registration(("ok", "no/slash")).topics == {"ok"}
 
-    odd = read_registration(b'{"subscription":{"a":1},"pattern":7,"name":["n"]}')
+    odd = decode_registration(b'{"subscription":{"a":1},"pattern":7,"name":["n"]}')
     assert (odd.pattern, odd.name) == ("7", None)
     for bad in (b"not json", b'{"subscription":["a"]}', b'{"pattern":"static"}', b"[]"):
         with pytest.raises(CoordinationError):
-            read_registration(bad)
+            decode_registration(bad)
+
+
+def test_a_reset_counts_a_member_it_cannot_rule_out() -> None:
+    """The member reads a subscription it does not understand as the names recorded; a reset
+    takes such a member (and one whose registration is unreadable) as reading any topic."""
+    assert may_read(None, "orders")
+    assert not may_read(Registration(("refunds",)), "orders")
+    assert may_read(Registration(("events\\..*",), "white_list"), "events.a")
+    assert not may_read(Registration(("events\\..*",), "white_list"), "orders")
+    for unread in (
+        Registration(("(",), "white_list"),  # an expression Python refuses
+        Registration(("a.*", "b.*"), "black_list"),  # more than one expression
+        Registration(("x",), "regex_v2"),  # a kind of pattern unknown here
+    ):
+        assert not unread.understood
+        assert may_read(unread, "orders")
+    assert not Registration(("(",), "white_list").subscribes("(")  # the member reads nothing
+    assert Registration(("x",), "regex_v2").subscribes("x")  # the member reads the names
 
 
 def test_a_reset_takes_the_topics_named_every_one_or_the_only_one() -> None:

@@ -443,7 +443,7 @@ async def test_poison_record_goes_to_the_dead_letter_topic(
             registry = CollectorRegistry()
             metrics = GroupMetrics(group, registry=registry)
             await metrics.refresh()
-            who = {"group": group_name, "topic": topic, "member": group.id}
+            who = {"group": group_name, "member": group.id}
             scraped = {
                 name: registry.get_sample_value(name, who)
                 for name in (

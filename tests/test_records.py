@@ -27,6 +27,7 @@ from aio_cluster import ConsumerGroup, DeserializationError, FetchError
 from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.offset_reader import OffsetReader
+from aio_cluster.kafka.topics import TopicKeys
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -118,7 +119,7 @@ async def ends(cluster: LocalCluster, topic: str, partitions: list[int]) -> dict
     reader = OffsetReader(cluster.bootstrap, client_id="test-ends")
     await reader.start()
     try:
-        return await reader.ends(topic, partitions)
+        return {tp.partition: end for tp, end in (await reader.ends({topic: partitions})).items()}
     finally:
         await reader.stop()
 
@@ -424,7 +425,12 @@ class RefusingConsumer:
 
 async def test_an_authorization_failure_raises_a_fetch_error_naming_the_partition() -> None:
     fetcher = Fetcher(
-        "127.0.0.1:1", "secret-topic", client_id="test", max_bytes=1024, max_wait_ms=10, min_bytes=1
+        "127.0.0.1:1",
+        keys=TopicKeys(("secret-topic",)),
+        client_id="test",
+        max_bytes=1024,
+        max_wait_ms=10,
+        min_bytes=1,
     )
     real = fetcher._consumer
     fetcher._consumer = RefusingConsumer()

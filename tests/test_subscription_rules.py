@@ -21,7 +21,7 @@ from aio_cluster import (
 from aio_cluster.assign.strategies import Strategy
 from aio_cluster.assign.subscription import Subscription
 from aio_cluster.kafka.topics import PARTITION_SPAN, TopicKeys
-from aio_cluster.zookeeper.layout import decode_member, encode_member
+from aio_cluster.zookeeper.layout import decode_registration, encode_registration
 
 
 @pytest.mark.parametrize(
@@ -49,10 +49,10 @@ def test_bad_subscriptions_are_refused_at_construction(
 
 
 def test_a_list_is_recorded_as_a_static_subscription() -> None:
-    doc = json.loads(encode_member(Subscription.of(["a", "b"]), Strategy.STICKY, 7))
+    doc = json.loads(encode_registration(Subscription.of(["a", "b"]), Strategy.STICKY, 7))
     assert doc["subscription"] == {"a": 1, "b": 1}
     assert doc["pattern"] == "static"
-    info = decode_member(json.dumps(doc).encode())
+    info = decode_registration(json.dumps(doc).encode())
     assert info.topics == {"a", "b"}
     assert info.subscribes("a")
     assert not info.subscribes("c")
@@ -60,12 +60,12 @@ def test_a_list_is_recorded_as_a_static_subscription() -> None:
 
 def test_a_pattern_is_recorded_as_a_white_list_with_its_exclusion_folded_in() -> None:
     subscription = Subscription.of(re.compile(r"events\..*"), re.compile(r"events\.old.*"))
-    doc = json.loads(encode_member(subscription, Strategy.STICKY, 7))
+    doc = json.loads(encode_registration(subscription, Strategy.STICKY, 7))
     assert doc["pattern"] == "white_list"
     ((regex, streams),) = doc["subscription"].items()
     assert streams == 1
     assert regex == r"(?!(?:events\.old.*)$)(?:events\..*)"
-    info = decode_member(json.dumps(doc).encode())
+    info = decode_registration(json.dumps(doc).encode())
     assert info.topics == frozenset()  # a regex is no topic name (tools list topics by it)
     assert info.subscribes("events.orders")
     assert not info.subscribes("events.old-orders")
@@ -75,15 +75,15 @@ def test_a_pattern_is_recorded_as_a_white_list_with_its_exclusion_folded_in() ->
 
 def test_black_lists_and_old_registrations_are_read() -> None:
     classic = b'{"version":1,"subscription":{"tmp.*":1},"pattern":"black_list","timestamp":"1"}'
-    info = decode_member(classic)
+    info = decode_registration(classic)
     assert info.subscribes("orders")
     assert not info.subscribes("tmp1")
     assert not info.subscribes("__transaction_state")
     old = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
-    assert decode_member(old).subscribes("t")
-    assert not decode_member(old).subscribes("u")
+    assert decode_registration(old).subscribes("t")
+    assert not decode_registration(old).subscribes("u")
     unreadable = b'{"version":1,"subscription":{"(":1},"pattern":"white_list","timestamp":"1"}'
-    assert not decode_member(unreadable).subscribes("(")
+    assert not decode_registration(unreadable).subscribes("(")
 
 
 def test_a_pattern_selects_the_matching_topics_sorted_and_a_list_keeps_its_own() -> None:

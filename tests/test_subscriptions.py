@@ -22,7 +22,7 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
-from aio_cluster.zookeeper.layout import GroupLayout, decode_member
+from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
 
 from support import closable, fresh, topic_known, wait_until
 
@@ -151,7 +151,7 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
     async with group:
         assert group.topics == [first]
         data, _stat = await zk.get(GroupLayout(group_name, first).member(group.id))
-        info = decode_member(data)
+        info = decode_registration(data)
         assert info.subscribes(first)
         assert not info.subscribes(f"{base}.skipped")
         async with consuming(group, seen) as task:

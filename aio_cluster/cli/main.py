@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
@@ -47,15 +47,15 @@ from ..group import ConsumerGroup
 from ..kafka.fetcher import ISOLATION_LEVELS
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.options import KafkaOptions
+from ..kafka.topics import TopicPartition
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout
+from ..zookeeper.layout import GroupLayout, Registration, group_path
 from ..zookeeper.security import Acl, ZooKeeperTLS
 from . import survey, tables
 from .health import PartitionHealth, Sample, Thresholds, judge, parse_duration, verdict
 from .plans import (
     LagRow,
     PlanRow,
-    Registration,
     ResetTarget,
     ShiftBy,
     ToEarliest,
@@ -64,7 +64,9 @@ from .plans import (
     ToTime,
     Unreadable,
     lag_rows,
+    may_read,
     member_host,
+    member_json,
     parse_partitions,
     parse_timestamp,
     plan_reset,
@@ -514,7 +516,7 @@ async def _look(
                 f"topic {name} does not exist in Kafka: the group's nodes of it are not shown"
             )
             continue
-        bounds = await kafka.bounds(name, partitions)
+        bounds = _by_partition(await kafka.bounds({name: partitions}))
         stored = await survey.read_stored(zk, layout)
         owners = await survey.read_owners(zk, layout)
         rows += lag_rows(name, owners, stored, bounds)
@@ -525,6 +527,11 @@ async def _look(
             if isinstance(value, Unreadable)
         ]
     return members, rows, notes
+
+
+def _by_partition(found: Mapping[TopicPartition, T]) -> dict[int, T]:
+    """One topic's answer of the offset reader, by partition id."""
+    return {tp.partition: value for tp, value in found.items()}
 
 
 def _stop_on_signals() -> anyio.Event:
@@ -549,7 +556,10 @@ async def _describe(args: argparse.Namespace) -> int:
         owned = _owned(rows)
         print(
             json.dumps(
-                [_member_json(args.group, m, info, owned) for m, info in sorted(members.items())],
+                [
+                    member_json(m, member_host(args.group, m), info, owned[m])
+                    for m, info in sorted(members.items())
+                ],
                 indent=2,
             )
         )
@@ -564,24 +574,6 @@ async def _describe(args: argparse.Namespace) -> int:
 def _owned(rows: Sequence[LagRow]) -> Counter[str]:
     """member id -> how many of the rows' partitions it owns."""
     return Counter(row.owner for row in rows if row.owner is not None)
-
-
-def _member_json(
-    group: str, member: str, info: Registration | None, owned: Counter[str]
-) -> dict[str, object]:
-    host = member_host(group, member)
-    if info is not None:
-        return info.as_json(member, host, owned[member])
-    return {
-        "member": member,
-        "name": None,
-        "host": host,
-        "since": None,
-        "strategy": None,
-        "pattern": None,
-        "subscription": [],
-        "partitions": owned[member],
-    }
 
 
 def _describe_view(group: str, look: Look, *, members_only: bool = False) -> Stack:
@@ -718,7 +710,7 @@ async def _reset(args: argparse.Namespace) -> int:
                 raise ConfigurationError(
                     f"none of the topics of group {args.group!r} exists in Kafka: nothing to reset"
                 )
-        where = layouts[topics[0]].offsets if len(topics) == 1 else f"/consumers/{args.group}"
+        where = layouts[topics[0]].offsets if len(topics) == 1 else group_path(args.group)
         for attempt in range(1, _RESET_ATTEMPTS + 1):
             members = await survey.read_members(zk, args.group)
             plans: dict[str, list[PlanRow]] = {}
@@ -728,9 +720,7 @@ async def _reset(args: argparse.Namespace) -> int:
                     zk, kafka, layouts[topic], target, wanted, execute=args.execute
                 )
             active = {
-                topic: sorted(
-                    m for m, info in members.items() if info is None or info.subscribes(topic)
-                )
+                topic: sorted(m for m, info in members.items() if may_read(info, topic))
                 for topic in topics
             }
             registered = sorted({m for ids in active.values() for m in ids})
@@ -801,10 +791,12 @@ async def _plan_topic(
     partitions = select_partitions(await kafka.partitions(topic), wanted)
     if execute:
         await _refusable(layout.offsets, survey.ensure_fences(zk, layout, partitions))
-    bounds = await kafka.bounds(topic, partitions)
+    bounds = _by_partition(await kafka.bounds({topic: partitions}))
     at_time = None
     if isinstance(target, ToTime):
-        at_time = await kafka.offsets_for_time(topic, partitions, target.timestamp_ms)
+        at_time = _by_partition(
+            await kafka.offsets_for_time({topic: partitions}, target.timestamp_ms)
+        )
     nodes = await survey.read_offset_nodes(zk, layout)
     stored = {p: value for p, (value, _version) in nodes.items()}
     return (

@@ -6,20 +6,16 @@ Kafka, so that every rule here is tested without servers.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..assign.strategies import Strategy
-from ..errors import ConfigurationError, CoordinationError
+from ..errors import ConfigurationError
 from ..member.statistics import lag
-from ..zookeeper.layout import GroupLayout, decode_member
+from ..zookeeper.layout import Registration, check_name
 
 __all__ = [
     "LagRow",
     "PlanRow",
-    "Registration",
     "ResetTarget",
     "ShiftBy",
     "ToEarliest",
@@ -28,13 +24,15 @@ __all__ = [
     "ToTime",
     "Unreadable",
     "lag_rows",
+    "may_read",
     "member_host",
+    "member_json",
     "parse_partitions",
     "parse_timestamp",
     "plan_reset",
-    "read_registration",
     "reset_topics",
     "select_partitions",
+    "subscription_text",
     "topic_name",
 ]
 
@@ -107,106 +105,58 @@ def topic_name(name: str) -> bool:
     """Whether ``name`` can be a topic (Kafka's rule): a subscription's or a ZooKeeper node's
     name that cannot is no topic to look up."""
     try:
-        GroupLayout("-", name)
+        check_name("topic", name)
     except ConfigurationError:
         return False
     return True
 
 
-@dataclass(frozen=True)
-class Registration:
-    """What the command shows of a member's registration, as this library or Kafka's ZooKeeper
-    consumer wrote it: ``subscription`` names topics where ``pattern`` is ``static``, and the
-    regular expressions of a ``white_list`` (topics that match) or ``black_list`` (topics that
-    do not) otherwise; ``name`` is a named member's name.
+def may_read(info: Registration | None, topic: str) -> bool:
+    """Whether a reset must count a registered member as reading ``topic``: it does by the
+    library's rules, or its registration cannot be read, or records a subscription the library
+    does not read as written (`Registration.understood`), so that a reset never overwrites
+    offsets of a member it cannot rule out."""
+    return info is None or not info.understood or info.subscribes(topic)
 
-    A pattern is matched against the whole topic name, as Java's ``String.matches`` did for
-    Kafka's consumer; one that is not a valid regular expression here matches no topic.
-    """
 
-    subscription: tuple[str, ...]
-    pattern: str = "static"
-    strategy: Strategy | str = Strategy.RANGE
-    since_ms: int | None = None
-    name: str | None = None
+def subscription_text(info: Registration) -> str:
+    """A registration's subscription in one cell: ``a, b`` or ``white_list events\\..*``."""
+    listed = ", ".join(info.entries) or "-"
+    return listed if info.pattern == "static" else f"{info.pattern} {listed}"
 
-    @property
-    def topics(self) -> frozenset[str]:
-        """The topics named in a static subscription (none for a pattern)."""
-        if self.pattern != "static":
-            return frozenset()
-        return frozenset(topic for topic in self.subscription if topic_name(topic))
 
-    def subscribes(self, topic: str) -> bool:
-        """Whether the member reads ``topic``; an unknown kind of pattern says yes, so that a
-        reset never overwrites offsets of a member it cannot rule out."""
-        if self.pattern == "static":
-            return topic in self.subscription
-        matched = any(_full_match(regex, topic) for regex in self.subscription)
-        if self.pattern == "white_list":
-            return matched
-        if self.pattern == "black_list":
-            return not matched
-        return True
-
-    def shown(self) -> str:
-        """The subscription in one cell: ``a, b`` or ``white_list events\\..*``."""
-        listed = ", ".join(self.subscription) or "-"
-        return listed if self.pattern == "static" else f"{self.pattern} {listed}"
-
-    def as_json(self, member: str, host: str | None, partitions: int) -> dict[str, object]:
-        """The object ``describe --members --json`` prints for the member."""
+def member_json(
+    member: str, host: str | None, info: Registration | None, partitions: int
+) -> dict[str, object]:
+    """The object ``describe --members --json`` prints for a member (its registration's fields
+    None where it cannot be read)."""
+    if info is None:
         return {
             "member": member,
-            "name": self.name,
+            "name": None,
             "host": host,
-            "since": _iso(self.since_ms),
-            "strategy": str(getattr(self.strategy, "value", self.strategy)),
-            "pattern": self.pattern,
-            "subscription": list(self.subscription),
+            "since": None,
+            "strategy": None,
+            "pattern": None,
+            "subscription": [],
             "partitions": partitions,
         }
-
-
-def _full_match(regex: str, topic: str) -> bool:
-    try:
-        return re.fullmatch(regex, topic) is not None
-    except re.error:
-        return False
+    return {
+        "member": member,
+        "name": info.name,
+        "host": host,
+        "since": _iso(info.since_ms),
+        "strategy": str(getattr(info.strategy, "value", info.strategy)),
+        "pattern": info.pattern,
+        "subscription": list(info.entries),
+        "partitions": partitions,
+    }
 
 
 def _iso(since_ms: int | None) -> str | None:
     if since_ms is None:
         return None
     return dt.datetime.fromtimestamp(since_ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def read_registration(data: bytes) -> Registration:
-    """Read a member's registration node: its strategy and time by the library's own rules
-    (`aio_cluster.zookeeper.layout.decode_member`), its subscription, pattern and name from the
-    JSON, whatever topics or patterns it names.
-
-    Raises:
-        CoordinationError: the data is not a registration (no JSON object with a
-            ``subscription`` object).
-    """
-    info = decode_member(data)
-    try:
-        doc = json.loads(data)
-        subscription = doc["subscription"]
-        if not isinstance(subscription, dict):
-            raise TypeError(subscription)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CoordinationError(f"member registration {data[:80]!r} is not valid JSON") from exc
-    pattern = doc.get("pattern", "static")
-    name = doc.get("name")
-    return Registration(
-        subscription=tuple(sorted(str(key) for key in subscription)),
-        pattern=pattern if isinstance(pattern, str) else str(pattern),
-        strategy=info.strategy,
-        since_ms=info.since_ms,
-        name=name if isinstance(name, str) else None,
-    )
 
 
 def reset_topics(

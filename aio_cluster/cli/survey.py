@@ -17,8 +17,20 @@ from ..zookeeper.client import (
     SetData,
     ZooKeeper,
 )
-from ..zookeeper.layout import GroupLayout, decode_offset
-from .plans import Registration, Stored, Unreadable, read_registration, topic_name
+from ..zookeeper.layout import (
+    ROOT,
+    GroupLayout,
+    Registration,
+    check_name,
+    decode_offset,
+    decode_registration,
+    group_path,
+    ids_path,
+    member_path,
+    offsets_path,
+    owners_path,
+)
+from .plans import Stored, Unreadable, topic_name
 
 __all__ = [
     "RESET_FENCE_DATA",
@@ -36,8 +48,6 @@ __all__ = [
 RESET_FENCE_DATA = b"aio-cluster reset-offsets"
 """What a reset writes into the fences it bumps (a claim writes its member id)."""
 
-_ROOT = "/consumers"
-
 
 async def _children(zk: ZooKeeper, path: str) -> list[str]:
     try:
@@ -48,7 +58,7 @@ async def _children(zk: ZooKeeper, path: str) -> list[str]:
 
 async def list_groups(zk: ZooKeeper) -> list[str]:
     """The names of the groups under ``/consumers``, sorted."""
-    return await _children(zk, _ROOT)
+    return await _children(zk, ROOT)
 
 
 async def require_group(zk: ZooKeeper, group: str) -> None:
@@ -57,24 +67,23 @@ async def require_group(zk: ZooKeeper, group: str) -> None:
     Raises:
         ConfigurationError: the name is not valid, or there is no such group in ZooKeeper.
     """
-    GroupLayout(group, "-")  # the group name's own check, with its message
-    if await zk.exists(f"{_ROOT}/{group}") is None:
+    check_name("group", group)
+    if await zk.exists(group_path(group)) is None:
         raise ConfigurationError(
-            f"group {group!r} does not exist in ZooKeeper (no {_ROOT}/{group})"
+            f"group {group!r} does not exist in ZooKeeper (no {group_path(group)})"
         )
 
 
 async def read_members(zk: ZooKeeper, group: str) -> dict[str, Registration | None]:
     """The registered members by id; None for a registration that cannot be read."""
-    ids = f"{_ROOT}/{group}/ids"
     members: dict[str, Registration | None] = {}
-    for member in await _children(zk, ids):
+    for member in await _children(zk, ids_path(group)):
         try:
-            data, _stat = await zk.get(f"{ids}/{member}")
+            data, _stat = await zk.get(member_path(group, member))
         except NoNodeError:
             continue  # it left meanwhile
         try:
-            members[member] = read_registration(data)
+            members[member] = decode_registration(data)
         except CoordinationError:
             members[member] = None
     return members
@@ -86,8 +95,8 @@ async def group_topics(
     """The topics the group has offsets or claims of, or members subscribed to by name, sorted
     (a pattern member's topics are those it claimed). A node whose name cannot be a topic is
     no topic."""
-    topics = set(await _children(zk, f"{_ROOT}/{group}/offsets"))
-    topics.update(await _children(zk, f"{_ROOT}/{group}/owners"))
+    topics = set(await _children(zk, offsets_path(group)))
+    topics.update(await _children(zk, owners_path(group)))
     for info in members:
         if info is not None:
             topics.update(info.topics)

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..zookeeper.layout import Registration
 from .health import PartitionHealth
-from .plans import LagRow, PlanRow, Registration, Unreadable, member_host
+from .plans import LagRow, PlanRow, Unreadable, member_host, subscription_text
 
 __all__ = [
     "console",
@@ -57,7 +58,7 @@ def members_table(
                 moment = dt.datetime.fromtimestamp(info.since_ms / 1000, dt.timezone.utc)
                 since = moment.isoformat(timespec="seconds")
             name = info.name or "-"
-            subscription = info.shown()
+            subscription = subscription_text(info)
         table.add_row(
             member,
             Text(name),

@@ -9,7 +9,7 @@ Modules::
 
     dead_letters.py   DeadLetters: failed records written to a dead-letter topic, idempotently
     diagnosis.py      why a client could not connect: a refused handshake or credentials, or away
-    fetcher.py        Fetcher: one topic's records from the partitions it is told to read
+    fetcher.py        Fetcher: records of one or many topics, from the partitions it is told
     group_offsets.py  KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
     offset_reader.py  OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py        KafkaOptions: the validated connection options (TLS, SASL), secrets masked

@@ -39,14 +39,14 @@ from aiokafka.errors import (
     UnsupportedCodecError,
 )
 
-from ..errors import BrokerError, DeserializationError, FetchError
+from ..errors import BrokerError, DeserializationError, FetchError, OffsetsOutOfRange
 from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
 from .topics import TopicKeys
 
-__all__ = ["Deserializer", "Fetcher", "IsolationLevel", "OffsetsOutOfRange"]
+__all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
@@ -77,29 +77,14 @@ def _reason(exc: KafkaError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class OffsetsOutOfRange(BrokerError):
-    """The positions of some partitions are outside what the broker holds (retention deleted
-    them, or the topic was recreated).
-
-    Attributes:
-        partitions: the partition keys concerned, with the offset that was asked for.
-    """
-
-    retriable = False
-
-    def __init__(self, partitions: Mapping[int, int]) -> None:
-        super().__init__(f"offsets out of range: {dict(partitions)}")
-        self.partitions = dict(partitions)
-
-
 class Fetcher:
     """Fetches records of one or many topics from an explicitly given set of partitions."""
 
     def __init__(
         self,
         bootstrap: str | Sequence[str],
-        topic: str,
         *,
+        keys: TopicKeys,
         client_id: str,
         max_bytes: int,
         max_wait_ms: int,
@@ -110,14 +95,13 @@ class Fetcher:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         max_buffered_bytes: int | None = None,
-        keys: TopicKeys | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
         Args:
             bootstrap: Kafka servers as ``"host:port"``.
-            topic: the topic to read (of a member on many topics: the first one named, or
-                ``""`` for a pattern).
+            keys: the numbers of the topics read (`aio_cluster.kafka.topics.TopicKeys`):
+                partitions are given by key, which for a one-topic member is the partition id.
             client_id: shown in the broker's logs and metrics.
             max_bytes: the most bytes fetched from one partition in one request.
             max_wait_ms: how long the broker may wait for ``min_bytes`` to arrive.
@@ -132,14 +116,11 @@ class Fetcher:
             value_deserializer: applied to each value that is not None.
             max_buffered_bytes: the budget of record bytes buffered over all partitions
                 (None: only ``max_bytes`` per partition bounds them).
-            keys: the topics' numbers, for members on many topics (partitions are then given by
-                key); None: ``topic`` alone, each partition given by its id.
 
         Raises:
             ConfigurationError: malformed servers or options.
         """
-        self.topic = topic
-        self.keys = TopicKeys((topic,)) if keys is None else keys
+        self.keys = keys
         self._servers = servers = parse_bootstrap(bootstrap)
         self._options = connection = KafkaOptions(
             {"request_timeout_ms": request_timeout_ms, **(options or {})}
@@ -183,7 +164,7 @@ class Fetcher:
         """
         fetching, reading = await asyncio.gather(
             self._start_consumer(),
-            self._reader.start(track=self.topic or None),
+            self._reader.start(track=next(iter(self.keys.names), None)),
             return_exceptions=True,
         )
         failure = fetching if isinstance(fetching, BaseException) else reading
@@ -203,17 +184,8 @@ class Fetcher:
         await self._consumer.stop()
         await self._reader.stop()
 
-    async def partitions(self) -> list[int]:
-        """Every partition id of the topic, sorted, fresh from the metadata API.
-
-        Raises:
-            ConfigurationError: the topic does not exist.
-            BrokerError: the metadata request failed.
-        """
-        return await self._reader.partitions(self.topic)
-
-    async def partitions_of(self, topic: str) -> list[int]:
-        """Every partition id of ``topic``, sorted (see `partitions()`).
+    async def partitions(self, topic: str) -> list[int]:
+        """Every partition id of ``topic``, sorted, fresh from the metadata API.
 
         Raises:
             ConfigurationError: the topic does not exist.
@@ -282,7 +254,7 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found = await self._reader.bounds_of(self.keys.by_topic(set(partitions)))
+        found = await self._reader.bounds(self.keys.by_topic(set(partitions)))
         return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
     async def ends(self, partitions: Collection[int]) -> dict[int, int]:
@@ -291,7 +263,7 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found = await self._reader.ends_of(self.keys.by_topic(set(partitions)))
+        found = await self._reader.ends(self.keys.by_topic(set(partitions)))
         return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
 
     async def offsets_for_time(
@@ -304,7 +276,7 @@ class Fetcher:
             BrokerError: the request failed.
         """
         wanted = self.keys.by_topic(set(partitions))
-        found = await self._reader.offsets_for_time_of(wanted, timestamp_ms)
+        found = await self._reader.offsets_for_time(wanted, timestamp_ms)
         return {self.keys.key(topic, p): offset for (topic, p), offset in found.items()}
 
     async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:

@@ -1,8 +1,10 @@
-"""OffsetReader: a topic's partitions, log bounds and offsets at a time, without reading records.
+"""OffsetReader: topics' partitions, log bounds and offsets at a time, without reading records.
 
 The one place that asks Kafka's metadata and ListOffsets APIs: the member's fetcher reads through
 one (so its look-ups never queue behind its long-polling fetches on the same connection), and the
 command reads through another. Both therefore refresh stale metadata alike after a broker died.
+Each offset question takes the partitions of any number of topics (topic -> partition ids) and
+answers by `TopicPartition`, in the same round trips as for one topic.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as KafkaPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
 from .options import KafkaOptions, parse_bootstrap
+from .topics import TopicPartition
 
 __all__ = ["OffsetReader"]
 
@@ -26,7 +30,7 @@ _UNKNOWN_TOPIC = 3
 
 
 class OffsetReader:
-    """Reads offsets without fetching records: a topic's partitions and log bounds, and the first
+    """Reads offsets without fetching records: topics' partitions and log bounds, and the first
     offset at a time."""
 
     def __init__(
@@ -166,20 +170,11 @@ class OffsetReader:
             (described,) = await self._admin.describe_topics([topic])
         return dict(described)
 
-    async def bounds(self, topic: str, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
-        """For each partition, its earliest and its next-to-be-written (log-end) offset.
-
-        Raises:
-            BrokerError: the request failed.
-        """
-        found = await self.bounds_of({topic: partitions})
-        return {partition: bounds for (_topic, partition), bounds in found.items()}
-
-    async def bounds_of(
+    async def bounds(
         self, wanted: Mapping[str, Collection[int]]
-    ) -> dict[tuple[str, int], tuple[int, int]]:
-        """`bounds()` of the partitions of several topics at once: the same two round trips
-        however many topics there are.
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """For each partition of ``wanted`` (topic -> partition ids), its earliest and its
+        next-to-be-written (log-end) offset: two round trips however many topics there are.
 
         Raises:
             BrokerError: the request failed.
@@ -193,19 +188,11 @@ class OffsetReader:
             )
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
-        return {(tp.topic, tp.partition): (first[tp], last[tp]) for tp in tps}
+        return {TopicPartition(*tp): (first[tp], last[tp]) for tp in tps}
 
-    async def ends(self, topic: str, partitions: Collection[int]) -> dict[int, int]:
-        """For each partition, its next-to-be-written offset: one ListOffsets round trip.
-
-        Raises:
-            BrokerError: the request failed.
-        """
-        found = await self.ends_of({topic: partitions})
-        return {partition: end for (_topic, partition), end in found.items()}
-
-    async def ends_of(self, wanted: Mapping[str, Collection[int]]) -> dict[tuple[str, int], int]:
-        """`ends()` of the partitions of several topics, in one round trip.
+    async def ends(self, wanted: Mapping[str, Collection[int]]) -> dict[TopicPartition, int]:
+        """For each partition of ``wanted`` (topic -> partition ids), its next-to-be-written
+        offset: one ListOffsets round trip however many topics there are.
 
         Raises:
             BrokerError: the request failed.
@@ -217,9 +204,9 @@ class OffsetReader:
             last = await self._consumer.end_offsets(tps)
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
-        return {(tp.topic, tp.partition): last[tp] for tp in tps}
+        return {TopicPartition(*tp): last[tp] for tp in tps}
 
-    async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[TopicPartition]:
+    async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[KafkaPartition]:
         """The partitions of ``wanted``, their topics' metadata followed first: in one refresh
         for the topics not followed yet (an offset request for an unknown topic waits a retry
         back-off, 100 ms, per topic)."""
@@ -230,24 +217,14 @@ class OffsetReader:
                 await client.set_topics(set(client._topics) | topics)
             except KafkaError as exc:
                 raise BrokerError(f"metadata request failed: {exc}") from exc
-        return [TopicPartition(t, p) for t, partitions in wanted.items() for p in partitions]
+        return [KafkaPartition(t, p) for t, partitions in wanted.items() for p in partitions]
 
     async def offsets_for_time(
-        self, topic: str, partitions: Collection[int], timestamp_ms: int
-    ) -> dict[int, int | None]:
-        """For each partition, the offset of its first record stamped at or after
-        ``timestamp_ms``; None where every record is older.
-
-        Raises:
-            BrokerError: the request failed.
-        """
-        found = await self.offsets_for_time_of({topic: partitions}, timestamp_ms)
-        return {partition: offset for (_topic, partition), offset in found.items()}
-
-    async def offsets_for_time_of(
         self, wanted: Mapping[str, Collection[int]], timestamp_ms: int
-    ) -> dict[tuple[str, int], int | None]:
-        """`offsets_for_time()` of the partitions of several topics, in one round trip.
+    ) -> dict[TopicPartition, int | None]:
+        """For each partition of ``wanted`` (topic -> partition ids), the offset of its first
+        record stamped at or after ``timestamp_ms``; None where every record is older. One round
+        trip however many topics there are.
 
         Raises:
             BrokerError: the request failed.
@@ -260,6 +237,5 @@ class OffsetReader:
         except KafkaError as exc:
             raise BrokerError(f"offset request failed: {exc}") from exc
         return {
-            (tp.topic, tp.partition): None if at is None else int(at.offset)
-            for tp, at in found.items()
+            TopicPartition(*tp): None if at is None else int(at.offset) for tp, at in found.items()
         }

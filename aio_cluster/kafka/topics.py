@@ -48,6 +48,11 @@ class TopicKeys:
         for topic in topics:
             self.number(topic)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The topics met so far, in the order of their numbers."""
+        return tuple(self._names)
+
     def number(self, topic: str) -> int:
         """The topic's number (a new one when met first)."""
         found = self._numbers.get(topic)

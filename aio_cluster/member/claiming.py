@@ -77,7 +77,7 @@ class Taken:
 
 
 class ClaimNodes:
-    """One member's owner nodes of one group's topic."""
+    """One member's owner nodes, over every topic it reads (partitions given by key)."""
 
     def __init__(
         self, zk: ZooKeeper, layout: KeyedLayout, member_id: str, *, takes_over: bool = False

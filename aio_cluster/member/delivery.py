@@ -23,8 +23,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
-from ..errors import BrokerError, NotOwnedError
-from ..kafka.fetcher import OffsetsOutOfRange
+from ..errors import BrokerError, NotOwnedError, OffsetsOutOfRange
 from .claims import Batch, Claim
 from .partitions import PartitionStates
 

@@ -2,13 +2,13 @@
 
 A member's parts know a partition by its key (`aio_cluster.kafka.topics.TopicKeys`); the owner,
 offset and fence nodes stay per topic, as the classic layout has them, so this turns a key into
-the paths of its topic's `GroupLayout`.
+the paths of its topic's `GroupLayout`. Every path comes from `aio_cluster.zookeeper.layout`.
 """
 
 from __future__ import annotations
 
 from ..kafka.topics import TopicKeys, TopicPartition
-from ..zookeeper.layout import GroupLayout
+from ..zookeeper.layout import ROOT, GroupLayout, ids_path, member_path
 
 __all__ = ["KeyedLayout"]
 
@@ -41,16 +41,16 @@ class KeyedLayout:
     @property
     def root(self) -> str:
         """The parent of every group's nodes."""
-        return "/consumers"
+        return ROOT
 
     @property
     def ids(self) -> str:
         """The parent of the members' registrations."""
-        return f"/consumers/{self.group}/ids"
+        return ids_path(self.group)
 
     def member(self, member_id: str) -> str:
         """A member's registration node."""
-        return f"{self.ids}/{member_id}"
+        return member_path(self.group, member_id)
 
     def owner(self, key: int) -> str:
         """The claim node of the partition of ``key``."""

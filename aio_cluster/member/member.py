@@ -193,7 +193,6 @@ class Member:
         wait_ms = milliseconds(fetching.max_wait)
         self.fetcher = Fetcher(
             brokers,
-            first,
             keys=layout.keys,
             client_id=self.id,
             max_bytes=fetching.max_bytes,

@@ -30,7 +30,7 @@ from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .partitions import PartitionStates
 from .rebalance import Rebalancer
-from .registration import Registration
+from .registration import Registrar
 from .topics import Topics
 
 __all__ = ["Membership"]
@@ -80,7 +80,7 @@ class Membership:
         self._states = states
         self._strategy = strategy
         self._named = named
-        self._registration = Registration(
+        self._registration = Registrar(
             zk,
             layout,
             states,
@@ -160,7 +160,7 @@ class Membership:
 
     async def prepare(self) -> None:
         """Before registering, in ZooKeeper: the group's paths and its topics' exist, the
-        strategy agrees (see `Registration.prepare()`).
+        strategy agrees (see `Registrar.prepare()`).
 
         Raises:
             StrategyMismatchError: the group uses another assignment strategy.
@@ -202,7 +202,7 @@ class Membership:
     ) -> None:
         """Run the rebalances until cancelled (see `Rebalancer.run()`: ``joined`` is settled by
         the first), and, for a named member, the watch on its name beside them (see
-        `Registration.guard_name()`); either gives ``fail`` what ends the member."""
+        `Registrar.guard_name()`); either gives ``fail`` what ends the member."""
         async with anyio.create_task_group() as tasks:
             if self._named:
                 tasks.start_soon(self._registration.guard_name, fail)

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class Offsets:
-    """The offsets of one group's topic in ZooKeeper: the driver that stores what the partition
-    states hold pending."""
+    """The offsets of one member's partitions in ZooKeeper, over every topic it reads: the driver
+    that stores what the partition states hold pending."""
 
     def __init__(
         self,

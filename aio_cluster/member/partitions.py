@@ -42,15 +42,11 @@ import itertools
 from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
-from ..errors import AioClusterError, NotOwnedError
+from ..errors import IllegalTransition, NotOwnedError
 from ..kafka.records import Record
 from .claims import UNPOSITIONED, Batch, Claim
 
 __all__ = ["IllegalTransition", "PartitionStates"]
-
-
-class IllegalTransition(AioClusterError):
-    """A driver asked for a transition the state of the partition does not allow (a bug)."""
 
 
 class PartitionStates:

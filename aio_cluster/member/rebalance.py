@@ -42,7 +42,7 @@ from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .partitions import PartitionStates
-from .registration import RETRY_DELAY, Registration
+from .registration import RETRY_DELAY, Registrar
 from .topics import Topics, TopicState
 
 __all__ = ["Rebalancer"]
@@ -108,7 +108,7 @@ class Rebalancer:
         self,
         zk: ZooKeeper,
         layout: KeyedLayout,
-        registration: Registration,
+        registration: Registrar,
         topics: Topics,
         offsets: Offsets,
         states: PartitionStates,

@@ -1,4 +1,4 @@
-"""Registration: this member's node under ``ids``, the name it holds, and the members it sees.
+"""Registrar: this member's node under ``ids``, the name it holds, and the members it sees.
 
 A member joins by creating its ephemeral registration; the rebalance reads everyone's to know
 who shares each topic, oldest (by creation zxid) first. This part owns those nodes as one member
@@ -33,11 +33,11 @@ from ..zookeeper.client import (
     SessionState,
     ZooKeeper,
 )
-from ..zookeeper.layout import MemberInfo, decode_member, encode_member
+from ..zookeeper.layout import Registration, decode_registration, encode_registration
 from .keyed_layout import KeyedLayout
 from .partitions import PartitionStates
 
-__all__ = ["RETRY_DELAY", "Members", "Registration"]
+__all__ = ["RETRY_DELAY", "Members", "Registrar"]
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ RETRY_DELAY = 1.0
 """Seconds before ZooKeeper is asked again after a failure (a rebalance that could not finish,
 a join, the watch on a name)."""
 
-Members = dict[str, tuple[MemberInfo, int]]
+Members = dict[str, tuple[Registration, int]]
 """The live members: id -> its registration's info and creation zxid."""
 
 
-class Registration:
+class Registrar:
     """This member's registration, and the registrations of the group's members."""
 
     def __init__(
@@ -168,7 +168,7 @@ class Registration:
         on after a SIGKILL); once registered, a named member that finds the name taken was
         replaced, and stops."""
         path = self._layout.member(self._id)
-        data = encode_member(
+        data = encode_registration(
             self._subscription,
             self._strategy,
             int(time.time() * 1000),
@@ -272,7 +272,7 @@ class Registration:
                 raise result
             data, stat = result
             try:
-                known[member] = (decode_member(data), stat.czxid)
+                known[member] = (decode_registration(data), stat.czxid)
             except CoordinationError as exc:
                 log.warning("ignoring member %s: %s", member, exc)
         self._members = known

@@ -205,7 +205,7 @@ class Topics:
             # A pattern's topics exist by definition: its partitions came with the listing.
             return list((self._cluster or {}).get(state.name, []))
         try:
-            partitions = await self._fetcher.partitions_of(state.name)
+            partitions = await self._fetcher.partitions(state.name)
         except ConfigurationError:
             if not self._wait_for_topic:
                 raise
@@ -254,7 +254,7 @@ class Topics:
         delete its target. A failure keeps the partitions ``known``.
         """
         try:
-            return await self._fetcher.partitions_of(topic)
+            return await self._fetcher.partitions(topic)
         except ConfigurationError:
             return None
         except BrokerError as exc:

@@ -8,7 +8,9 @@ the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a n
 the old one expired, and it can hang the event loop at shutdown (docs/concepts.md, "Why kazoo,
 not aiozk").
 
-Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary.
+Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary; the three that
+are the server's answer to one request (`NodeExistsError`, `NoNodeError`, `BadVersionError`)
+are defined there too and importable from here, beside the calls that raise them.
 
 Security: the session can authenticate (``auth=[("digest", "user:password")]``), create its nodes
 with an ACL that lets only that identity change them while anyone may read them
@@ -56,9 +58,12 @@ from kazoo.retry import KazooRetry
 from ..errors import (
     AccessDeniedError,
     AuthenticationError,
+    BadVersionError,
     ConfigurationError,
     CoordinationError,
     CoordinationTimeout,
+    NodeExistsError,
+    NoNodeError,
     SessionLostError,
 )
 from ..net.addresses import parse_servers
@@ -102,24 +107,6 @@ _ANSWERS = (
     RolledBackError,
 )
 """Failures that are the server's answer: the server heard the request (see `heard_at`)."""
-
-
-class NodeExistsError(CoordinationError):
-    """The node to create exists already."""
-
-    retriable = False
-
-
-class NoNodeError(CoordinationError):
-    """The node (or, for a create, its parent) does not exist."""
-
-    retriable = False
-
-
-class BadVersionError(CoordinationError):
-    """A conditional write found the node at another version (or gone)."""
-
-    retriable = False
 
 
 class SessionState(enum.Enum):

@@ -21,10 +21,15 @@ checks it in the same transaction as the write, so a member whose claim is gone 
 expired, its node was replaced, its request was queued across a reconnect) can never store an
 offset or delete a node of that partition again. ``aio-cluster reset-offsets --execute`` bumps
 the fences it writes under, which fences off every claim made before it.
+
+This module is the only place that spells these paths: the group's own nodes come from
+`group_path` and its siblings, a topic's from `GroupLayout`; the member (by partition key) and
+the command build on them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -35,15 +40,21 @@ from ..assign.target import StickyTarget
 from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
 __all__ = [
+    "ROOT",
     "GroupLayout",
-    "MemberInfo",
+    "Registration",
     "check_member_name",
     "check_name",
-    "decode_member",
     "decode_offset",
+    "decode_registration",
     "decode_target",
-    "encode_member",
+    "encode_registration",
     "encode_target",
+    "group_path",
+    "ids_path",
+    "member_path",
+    "offsets_path",
+    "owners_path",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -62,9 +73,39 @@ def check_name(kind: str, name: object) -> None:
         )
 
 
+ROOT = "/consumers"
+"""The parent of every group's nodes, shared with other groups (and other tools' consumers)."""
+
+
+def group_path(group: str) -> str:
+    """A group's node, the parent of all of its nodes."""
+    return f"{ROOT}/{group}"
+
+
+def ids_path(group: str) -> str:
+    """The parent of a group's member registrations."""
+    return f"{group_path(group)}/ids"
+
+
+def member_path(group: str, member_id: str) -> str:
+    """A member's registration node."""
+    return f"{ids_path(group)}/{member_id}"
+
+
+def owners_path(group: str) -> str:
+    """The parent of a group's claims: one child per topic, its partitions' owner nodes below."""
+    return f"{group_path(group)}/owners"
+
+
+def offsets_path(group: str) -> str:
+    """The parent of a group's stored offsets: one child per topic, its partitions below."""
+    return f"{group_path(group)}/offsets"
+
+
 @dataclass(frozen=True)
 class GroupLayout:
-    """The paths of one group's coordination nodes for one topic."""
+    """The paths of one group's coordination nodes for one topic (the group's own nodes, by
+    the functions above; names checked)."""
 
     group: str
     topic: str
@@ -74,38 +115,33 @@ class GroupLayout:
         check_name("topic", self.topic)
 
     @property
-    def root(self) -> str:
-        """The parent of every group's nodes, shared with other groups."""
-        return "/consumers"
-
-    @property
     def ids(self) -> str:
         """The parent of the members' registrations."""
-        return f"/consumers/{self.group}/ids"
+        return ids_path(self.group)
 
     @property
     def owners(self) -> str:
         """The parent of this topic's claims."""
-        return f"/consumers/{self.group}/owners/{self.topic}"
+        return f"{owners_path(self.group)}/{self.topic}"
 
     @property
     def offsets(self) -> str:
         """The parent of this topic's stored offsets."""
-        return f"/consumers/{self.group}/offsets/{self.topic}"
+        return f"{offsets_path(self.group)}/{self.topic}"
 
     @property
     def assignment(self) -> str:
         """This topic's published sticky target (see `aio_cluster.assign.target`)."""
-        return f"/consumers/{self.group}/assignment/{self.topic}"
+        return f"{group_path(self.group)}/assignment/{self.topic}"
 
     @property
     def fences(self) -> str:
         """The parent of this topic's claim fences."""
-        return f"/consumers/{self.group}/fences/{self.topic}"
+        return f"{group_path(self.group)}/fences/{self.topic}"
 
     def member(self, member_id: str) -> str:
         """A member's registration node."""
-        return f"{self.ids}/{member_id}"
+        return member_path(self.group, member_id)
 
     def owner(self, partition: int) -> str:
         """A partition's claim node."""
@@ -121,28 +157,53 @@ class GroupLayout:
 
 
 @dataclass(frozen=True)
-class MemberInfo:
-    """What a member's registration says: its topics, its assignment strategy, when it
-    registered (Unix milliseconds; None where the registration does not say) and, for a named
-    member, its name and grace.
+class Registration:
+    """What a member's registration node says, as this library or Kafka's ZooKeeper consumer
+    wrote it; the member and the ``aio-cluster`` command read it alike.
 
-    ``topics`` holds the topics a static subscription names (none for a pattern, whose regex is
-    no topic name); ``subscription`` says which topics the member reads (`subscribes`).
+    ``entries`` are the keys of its ``subscription`` map: the topics where ``pattern`` is
+    ``static``, the one regular expression of a ``white_list`` (topics it matches) or
+    ``black_list`` (topics it does not) otherwise. A pattern is matched against the whole topic
+    name, as Java's ``String.matches`` did for Kafka's consumer.
     """
 
-    topics: frozenset[str]
-    strategy: Strategy | str
+    entries: tuple[str, ...]
+    """The keys of the registration's ``subscription`` map, sorted."""
+    pattern: str = "static"
+    """The registration's ``pattern``: ``static``, ``white_list``, ``black_list``, or any other
+    text another tool wrote."""
+    strategy: Strategy | str = Strategy.RANGE
+    """The member's assignment strategy; an unknown one is kept as its text."""
     since_ms: int | None = None
-    subscription: Subscription | None = None
+    """When the member registered, in Unix milliseconds; None where the registration does not
+    say."""
     name: str | None = None
     """The member's ``member_name``, for a named member."""
     rejoin_grace: float | None = None
     """How long, in seconds, a named member's partitions wait for it to come back."""
 
+    @functools.cached_property
+    def subscription(self) -> Subscription:
+        """What the member reads, by the library's rules (see `understood`)."""
+        return Subscription.recorded(self.pattern, self.entries)
+
+    @property
+    def understood(self) -> bool:
+        """Whether the library reads the recorded subscription as written: ``static``, or a
+        ``white_list`` / ``black_list`` of one regular expression Python compiles. One it does
+        not (a kind of pattern unknown here, an expression Python refuses) is read as the
+        single-topic releases read every registration, as the topics named; a reader that must
+        not miss a member (a reset) takes such a member as reading any topic."""
+        return self.subscription.kind == self.pattern
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """The topics a static subscription names (none for a pattern, whose regex is no topic
+        name)."""
+        return frozenset(self.subscription.topics)
+
     def subscribes(self, topic: str) -> bool:
         """Whether the member reads ``topic`` (for a pattern: whether it matches the name)."""
-        if self.subscription is None:
-            return topic in self.topics
         return self.subscription.matches(topic)
 
 
@@ -156,7 +217,7 @@ def check_member_name(name: object) -> None:
     check_name("member", name)
 
 
-def encode_member(
+def encode_registration(
     subscription: str | Subscription,
     strategy: Strategy,
     timestamp_ms: int,
@@ -187,19 +248,22 @@ def encode_member(
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decode_member(data: bytes) -> MemberInfo:
+def decode_registration(data: bytes) -> Registration:
     """Read a registration written by this library or another classic ZooKeeper consumer.
 
     A registration without an ``assignment`` field comes from a classic consumer, whose default is
-    the range strategy. An unknown strategy is kept as its text, so it never matches ours.
+    the range strategy. An unknown strategy is kept as its text, so it never matches ours. One
+    without a ``pattern`` (an older one) is static.
 
     Raises:
-        CoordinationError: the data is not a registration.
+        CoordinationError: the data is not a registration (no JSON object with a
+            ``subscription`` object).
     """
     try:
         doc = json.loads(data)
         subscription = doc["subscription"]
-        topics = frozenset(str(topic) for topic in subscription)
+        if not isinstance(subscription, dict):
+            raise TypeError(subscription)
     except (ValueError, KeyError, TypeError) as exc:
         raise CoordinationError(f"member registration {data[:80]!r} is not valid JSON") from exc
     raw = doc.get("assignment", Strategy.RANGE.value)
@@ -208,15 +272,13 @@ def decode_member(data: bytes) -> MemberInfo:
     except ValueError:
         strategy = str(raw)
     stamp = str(doc.get("timestamp", ""))
-    since_ms = int(stamp) if stamp.isascii() and stamp.isdigit() else None
-    # Registrations without a pattern (older ones) are static.
-    subscription = Subscription.recorded(str(doc.get("pattern", "static")), sorted(topics))
+    pattern = doc.get("pattern", "static")
     name = doc.get("name")
-    return MemberInfo(
-        topics=frozenset(subscription.topics),
+    return Registration(
+        entries=tuple(sorted(str(key) for key in subscription)),
+        pattern=pattern if isinstance(pattern, str) else str(pattern),
         strategy=strategy,
-        since_ms=since_ms,
-        subscription=subscription,
+        since_ms=int(stamp) if stamp.isascii() and stamp.isdigit() else None,
         name=name if isinstance(name, str) else None,
         rejoin_grace=_seconds(doc.get("rejoin_grace")),
     )
