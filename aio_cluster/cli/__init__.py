@@ -2,8 +2,9 @@
 
 Modules::
 
+    arguments.py    every flag (``local``'s too), resolved with the environment into typed values
     health.py       the rules of ``check``: each partition's samples judged (pure)
-    main.py         the command's arguments and I/O; ``main()`` is the console script
+    main.py         one function per subcommand, its I/O; ``main()`` is the console script
     plans.py        lag rows and offset-reset plans (pure)
     survey.py       the command's ZooKeeper reads and its one-transaction offset write
     tables.py       the command's tables and live display, drawn with rich

@@ -28,7 +28,7 @@ and `FaultProxy` stands between one client and a server to drop, delay or cut it
 Modules::
 
     __main__.py     ``python -m aio_cluster.local``: the up/down command
-    cli.py          the up/down command: its arguments and I/O
+    cli.py          the up/down command (its arguments are aio-cluster local's)
     cluster.py      LocalCluster: the lifecycle and the fault hooks
     config.py       zoo.cfg and server.properties
     docker.py       the Docker fallback (testcontainers)

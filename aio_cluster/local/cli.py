@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..cli.arguments import LocalOptions, add_local_arguments, local_options
 from ..errors import ConfigurationError, LocalClusterError
 from . import env, jars, process
 from .cluster import LocalCluster
@@ -21,7 +22,7 @@ from .cluster import LocalCluster
 
 def main(argv: list[str] | None = None) -> int:
     """The ``aio-cluster-local`` command: ``up`` starts a cluster and prints its two ``export``
-    lines, ``down`` stops the running ``up``.
+    lines, ``down`` stops the running ``up``. Its arguments are those of ``aio-cluster local``.
 
     Args:
         argv: the arguments after the program name; default ``sys.argv[1:]``.
@@ -33,25 +34,25 @@ def main(argv: list[str] | None = None) -> int:
         prog="aio-cluster-local",
         description="A local single-node ZooKeeper + Kafka for aio_cluster development.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser(
-        "up",
-        help="start a cluster, print its export lines, stay up until Ctrl-C, SIGTERM or down",
-    )
-    up.add_argument("--kafka-port", type=int, help="Kafka's port (default: a free one)")
-    up.add_argument("--zookeeper-port", type=int, help="ZooKeeper's port (default: a free one)")
-    commands.add_parser("down", help="stop the cluster of the running up")
-    args = parser.parse_args(argv)
+    add_local_arguments(parser)
+    return run(local_options(parser.parse_args(argv)))
 
+
+def run(options: LocalOptions) -> int:
+    """``up`` or ``down``, for ``aio-cluster-local`` and ``aio-cluster local`` alike.
+
+    Returns:
+        The exit status: 0 on success, 1 on failure (the reason on stderr).
+    """
     # Progress to stderr: this package's at INFO, aiokafka's and kazoo's only when they warn.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger(__package__).setLevel(logging.INFO)
 
     state = jars.default_cache_dir() / "run" / "up.json"
-    if args.command == "down":
+    if options.action == "down":
         return _down(state)
     try:
-        return asyncio.run(_up(state, args.kafka_port, args.zookeeper_port))
+        return asyncio.run(_up(state, options.kafka_port, options.zookeeper_port))
     except (ConfigurationError, LocalClusterError) as exc:
         print(f"aio-cluster-local: {exc}", file=sys.stderr)
         return 1
