@@ -11,6 +11,7 @@ Modules::
     handover.py     a rebalance's handover: draining, the listener, new claims
     lifecycle.py    GroupState: the stages of a member's life
     listener.py     RebalanceListener: hooks for assigned, revoked and lost partitions
+    liveness.py     how long ZooKeeper has been silent, and what a member may still do
     membership.py   registration, members, the rebalance under the lock, making claims
     mirror.py       KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py      stored offsets and the fenced transaction
