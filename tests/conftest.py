@@ -25,8 +25,20 @@ Produce = Callable[..., Awaitable[Counter[int]]]
 
 @pytest_asyncio.fixture(scope="session")
 async def cluster() -> AsyncIterator[LocalCluster]:
-    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens."""
+    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens. Never
+    stop or restart its servers: take `restartable` for that."""
     async with LocalCluster() as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="session")
+async def restartable() -> AsyncIterator[LocalCluster]:
+    """A single-node cluster of the session's own, for the tests that stop and start its servers
+    (never the environment's, nor the shared `cluster`, which other tests use meanwhile): started
+    on first use, with Java (a Docker one cannot be restarted)."""
+    async with LocalCluster(use_env=False) as started:
+        if started.mode != "java":
+            pytest.skip("stopping and starting servers needs a Java-started cluster")
         yield started
 
 
