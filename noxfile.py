@@ -17,22 +17,9 @@ if hasattr(nox.options, "download_python"):
 COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 """The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
 
-SERVER_FREE_TESTS = [
-    "tests/test_assignment.py",
-    "tests/test_chroot.py",
-    "tests/test_docs.py",
-    "tests/test_exports.py",
-    "tests/test_kafka_options.py",
-    "tests/test_layout.py",
-    "tests/test_mirror.py",
-    "tests/test_plans.py",
-    "tests/test_sticky.py",
-]
-"""The tests that need no server (``test_docs.py`` also runs one snippet against the smoke test's
-cluster)."""
-
-SMOKE_TEST = "tests/test_group.py::test_commit_after_body_not_before"
-"""One real-server test: a member joins, consumes and commits against ZooKeeper and Kafka."""
+SERVER_FREE = "(server_free or smoke) and not chaos"
+"""What ``tests_compat`` runs: every test that uses no cluster fixture (tests/conftest.py marks
+them), and the few real-server smoke tests (marked ``smoke``)."""
 
 
 def _interpreters_on_path(versions: list[str]) -> None:
@@ -79,11 +66,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=COMPAT_PYTHONS)
 def tests_compat(session: nox.Session) -> None:
-    """The server-free tests and one real-server smoke test on each other claimed Python
+    """The server-free tests and the real-server smoke tests on each other claimed Python
     (``nox -s tests_compat-3.13`` for one); the whole suite runs on the default one (``tests``).
     """
     session.install("-e", ".[test,examples]")
-    session.run("pytest", *SERVER_FREE_TESTS, SMOKE_TEST, *session.posargs)
+    session.run("pytest", "-m", SERVER_FREE, *session.posargs)
 
 
 @nox.session

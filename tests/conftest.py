@@ -1,5 +1,11 @@
 """Shared fixtures: one real local cluster per test session, a fresh topic and group per test, a
-jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin."""
+jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin.
+
+A test that stops, restarts or kills servers, or needs a special cluster (TLS, SASL, several
+nodes), uses a cluster of its own (`OWN_CLUSTERS`); such tests are marked ``own_cluster`` here (a
+test that starts servers by other means is marked so by hand). A test that uses no cluster at all
+is marked ``server_free``: ``nox -s tests_compat`` runs those on the other Pythons.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,24 @@ pytest_plugins = ["secured"]
 
 MakeTopic = Callable[..., Awaitable[str]]
 Produce = Callable[..., Awaitable[Counter[int]]]
+
+
+OWN_CLUSTERS = ("restartable", "multi_cluster", "tls_cluster", "sasl_cluster", "own_cache")
+"""The fixtures that give a test servers of its own: clusters whose servers the tests stop and
+start, or special ones, and the cache of ``python -m aio_cluster.local up`` (which starts a
+cluster)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`,
+    ``server_free`` for those that use no cluster fixture."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
+        if any(name in fixtures for name in OWN_CLUSTERS):
+            item.add_marker(pytest.mark.own_cluster)
+        elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
+            item.add_marker(pytest.mark.server_free)
 
 
 @pytest_asyncio.fixture(scope="session")

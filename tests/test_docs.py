@@ -187,6 +187,7 @@ def test_the_configuration_snippet_spells_out_the_real_defaults() -> None:
         assert shown[name] == expected, name
 
 
+@pytest.mark.smoke
 @pytest.mark.asyncio
 async def test_the_local_cluster_snippet_prints_the_sessions_cluster(
     cluster: LocalCluster,

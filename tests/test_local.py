@@ -401,6 +401,7 @@ async def test_jar_fetch_is_locked_and_an_interrupted_one_redone(tmp_path: Path)
 
 
 @pytest.mark.docker
+@pytest.mark.own_cluster
 @pytest.mark.asyncio
 async def test_docker_where_no_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not await asyncio.to_thread(docker.engine_answers):
