@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
@@ -16,6 +18,13 @@ if hasattr(nox.options, "download_python"):
 
 COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 """The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
+
+TEST_WORKERS = 4
+"""pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
+they compute, so more of them than cores (2 on the CI machine) still shortens the run."""
+
+CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
+"""Where these name a cluster, the tests use it instead of starting one."""
 
 SERVER_FREE = "(server_free or smoke) and not chaos"
 """What ``tests_compat`` runs: every test that uses no cluster fixture (tests/conftest.py marks
@@ -53,15 +62,55 @@ _interpreters_on_path(COMPAT_PYTHONS)
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite against a real local ZooKeeper + Kafka (started by the tests), then
-    the user-style suite in ``tests_user/`` through the ``aio_cluster.testing`` plugin.
+    """The whole test suite against a real local ZooKeeper + Kafka, then the user-style suite in
+    ``tests_user/`` through the ``aio_cluster.testing`` plugin.
 
-    With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs.
+    The suite runs in `TEST_WORKERS` parallel workers on one cluster the session starts (see
+    `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
+    once; see tests/conftest.py), then the tests marked ``serial`` alone, then ``tests_user/``, on
+    the same cluster. With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with
+    those arguments runs.
     """
     session.install("-e", ".[test,examples]")
-    session.run("pytest", *session.posargs)
-    if not session.posargs:
-        session.run("pytest", "-p", "aio_cluster.testing", "tests_user")
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    with _shared_cluster(session) as cluster:
+        session.run(
+            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile"),
+            *("-m", "not serial and not chaos"),
+            env=cluster,
+        )
+        # The tests marked serial, alone; none so marked (exit status 5) is no failure.
+        session.run("pytest", "-m", "serial and not chaos", env=cluster, success_codes=[0, 5])
+        session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
+
+
+@contextlib.contextmanager
+def _shared_cluster(session: nox.Session) -> Iterator[dict[str, str]]:
+    """A local cluster for the session's test passes (``tests/shared_cluster.py``, in the
+    session's Python), named by the two variables it yields; stopped after the block, also when
+    a pass fails, and with nox should nox die. Where the variables name a cluster already, that
+    one."""
+    named = {name: os.environ[name] for name in CLUSTER_VARIABLES if os.environ.get(name)}
+    if named:
+        yield named
+        return
+    python = Path(session.bin) / "python"
+    with subprocess.Popen(
+        [python, "tests/shared_cluster.py"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            lines = [process.stdout.readline().decode().strip() for _ in CLUSTER_VARIABLES]
+            cluster = dict(line.partition("=")[::2] for line in lines)
+            if sorted(cluster) != sorted(CLUSTER_VARIABLES):
+                session.error(f"the shared test cluster did not start: {lines}")
+            session.log(" ".join(lines))
+            yield cluster
+        finally:
+            process.stdin.close()  # the cluster stops, and the process ends
 
 
 @nox.session(python=COMPAT_PYTHONS)
