@@ -13,6 +13,9 @@ import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+# uv makes and fills the virtualenvs in seconds where it is installed (CI installs it); else
+# virtualenv and pip, as before.
+nox.options.default_venv_backend = "uv|virtualenv"
 if hasattr(nox.options, "download_python"):
     nox.options.download_python = "never"  # the claimed versions come from the machine
 
@@ -50,9 +53,12 @@ def _interpreters_on_path(versions: list[str]) -> None:
         )
         if installed:
             links.mkdir(parents=True, exist_ok=True)
-            link = links / name
-            link.unlink(missing_ok=True)
-            link.symlink_to(installed[-1])
+            # Made aside and renamed over the link: nox processes running side by side (.ci/run)
+            # each make it at once.
+            made = links / f".{name}.{os.getpid()}"
+            made.unlink(missing_ok=True)
+            made.symlink_to(installed[-1])
+            made.replace(links / name)
     if links.is_dir():
         os.environ["PATH"] = f"{links}{os.pathsep}{os.environ.get('PATH', '')}"
 
