@@ -3,36 +3,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+# uv makes and fills the virtualenvs in seconds where it is installed (CI installs it); else
+# virtualenv and pip, as before.
+nox.options.default_venv_backend = "uv|virtualenv"
 if hasattr(nox.options, "download_python"):
     nox.options.download_python = "never"  # the claimed versions come from the machine
 
 COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 """The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
 
-SERVER_FREE_TESTS = [
-    "tests/test_assignment.py",
-    "tests/test_chroot.py",
-    "tests/test_docs.py",
-    "tests/test_exports.py",
-    "tests/test_kafka_options.py",
-    "tests/test_layout.py",
-    "tests/test_mirror.py",
-    "tests/test_plans.py",
-    "tests/test_sticky.py",
-]
-"""The tests that need no server (``test_docs.py`` also runs one snippet against the smoke test's
-cluster)."""
+TEST_WORKERS = 4
+"""pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
+they compute, so more of them than cores (2 on the CI machine) still shortens the run."""
 
-SMOKE_TEST = "tests/test_group.py::test_commit_after_body_not_before"
-"""One real-server test: a member joins, consumes and commits against ZooKeeper and Kafka."""
+CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
+"""Where these name a cluster, the tests use it instead of starting one."""
+
+SERVER_FREE = "(server_free or smoke) and not chaos"
+"""What ``tests_compat`` runs: every test that uses no cluster fixture (tests/conftest.py marks
+them), and the few real-server smoke tests (marked ``smoke``)."""
 
 
 def _interpreters_on_path(versions: list[str]) -> None:
@@ -54,9 +53,12 @@ def _interpreters_on_path(versions: list[str]) -> None:
         )
         if installed:
             links.mkdir(parents=True, exist_ok=True)
-            link = links / name
-            link.unlink(missing_ok=True)
-            link.symlink_to(installed[-1])
+            # Made aside and renamed over the link: nox processes running side by side (.ci/run)
+            # each make it at once.
+            made = links / f".{name}.{os.getpid()}"
+            made.unlink(missing_ok=True)
+            made.symlink_to(installed[-1])
+            made.replace(links / name)
     if links.is_dir():
         os.environ["PATH"] = f"{links}{os.pathsep}{os.environ.get('PATH', '')}"
 
@@ -66,24 +68,64 @@ _interpreters_on_path(COMPAT_PYTHONS)
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite against a real local ZooKeeper + Kafka (started by the tests), then
-    the user-style suite in ``tests_user/`` through the ``aio_cluster.testing`` plugin.
+    """The whole test suite against a real local ZooKeeper + Kafka, then the user-style suite in
+    ``tests_user/`` through the ``aio_cluster.testing`` plugin.
 
-    With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs.
+    The suite runs in `TEST_WORKERS` parallel workers on one cluster the session starts (see
+    `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
+    once; see tests/conftest.py), then the tests marked ``serial`` alone, then ``tests_user/``, on
+    the same cluster. With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with
+    those arguments runs.
     """
     session.install("-e", ".[test,examples]")
-    session.run("pytest", *session.posargs)
-    if not session.posargs:
-        session.run("pytest", "-p", "aio_cluster.testing", "tests_user")
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    with _shared_cluster(session) as cluster:
+        session.run(
+            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile"),
+            *("-m", "not serial and not chaos"),
+            env=cluster,
+        )
+        # The tests marked serial, alone; none so marked (exit status 5) is no failure.
+        session.run("pytest", "-m", "serial and not chaos", env=cluster, success_codes=[0, 5])
+        session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
+
+
+@contextlib.contextmanager
+def _shared_cluster(session: nox.Session) -> Iterator[dict[str, str]]:
+    """A local cluster for the session's test passes (``tests/shared_cluster.py``, in the
+    session's Python), named by the two variables it yields; stopped after the block, also when
+    a pass fails, and with nox should nox die. Where the variables name a cluster already, that
+    one."""
+    named = {name: os.environ[name] for name in CLUSTER_VARIABLES if os.environ.get(name)}
+    if named:
+        yield named
+        return
+    python = Path(session.bin) / "python"
+    with subprocess.Popen(
+        [python, "tests/shared_cluster.py"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            lines = [process.stdout.readline().decode().strip() for _ in CLUSTER_VARIABLES]
+            cluster = dict(line.partition("=")[::2] for line in lines)
+            if sorted(cluster) != sorted(CLUSTER_VARIABLES):
+                session.error(f"the shared test cluster did not start: {lines}")
+            session.log(" ".join(lines))
+            yield cluster
+        finally:
+            process.stdin.close()  # the cluster stops, and the process ends
 
 
 @nox.session(python=COMPAT_PYTHONS)
 def tests_compat(session: nox.Session) -> None:
-    """The server-free tests and one real-server smoke test on each other claimed Python
+    """The server-free tests and the real-server smoke tests on each other claimed Python
     (``nox -s tests_compat-3.13`` for one); the whole suite runs on the default one (``tests``).
     """
     session.install("-e", ".[test,examples]")
-    session.run("pytest", *SERVER_FREE_TESTS, SMOKE_TEST, *session.posargs)
+    session.run("pytest", "-m", SERVER_FREE, *session.posargs)
 
 
 @nox.session

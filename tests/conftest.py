@@ -1,8 +1,18 @@
 """Shared fixtures: one real local cluster per test session, a fresh topic and group per test, a
-jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin."""
+jar cache of a test's own; the secured clusters' fixtures come from the ``secured`` plugin.
+
+The tests run in parallel (pytest-xdist, ``nox -s tests``) on one shared cluster, the `cluster`
+fixture: the one ``AIO_CLUSTER_BOOTSTRAP`` and ``AIO_CLUSTER_ZOOKEEPER`` name, which a parallel
+run starts for all its workers (`shared_cluster` does). A test that stops, restarts or kills
+servers, or needs a special cluster (TLS, SASL, several nodes), uses a cluster of its own instead
+(`OWN_CLUSTERS`); such tests are marked ``own_cluster`` here (a test that starts servers by other
+means is marked so by hand). A test that uses no cluster at all is marked ``server_free``:
+``nox -s tests_compat`` runs those on the other Pythons.
+"""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,6 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aio_cluster.local import LocalCluster, jars
 from aio_cluster.zookeeper.client import ZooKeeper
 
+import shared_cluster
 from support import add_topic, fresh, producer_of
 
 pytest_plugins = ["secured"]
@@ -23,10 +34,62 @@ MakeTopic = Callable[..., Awaitable[str]]
 Produce = Callable[..., Awaitable[Counter[int]]]
 
 
+OWN_CLUSTERS = ("restartable", "multi_cluster", "tls_cluster", "sasl_cluster", "own_cache")
+"""The fixtures that give a test servers of its own: clusters whose servers the tests stop and
+start, or special ones, and the cache of ``python -m aio_cluster.local up`` (which starts a
+cluster). A parallel run sends the tests of one module to one worker (``--dist loadfile``), so
+that a module's cluster starts once and its tests use it one at a time."""
+
+
+_SHARED = pytest.StashKey[shared_cluster.SharedCluster]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller of a parallel run (``pytest -n N``) not pointed at a cluster: start the
+    cluster its workers share, and name it in the environment they inherit."""
+    if shared_cluster.wanted(config):
+        started = shared_cluster.SharedCluster.start()
+        config.stash[_SHARED] = started
+        os.environ.update(started.variables)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    started = config.stash.get(_SHARED, None)
+    if started is not None:
+        for name in started.variables:
+            os.environ.pop(name, None)
+        started.stop()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`,
+    ``server_free`` for those that use no cluster fixture."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
+        if any(name in fixtures for name in OWN_CLUSTERS):
+            item.add_marker(pytest.mark.own_cluster)
+        elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
+            item.add_marker(pytest.mark.server_free)
+
+
 @pytest_asyncio.fixture(scope="session")
 async def cluster() -> AsyncIterator[LocalCluster]:
-    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens."""
+    """The session's ZooKeeper + Kafka: the shared one the environment names (in a parallel run),
+    else started once, stopped at the end whatever happens. Never stop or restart its servers:
+    other tests use them at the same time; take `restartable` for that."""
     async with LocalCluster() as started:
+        yield started
+
+
+@pytest_asyncio.fixture(scope="session")
+async def restartable() -> AsyncIterator[LocalCluster]:
+    """A single-node cluster of the session's own, for the tests that stop and start its servers
+    (never the environment's, nor the shared `cluster`, which other tests use meanwhile): started
+    on first use, with Java (a Docker one cannot be restarted)."""
+    async with LocalCluster(use_env=False) as started:
+        if started.mode != "java":
+            pytest.skip("stopping and starting servers needs a Java-started cluster")
         yield started
 
 

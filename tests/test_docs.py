@@ -224,6 +224,7 @@ def test_the_configuration_snippets_spell_out_the_real_defaults() -> None:
             assert ast.literal_eval(value) == keyword_only[name], name
 
 
+@pytest.mark.smoke
 @pytest.mark.asyncio
 async def test_the_local_cluster_snippet_prints_the_sessions_cluster(
     cluster: LocalCluster,

@@ -1,20 +1,47 @@
 """A member through server faults: a ZooKeeper restart within the session timeout, a Kafka
-broker restart. These restart the session's shared servers and wait until they answer again."""
+broker restart. These restart the servers of the `restartable` cluster (never the shared one,
+which other tests use meanwhile) and wait until they answer again."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+import pytest_asyncio
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import SessionState, ZooKeeper
 
-from conftest import MakeTopic, Produce
-from support import Pairs, closable, settled, take, wait_until
+from support import (
+    Pairs,
+    closable,
+    create_topic,
+    numbered_by,
+    producer_of,
+    settled,
+    take,
+    wait_until,
+)
 
 pytestmark = pytest.mark.asyncio
+
+Send = Callable[[int, int], Awaitable[None]]
+
+
+@pytest_asyncio.fixture
+async def topic(restartable: LocalCluster) -> str:
+    """A fresh topic of two partitions on the restartable cluster."""
+    return await create_topic(restartable.bootstrap, 2)
+
+
+@pytest_asyncio.fixture
+async def send(restartable: LocalCluster, topic: str) -> AsyncIterator[Send]:
+    """``await send(start, count)``: the numbered messages ``k<start>`` ... to `topic` (see
+    `numbered_by`)."""
+    async with producer_of(restartable) as producer:
+        yield numbered_by(producer, topic)
 
 
 async def consume(batches: Pairs, seen: Counter[bytes], total: int) -> None:
@@ -24,10 +51,10 @@ async def consume(batches: Pairs, seen: Counter[bytes], total: int) -> None:
 
 
 async def test_zookeeper_restart_within_the_session_keeps_claims(
-    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+    restartable: LocalCluster, topic: str, send: Send, group_name: str
 ) -> None:
-    topic = await make_topic(2)
-    await produce(topic, 20)
+    cluster = restartable
+    await send(0, 20)
     seen: Counter[bytes] = Counter()
     async with ConsumerGroup(
         group_name, [cluster.bootstrap], [cluster.zookeeper], topic, session_timeout=15.0
@@ -37,7 +64,7 @@ async def test_zookeeper_restart_within_the_session_keeps_claims(
         session = group._member.zk.session_id
         await cluster.stop_zookeeper()
         await wait_until(lambda: group._member.zk.state is SessionState.SUSPENDED, what="suspended")
-        await produce(topic, 20, start=20)
+        await send(20, 20)
         await cluster.start_zookeeper()
         await wait_until(
             lambda: group._member.zk.state is SessionState.CONNECTED, what="reconnected"
@@ -57,10 +84,10 @@ async def test_zookeeper_restart_within_the_session_keeps_claims(
 
 
 async def test_kafka_restart_does_not_stop_consumption(
-    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+    restartable: LocalCluster, topic: str, send: Send, group_name: str
 ) -> None:
-    topic = await make_topic(2)
-    await produce(topic, 10)
+    cluster = restartable
+    await send(0, 10)
     seen: Counter[bytes] = Counter()
     async with ConsumerGroup(
         group_name, [cluster.bootstrap], [cluster.zookeeper], topic, loop_delay=0.2
@@ -69,7 +96,7 @@ async def test_kafka_restart_does_not_stop_consumption(
         await consume(batches, seen, 10)
         await cluster.stop_kafka()
         await cluster.start_kafka()
-        await produce(topic, 10, start=10)
+        await send(10, 10)
         await consume(batches, seen, 20)
         await batches.aclose()
     assert set(seen) == {f"k{i}".encode() for i in range(20)}

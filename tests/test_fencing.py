@@ -22,7 +22,7 @@ from aio_cluster.zookeeper.client import Delete, NoNodeError, Op, Stat, ZooKeepe
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import closable, settled, wait_until
+from support import closable, create_topic, settled, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -121,12 +121,10 @@ async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
 
 
 async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_timeout(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    group_name: str,
-    monkeypatch: pytest.MonkeyPatch,
+    restartable: LocalCluster, group_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = await make_topic(20)
+    cluster = restartable  # its ZooKeeper is restarted: never the shared one
+    topic = await create_topic(cluster.bootstrap, 20)
     claim_timeout = 10.0
     group = member(
         cluster,

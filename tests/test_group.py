@@ -99,6 +99,7 @@ async def test_members_joining_and_leaving_rebalance(
         assert sorted(len(m.claimed) for m in staying) == [1, 1]
 
 
+@pytest.mark.smoke  # tests_compat's real-server test: a member joins, consumes and commits
 async def test_commit_after_body_not_before(
     cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
 ) -> None:

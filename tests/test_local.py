@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
@@ -103,16 +102,6 @@ _RESTART_SESSION = 30.0
 """The session timeout of the short-restart test, in seconds."""
 
 
-@pytest_asyncio.fixture(scope="module")
-async def faulty() -> AsyncIterator[LocalCluster]:
-    """A cluster of this module's own, for the tests that stop its servers: the session's shared
-    one is never disrupted."""
-    async with LocalCluster(use_env=False) as cluster:
-        if cluster.mode != "java":
-            pytest.skip("stopping and starting servers needs a Java-started cluster")
-        yield cluster
-
-
 # --- the servers ----------------------------------------------------------------------------------
 
 
@@ -130,17 +119,17 @@ async def test_addresses_are_ipv4_loopback(cluster: LocalCluster) -> None:
 
 
 @pytest.mark.asyncio
-async def test_zookeeper_restart_keeps_data(faulty: LocalCluster) -> None:
+async def test_zookeeper_restart_keeps_data(restartable: LocalCluster) -> None:
     path = f"/test-local/{fresh('node')}"
-    client = await kazoo(faulty.zookeeper)
+    client = await kazoo(restartable.zookeeper)
     await asyncio.to_thread(client.create, path, b"kept", makepath=True)
     await kazoo_close(client)
 
-    await faulty.stop_zookeeper()
-    assert await closed(faulty.zookeeper)
-    await faulty.start_zookeeper()
+    await restartable.stop_zookeeper()
+    assert await closed(restartable.zookeeper)
+    await restartable.start_zookeeper()
 
-    client = await kazoo(faulty.zookeeper)
+    client = await kazoo(restartable.zookeeper)
     try:
         data, _ = await asyncio.to_thread(client.get, path)
     finally:
@@ -149,9 +138,9 @@ async def test_zookeeper_restart_keeps_data(faulty: LocalCluster) -> None:
 
 
 @pytest.mark.asyncio
-async def test_short_zookeeper_restart_keeps_the_session(faulty: LocalCluster) -> None:
+async def test_short_zookeeper_restart_keeps_the_session(restartable: LocalCluster) -> None:
     # A session far longer than a restart, even on a loaded machine (the server grants up to 60 s).
-    client = await kazoo(faulty.zookeeper, timeout=_RESTART_SESSION)
+    client = await kazoo(restartable.zookeeper, timeout=_RESTART_SESSION)
     states: list[str] = []
     client.add_listener(states.append)  # called on a kazoo thread; list.append is atomic
     try:
@@ -159,8 +148,8 @@ async def test_short_zookeeper_restart_keeps_the_session(faulty: LocalCluster) -
             client.create, f"/test-local/{fresh('ephemeral')}", ephemeral=True, makepath=True
         )
         session_id = client.client_id[0]
-        async with faulty.zookeeper_down():
-            assert await closed(faulty.zookeeper), "the server is down"
+        async with restartable.zookeeper_down():
+            assert await closed(restartable.zookeeper), "the server is down"
             await wait_until(lambda: KazooState.SUSPENDED in states, what="it is noticed")
 
         # The outcome says whether the restart was the short one meant: the same session,
@@ -174,12 +163,12 @@ async def test_short_zookeeper_restart_keeps_the_session(faulty: LocalCluster) -
 
 
 @pytest.mark.asyncio
-async def test_kafka_restart_keeps_data(faulty: LocalCluster) -> None:
-    topic = await create_topic(faulty.bootstrap, prefix="local")
-    await produce(faulty.bootstrap, topic, [b"before", b"restart"])
-    async with faulty.kafka_down():
-        assert await closed(faulty.bootstrap)
-    assert await consume(faulty.bootstrap, topic, 2) == [b"before", b"restart"]
+async def test_kafka_restart_keeps_data(restartable: LocalCluster) -> None:
+    topic = await create_topic(restartable.bootstrap, prefix="local")
+    await produce(restartable.bootstrap, topic, [b"before", b"restart"])
+    async with restartable.kafka_down():
+        assert await closed(restartable.bootstrap)
+    assert await consume(restartable.bootstrap, topic, 2) == [b"before", b"restart"]
 
 
 @pytest.mark.asyncio
@@ -412,6 +401,7 @@ async def test_jar_fetch_is_locked_and_an_interrupted_one_redone(tmp_path: Path)
 
 
 @pytest.mark.docker
+@pytest.mark.own_cluster
 @pytest.mark.asyncio
 async def test_docker_where_no_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not await asyncio.to_thread(docker.engine_answers):

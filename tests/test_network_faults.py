@@ -23,7 +23,10 @@ from aio_cluster.zookeeper.layout import GroupLayout
 from conftest import MakeTopic
 from support import settled, stored_offsets, wait_until
 
-pytestmark = pytest.mark.asyncio
+# The members' 6-second sessions and the phases of their silence are timed against the real
+# servers: tests running beside them on a small machine slow ZooKeeper's answers enough to expire
+# a session nobody cut. So these run after the parallel pass, alone (noxfile.py).
+pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
 
 SESSION = 6.0
 PARTITIONS = 4
