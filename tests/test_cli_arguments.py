@@ -12,15 +12,13 @@ from aio_cluster.cli.arguments import (
     ConsumeOptions,
     DescribeOptions,
     ListOptions,
-    LocalOptions,
     ResetOptions,
-    add_local_arguments,
-    local_options,
     parse,
     resolve,
 )
 from aio_cluster.cli.health import Thresholds
 from aio_cluster.cli.plans import ShiftBy, ToOffset
+from aio_cluster.local.cli import LocalOptions, add_local_arguments, local_options
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,8 @@ how to reach them, shared by every subcommand that speaks to them) and one froze
 subcommand. A value that argparse cannot judge (a duration, a ZooKeeper credential, a Kafka
 option) is checked here too, before any server is asked. ``local`` is a subcommand of the same
 parser; the ``aio-cluster-local`` script declares its arguments with the same
-`add_local_arguments`.
+`aio_cluster.local.cli.add_local_arguments` (the local layer declares its own arguments; this
+top layer may import it, never the other way round).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NoReturn, cast
+from typing import NoReturn, cast
 
 from ..assign.strategies import Strategy
 from ..config import ZooKeeperSecurity
 from ..errors import ConfigurationError
 from ..kafka.fetcher import ISOLATION_LEVELS, IsolationLevel
 from ..kafka.options import KafkaOptions
+from ..local.cli import LocalOptions, add_local_arguments, local_options
 from ..zookeeper.security import Acl, ZooKeeperTLS
 from .health import Thresholds, parse_duration
 from .plans import (
@@ -45,10 +47,7 @@ __all__ = [
     "DescribeOptions",
     "Invocation",
     "ListOptions",
-    "LocalOptions",
     "ResetOptions",
-    "add_local_arguments",
-    "local_options",
     "parse",
     "resolve",
 ]
@@ -162,16 +161,6 @@ class ConsumeOptions:
     isolation_level: IsolationLevel
 
 
-@dataclass(frozen=True, slots=True)
-class LocalOptions:
-    """``local up|down`` (and the ``aio-cluster-local`` script): the ports are for ``up``,
-    None meaning a free one."""
-
-    action: Literal["up", "down"]
-    kafka_port: int | None
-    zookeeper_port: int | None
-
-
 ServerOptions = ListOptions | DescribeOptions | CheckOptions | ResetOptions | ConsumeOptions
 
 
@@ -208,30 +197,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = _parser()
     parser.hides_unrecognized = any(arg.startswith("--kafka-option") for arg in argv)
     return parser.parse_args(argv)
-
-
-def add_local_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``local`` (and of the ``aio-cluster-local`` script); `local_options`
-    reads them."""
-    parser.add_argument(
-        "action",
-        choices=["up", "down"],
-        help="up: start a cluster, print its export lines, stay up until Ctrl-C, SIGTERM or "
-        "down; down: stop the cluster of the running up",
-    )
-    parser.add_argument("--kafka-port", type=int, help="Kafka's port for up (default: a free one)")
-    parser.add_argument(
-        "--zookeeper-port", type=int, help="ZooKeeper's port for up (default: a free one)"
-    )
-
-
-def local_options(args: argparse.Namespace) -> LocalOptions:
-    """What `add_local_arguments` declared, as typed values."""
-    return LocalOptions(
-        action=cast(Literal["up", "down"], args.action),
-        kafka_port=args.kafka_port,
-        zookeeper_port=args.zookeeper_port,
-    )
 
 
 def _parser() -> _Parser:

@@ -44,6 +44,7 @@ from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, Coo
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.topics import TopicPartition
+from ..local.cli import LocalOptions
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, Registration, group_path
 from . import survey, tables
@@ -56,7 +57,6 @@ from .arguments import (
     DescribeOptions,
     Invocation,
     ListOptions,
-    LocalOptions,
     ResetOptions,
     parse,
     resolve,

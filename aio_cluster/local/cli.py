@@ -11,13 +11,47 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
-from ..cli.arguments import LocalOptions, add_local_arguments, local_options
 from ..errors import ConfigurationError, LocalClusterError
 from . import env, jars, process
 from .cluster import LocalCluster
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOptions:
+    """``local up|down`` (and the ``aio-cluster-local`` script): the ports are for ``up``,
+    None meaning a free one."""
+
+    action: Literal["up", "down"]
+    kafka_port: int | None
+    zookeeper_port: int | None
+
+
+def add_local_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``local`` (and of the ``aio-cluster-local`` script); `local_options`
+    reads them."""
+    parser.add_argument(
+        "action",
+        choices=["up", "down"],
+        help="up: start a cluster, print its export lines, stay up until Ctrl-C, SIGTERM or "
+        "down; down: stop the cluster of the running up",
+    )
+    parser.add_argument("--kafka-port", type=int, help="Kafka's port for up (default: a free one)")
+    parser.add_argument(
+        "--zookeeper-port", type=int, help="ZooKeeper's port for up (default: a free one)"
+    )
+
+
+def local_options(args: argparse.Namespace) -> LocalOptions:
+    """What `add_local_arguments` declared, as typed values."""
+    return LocalOptions(
+        action=cast(Literal["up", "down"], args.action),
+        kafka_port=args.kafka_port,
+        zookeeper_port=args.zookeeper_port,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
