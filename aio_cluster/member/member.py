@@ -56,6 +56,7 @@ from ..kafka.dead_letters import DeadLetters
 from ..kafka.fetcher import Fetcher
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.options import parse_bootstrap
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
 from .delivery import Delivery
@@ -147,7 +148,7 @@ class Member:
         subscription: Subscription,
         settings: Settings,
         *,
-        listener: RebalanceListener[int] | None,
+        listener: RebalanceListener[PartitionKey] | None,
     ) -> None:
         """Build the parts; nothing connects before `register()`.
 
@@ -304,7 +305,7 @@ class Member:
         self.delivery.wake()
         self.membership.request_rebalance()
 
-    def _fenced(self, partitions: list[int]) -> None:
+    def _fenced(self, partitions: list[PartitionKey]) -> None:
         """Writes found the claims of ``partitions`` gone: their offsets are never mirrored, and
         the rebalance this asks for drops them (and claims them again where the target says)."""
         self.mirror.forget(partitions)
@@ -386,13 +387,13 @@ class Member:
 
     # -- reading and steering, by key -------------------------------------------------------
 
-    async def stored(self, key: int) -> int | None:
+    async def stored(self, key: PartitionKey) -> int | None:
         """The stored next offset of ``key``, a completed batch's pending one stored first."""
         if self.states.owned(key):
             await self.handover.flush([key])
         return await self.offsets.stored(key)
 
-    async def commit(self, key: int, offset: int) -> Claim | None:
+    async def commit(self, key: PartitionKey, offset: int) -> Claim | None:
         """Store ``offset`` as the next offset of ``key`` now, if this member owns it.
 
         Returns:
@@ -405,30 +406,30 @@ class Member:
             await self.handover.flush([key])
         return claim
 
-    def seek(self, offsets: Mapping[int, int]) -> None:
+    def seek(self, offsets: Mapping[PartitionKey, int]) -> None:
         """Start the next batches of these partitions (those still owned) at these offsets."""
         for key, offset in offsets.items():
             if self.states.owned(key):
                 self.states.sought(key, offset)
         self.delivery.wake()
 
-    async def seek_to_beginning(self, keys: list[int]) -> None:
+    async def seek_to_beginning(self, keys: list[PartitionKey]) -> None:
         bounds = await self.fetcher.bounds(keys)
         self.seek({key: earliest for key, (earliest, _end) in bounds.items()})
 
-    async def seek_to_end(self, keys: list[int]) -> None:
+    async def seek_to_end(self, keys: list[PartitionKey]) -> None:
         self.seek(await self.fetcher.ends(keys))
 
-    async def seek_to_timestamp(self, keys: list[int], timestamp_ms: int) -> None:
+    async def seek_to_timestamp(self, keys: list[PartitionKey], timestamp_ms: int) -> None:
         found = await self.fetcher.offsets_for_time(keys, timestamp_ms)
         ends = await self.fetcher.ends([key for key, offset in found.items() if offset is None])
         self.seek({key: ends[key] if offset is None else offset for key, offset in found.items()})
 
-    async def statistics(self, name: Callable[[int], P]) -> GroupStatistics[P]:
+    async def statistics(self, name: Callable[[PartitionKey], P]) -> GroupStatistics[P]:
         """A snapshot of this member, its partitions named by ``name``; one ListOffsets round
         trip to Kafka."""
 
-        def names(keys: Iterable[int]) -> tuple[P, ...]:
+        def names(keys: Iterable[PartitionKey]) -> tuple[P, ...]:
             named: list[Any] = [name(key) for key in keys]
             return tuple(sorted(named))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import BrokerError
 from ..kafka.group_offsets import KafkaGroupOffsets
+from ..kafka.topics import PartitionKey
 from .claims import Claim
 
 __all__ = ["KafkaMirror"]
@@ -46,9 +47,9 @@ class KafkaMirror:
         self._id = member_id
         self._migrate = migrate
         self._timeout = timeout
-        self._due: dict[int, int] = {}
+        self._due: dict[PartitionKey, int] = {}
         """Offsets stored in ZooKeeper and not yet committed to Kafka."""
-        self._seen: set[int] = set()
+        self._seen: set[PartitionKey] = set()
         """The claimed partitions already taken over: the rest are new claims."""
         self._lock = asyncio.Lock()
         """Serialises commits, so that a later one never overtakes an earlier one."""
@@ -68,13 +69,13 @@ class KafkaMirror:
         if self._kafka is not None:
             await self._kafka.stop()
 
-    def stored(self, offsets: Mapping[int, int]) -> None:
+    def stored(self, offsets: Mapping[PartitionKey, int]) -> None:
         """ZooKeeper stored these offsets (partition -> next offset): commit them soon."""
         if self._kafka is not None and offsets:
             self._due.update(offsets)
             self._wanted.set()
 
-    def forget(self, partitions: Iterable[int] | None = None) -> None:
+    def forget(self, partitions: Iterable[PartitionKey] | None = None) -> None:
         """These partitions (None: all) are no longer this member's: never commit them."""
         for partition in list(self._due) if partitions is None else partitions:
             self._due.pop(partition, None)
@@ -83,7 +84,7 @@ class KafkaMirror:
         else:
             self._seen.difference_update(partitions)
 
-    async def run(self, claims: Mapping[int, Claim]) -> None:
+    async def run(self, claims: Mapping[PartitionKey, Claim]) -> None:
         """Commit what ZooKeeper stores, as it is stored; runs until cancelled."""
         if self._kafka is None:
             return
@@ -92,7 +93,9 @@ class KafkaMirror:
             self._wanted.clear()
             await self.push(claims, list(claims))
 
-    async def push(self, claims: Mapping[int, Claim], partitions: Iterable[int]) -> None:
+    async def push(
+        self, claims: Mapping[PartitionKey, Claim], partitions: Iterable[PartitionKey]
+    ) -> None:
         """Commit the due offsets of those of ``partitions`` this member owns, now (before a
         handover and when leaving). A failure is logged; the offsets stay due."""
         if self._kafka is None:
@@ -111,8 +114,8 @@ class KafkaMirror:
                     del self._due[partition]
 
     async def take_over(
-        self, claims: Mapping[int, Claim], start: Callable[[int, int], bool]
-    ) -> dict[int, int]:
+        self, claims: Mapping[PartitionKey, Claim], start: Callable[[PartitionKey, int], bool]
+    ) -> dict[PartitionKey, int]:
         """For the claims new since the last call: with ``"migrate"`` offer each the Kafka
         group's offset through ``start`` (the partition states' `migrated` transition, which
         takes it where it is further than the stored one and stores it at once: ZooKeeper is the
@@ -133,7 +136,7 @@ class KafkaMirror:
         new = [p for p in claims if p not in self._seen]
         if self._kafka is None or not new:
             return {}
-        taken: dict[int, int] = {}
+        taken: dict[PartitionKey, int] = {}
         if self._migrate:
             committed = await self._kafka.committed(new, self._timeout)
             taken = {p: offset for p, offset in committed.items() if start(p, offset)}
