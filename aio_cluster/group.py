@@ -312,7 +312,7 @@ class ConsumerGroup(Generic[PartitionT]):
         """
         self._member.check_not_closed()
         _check_offset(offset)
-        claim = await self._member.commit(self._key(partition), offset)
+        claim = await self._member.store(self._key(partition), offset)
         if claim is None or claim.fenced:
             raise NotOwnedError(
                 f"{self._describe(partition)} is not owned by member {self.id}"

@@ -51,13 +51,13 @@ async def test_a_refused_commit_goes_again_with_the_next() -> None:
     side, owned = mirror(kafka), claims(P0, P1)
     side.stored({P0: 5, P1: 7})
     kafka.refuse = True
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == []
     kafka.refuse = False
     side.stored({P0: 6})
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 6, 1: 7}]
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 6, 1: 7}], "nothing is due twice"
 
 
@@ -66,11 +66,11 @@ async def test_only_owned_and_not_forgotten_partitions_are_committed() -> None:
     side = mirror(kafka)
     side.stored({P0: 1, P1: 2, P2: 3})
     side.forget([P1])
-    await side.push(claims(P0, P1), [P0, P1, P2])
+    await side.mirror(claims(P0, P1), [P0, P1, P2])
     assert kafka.commits == [{0: 1}]
     side.stored({P0: 4})
     side.forget()
-    await side.push(claims(P0), [P0])
+    await side.mirror(claims(P0), [P0])
     assert kafka.commits == [{0: 1}]
 
 
@@ -78,7 +78,7 @@ async def test_off_does_nothing() -> None:
     side = mirror(None, migrate=True)
     side.stored({P0: 1})
     owned = claims(P0, next_offset=UNPOSITIONED)
-    await side.push(owned, [P0])
+    await side.mirror(owned, [P0])
     states = PartitionStates()
     states.claimed(owned[P0])
     assert await side.take_over(states.claims, states.migrated) == {}
@@ -113,14 +113,14 @@ async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
     states.claimed(Claim(P1, 0, UNPOSITIONED, None))
     owned = states.claims
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}]
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}], "only a new claim is mirrored on its own"
     side.forget([P0])
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}, {0: 7}], "claimed again after a release: new again"
 
 
@@ -136,5 +136,5 @@ async def test_migrating_again_goes_on_from_the_further_offset() -> None:
     assert await side.take_over(owned, states.migrated) == {0: 40}
     assert (owned[P0].next_offset, owned[P0].pending) == (40, 40)
     assert (owned[P1].next_offset, owned[P1].pending) == (30, None)
-    await side.push(owned, [P0, P1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{1: 30}], "the taken offset is mirrored once ZooKeeper stores it"

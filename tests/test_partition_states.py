@@ -173,7 +173,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         partition = data.draw(st.sampled_from(sorted(self.revoking)))
         self.revoking.discard(partition)
         self._abandon(partition)
-        self.flush()
+        self.store()
         claim = self.states.released(partition)
         self.states.hand_out([partition])
         if claim is not None:
@@ -186,7 +186,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
             return
         self.states.drain([partition])
         self._abandon(partition)
-        self.flush()
+        self.store()
         assert self.states.released(partition) is not None
         self.zookeeper_release(partition)
 
@@ -347,13 +347,13 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         assert self.states.fenced_off([claim]) == [partition]
         assert partition in self.states.fenced
         with pytest.raises(NotOwnedError):
-            self.states.committed(partition, 0)
+            self.states.to_store(partition, 0)
 
     # -- storing -----------------------------------------------------------------------------
 
     @rule()
-    def flush(self) -> None:
-        due = self.states.due(map(PartitionKey, range(PARTITIONS)))
+    def store(self) -> None:
+        due = self.states.unstored(map(PartitionKey, range(PARTITIONS)))
         written = {}
         for claim in due:
             assert claim.pending is not None
@@ -502,12 +502,12 @@ def test_a_fenced_claim_stores_nothing_more() -> None:
     states = PartitionStates()
     claim = Claim(P0, 0, 3, 3)
     states.claimed(claim)
-    states.committed(P0, 5)
+    states.to_store(P0, 5)
     assert states.fenced_off([claim]) == [0]
     assert states.fenced == [0]
-    assert states.due([P0]) == []
+    assert states.unstored([P0]) == []
     with pytest.raises(NotOwnedError):
-        states.committed(P0, 6)
+        states.to_store(P0, 6)
     assert states.released(P0) is claim, "the rebalance drops it"
     assert states.fenced == []
 

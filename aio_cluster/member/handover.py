@@ -116,7 +116,7 @@ class Handover:
         told = self._states.revoking(partitions)
         if told:
             await self._tell("on_partitions_revoked", told)
-        await self.store(partitions)
+        await self.store_and_mirror(partitions)
 
     def released(self, partitions: list[PartitionKey]) -> None:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
@@ -150,15 +150,16 @@ class Handover:
         if lost:
             await self._tell("on_partitions_lost", lost)
 
-    async def flush(self, partitions: list[PartitionKey]) -> None:
-        """Store the pending offsets of ``partitions``; the mirror commits them soon after."""
-        self._mirror.stored(await self._offsets.flush(partitions))
-
     async def store(self, partitions: list[PartitionKey]) -> None:
-        """Store the pending offsets of ``partitions`` now, in Kafka too when mirrored (before a
-        handover and when leaving)."""
-        await self.flush(partitions)
-        await self._mirror.push(self._states.claims, partitions)
+        """Store the pending offsets of ``partitions``; the mirror copies them to Kafka soon
+        after."""
+        self._mirror.stored(await self._offsets.store(partitions))
+
+    async def store_and_mirror(self, partitions: list[PartitionKey]) -> None:
+        """Store the pending offsets of ``partitions`` now, and mirror them to Kafka now (before
+        a handover and when leaving)."""
+        await self.store(partitions)
+        await self._mirror.mirror(self._states.claims, partitions)
 
     async def _tell(self, method: str, partitions: list[PartitionKey]) -> None:
         """Await the listener's method, bounded by ``rebalance_timeout``; a failure is logged."""

@@ -8,7 +8,7 @@ partition states, the offsets, the membership, the delivery, the liveness and th
 Its life runs in one task, made when it joins::
 
     register()   the clients start (in the caller's task); then the member's task runs the
-                 background, one task group: the rebalances, the offset flushes, the metadata
+                 background, one task group: the rebalances, the offset stores, the metadata
                  checks, the mirror and the liveness, until close() asks for the closing.
     closing      within close_timeout from close(): the handlers of process() finish (bounded
                  by rebalance_timeout) while the background goes on; the background's scope is
@@ -390,10 +390,10 @@ class Member:
     async def stored(self, key: PartitionKey) -> int | None:
         """The stored next offset of ``key``, a completed batch's pending one stored first."""
         if self.states.owned(key):
-            await self.handover.flush([key])
+            await self.handover.store([key])
         return await self.offsets.stored(key)
 
-    async def commit(self, key: PartitionKey, offset: int) -> Claim | None:
+    async def store(self, key: PartitionKey, offset: int) -> Claim | None:
         """Store ``offset`` as the next offset of ``key`` now, if this member owns it.
 
         Returns:
@@ -402,8 +402,8 @@ class Member:
         """
         claim = self.states.claims.get(key)
         if claim is not None and not claim.fenced:
-            self.states.committed(key, offset)
-            await self.handover.flush([key])
+            self.states.to_store(key, offset)
+            await self.handover.store([key])
         return claim
 
     def seek(self, offsets: Mapping[PartitionKey, int]) -> None:
@@ -584,7 +584,7 @@ class Member:
         try:
             async with anyio.create_task_group() as loops:
                 loops.start_soon(self.membership.run, joined, self.handover, self._fail)
-                loops.start_soon(self._every, timing.commit_interval, self._flush_all)
+                loops.start_soon(self._every, timing.commit_interval, self._store_all)
                 loops.start_soon(
                     self._every, timing.metadata_interval, self.membership.check_partitions
                 )
@@ -609,8 +609,8 @@ class Member:
             except (CoordinationError, BrokerError) as exc:
                 log.warning("member %s: %s", self.id, exc)
 
-    async def _flush_all(self) -> None:
-        await self.handover.flush(list(self.states.claims))
+    async def _store_all(self) -> None:
+        await self.handover.store(list(self.states.claims))
 
     async def _end(self) -> None:
         """However the leaving went: `process()` has ended, what was not released goes with

@@ -48,11 +48,11 @@ class KafkaMirror:
         self._migrate = migrate
         self._timeout = timeout
         self._due: dict[PartitionKey, int] = {}
-        """Offsets stored in ZooKeeper and not yet committed to Kafka."""
+        """Offsets stored in ZooKeeper and not yet mirrored to Kafka."""
         self._seen: set[PartitionKey] = set()
         """The claimed partitions already taken over: the rest are new claims."""
         self._lock = asyncio.Lock()
-        """Serialises commits, so that a later one never overtakes an earlier one."""
+        """Serialises the mirroring, so that a later Kafka commit never overtakes an earlier one."""
         self._wanted = asyncio.Event()
 
     async def start(self) -> None:
@@ -65,18 +65,18 @@ class KafkaMirror:
             await self._kafka.start()
 
     async def stop(self) -> None:
-        """Close the connections; offsets not committed by now stay in ZooKeeper only."""
+        """Close the connections; offsets not mirrored by now stay in ZooKeeper only."""
         if self._kafka is not None:
             await self._kafka.stop()
 
     def stored(self, offsets: Mapping[PartitionKey, int]) -> None:
-        """ZooKeeper stored these offsets (partition -> next offset): commit them soon."""
+        """ZooKeeper stored these offsets (partition -> next offset): mirror them soon."""
         if self._kafka is not None and offsets:
             self._due.update(offsets)
             self._wanted.set()
 
     def forget(self, partitions: Iterable[PartitionKey] | None = None) -> None:
-        """These partitions (None: all) are no longer this member's: never commit them."""
+        """These partitions (None: all) are no longer this member's: never mirror them."""
         for partition in list(self._due) if partitions is None else partitions:
             self._due.pop(partition, None)
         if partitions is None:
@@ -85,19 +85,19 @@ class KafkaMirror:
             self._seen.difference_update(partitions)
 
     async def run(self, claims: Mapping[PartitionKey, Claim]) -> None:
-        """Commit what ZooKeeper stores, as it is stored; runs until cancelled."""
+        """Mirror what ZooKeeper stores, as it is stored; runs until cancelled."""
         if self._kafka is None:
             return
         while True:
             await self._wanted.wait()
             self._wanted.clear()
-            await self.push(claims, list(claims))
+            await self.mirror(claims, list(claims))
 
-    async def push(
+    async def mirror(
         self, claims: Mapping[PartitionKey, Claim], partitions: Iterable[PartitionKey]
     ) -> None:
-        """Commit the due offsets of those of ``partitions`` this member owns, now (before a
-        handover and when leaving). A failure is logged; the offsets stay due."""
+        """Mirror the due offsets of those of ``partitions`` this member owns, now, in one Kafka
+        commit (before a handover and when leaving). A failure is logged; the offsets stay due."""
         if self._kafka is None:
             return
         async with self._lock:

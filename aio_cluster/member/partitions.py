@@ -547,8 +547,8 @@ class PartitionStates:
 
     # -- storing -----------------------------------------------------------------------------
 
-    def committed(self, partition: PartitionKey, offset: int) -> None:
-        """The application asks to store ``offset`` for ``partition`` (its own word).
+    def to_store(self, partition: PartitionKey, offset: int) -> None:
+        """``offset`` is to be stored for ``partition``: the application's ``commit()``.
 
         Raises:
             NotOwnedError: the partition is not owned, or its claim is fenced (gone).
@@ -558,7 +558,7 @@ class PartitionStates:
             raise NotOwnedError(f"partition {partition}: its claim is gone, nothing is stored")
         claim.pending = offset
 
-    def due(self, partitions: Iterable[PartitionKey]) -> list[Claim]:
+    def unstored(self, partitions: Iterable[PartitionKey]) -> list[Claim]:
         """The owned claims among ``partitions`` whose pending offset is not stored yet."""
         return [
             claim
