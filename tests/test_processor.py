@@ -113,7 +113,7 @@ class Member:
             self.delivery,
             handler,
             Processing(**policy),
-            stopped=lambda: self.closing,
+            is_closing=lambda: self.closing,
             member_id="m",
         )
 
@@ -176,7 +176,7 @@ async def test_a_stopped_partition_starts_nothing_more() -> None:
 
     processor = member.processor(handler, concurrency=1, ordering="key", attempts=1)
     async with running(processor):
-        await wait_until(lambda: processor.stopped == {0: 1}, what="the partition stopped")
+        await wait_until(lambda: processor.failed_at == {0: 1}, what="the partition stopped")
         await wait_until(lambda: processor.in_flight == 0, what="nothing runs")
         assert member.pending(0) == 1
 

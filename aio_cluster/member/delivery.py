@@ -128,19 +128,19 @@ class Delivery:
         self._changed.set()
         self._batch_done.set()
 
-    async def next_batch(self, stopped: Callable[[], bool]) -> tuple[Claim, Batch] | None:
+    async def next_batch(self, is_closing: Callable[[], bool]) -> tuple[Claim, Batch] | None:
         """The next batch round-robin, fetching when none is buffered; waits while nothing is
         claimed (or ZooKeeper is suspended) without spinning.
 
         Args:
-            stopped: True once the member closes (it may raise the member's failure).
+            is_closing: True once the member closes (it may raise the member's failure).
 
         Returns:
-            The claim and its batch, or None once ``stopped``.
+            The claim and its batch, or None once ``is_closing()``.
         """
         while True:
             self._changed.clear()
-            if stopped():
+            if is_closing():
                 return None
             timeout: float | None = None
             picked = self._states.pick() if self.may_start() else None

@@ -290,7 +290,7 @@ class Member:
         if self.state is GroupState.CLOSED:
             raise GroupClosedError(f"member {self.id} of group {self.layout.group!r} is closed")
 
-    def stopped(self) -> bool:
+    def is_closing(self) -> bool:
         """Whether the member closes (what the delivery asks before each batch).
 
         Raises:
@@ -335,7 +335,7 @@ class Member:
 
     async def next_batch(self) -> tuple[Claim, Batch] | None:
         """The next batch to hand out, or None once the member closes."""
-        return await self.delivery.next_batch(self.stopped)
+        return await self.delivery.next_batch(self.is_closing)
 
     async def process(self, handler: Handler, policy: Processing) -> None:
         """Run ``handler`` for every record of the claimed partitions (see
@@ -368,7 +368,7 @@ class Member:
             self.delivery,
             handler,
             policy,
-            stopped=self.stopped,
+            is_closing=self.is_closing,
             member_id=self.id,
             dead_letters=dead_letters,
         )
@@ -457,7 +457,7 @@ class Member:
             oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
             stopped=()
             if processor is None
-            else names(p for p in processor.stopped if p in claims and p in paused),
+            else names(p for p in processor.failed_at if p in claims and p in paused),
         )
 
     # -- joining -----------------------------------------------------------------------------

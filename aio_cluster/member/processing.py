@@ -105,7 +105,7 @@ class Processor:
         handler: Handler,
         policy: Processing,
         *,
-        stopped: Callable[[], bool],
+        is_closing: Callable[[], bool],
         member_id: str,
         dead_letters: DeadLetters | None = None,
     ) -> None:
@@ -113,14 +113,14 @@ class Processor:
         delivery: the member's delivery; its batches are taken from here.
         handler: ``async def handler(record)``.
         policy: concurrency, ordering, retries and the failure policy.
-        stopped: True once the member closes (it may raise the member's failure).
+        is_closing: True once the member closes (it may raise the member's failure).
         member_id: named in log messages.
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         """
         self._delivery = delivery
         self._handler = handler
         self._policy = policy
-        self._stopped = stopped
+        self._is_closing = is_closing
         self._id = member_id
         self._dead_letters = dead_letters
         self._windows: dict[PartitionKey, Window] = {}
@@ -161,7 +161,7 @@ class Processor:
         """Handler runs that were retries."""
         self.dead_lettered = 0
         """Records written to the dead-letter topic."""
-        self.stopped: dict[PartitionKey, int] = {}
+        self.failed_at: dict[PartitionKey, int] = {}
         """Partitions paused by ``on_failure="stop"`` -> the offset of the failed record."""
 
     # -- what statistics() reads -------------------------------------------------------------
@@ -314,7 +314,7 @@ class Processor:
                 while self._held >= self._policy.max_records:
                     self._room.clear()
                     await self._room.wait()
-                picked = await self._delivery.next_batch(self._stopped)
+                picked = await self._delivery.next_batch(self._is_closing)
                 if picked is None:
                     # The member closes: close() ends the processor once its handlers are done.
                     for window in list(self._windows.values()):
@@ -327,7 +327,7 @@ class Processor:
     def _admit(self, claim: Claim, batch: Batch) -> None:
         window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
-        self.stopped.pop(claim.partition, None)
+        self.failed_at.pop(claim.partition, None)
         self._held += len(batch)
         self._idle.clear()
         first = window.first()
@@ -620,7 +620,7 @@ class Processor:
             error,
             record.partition,
         )
-        self.stopped[window.partition] = record.offset
+        self.failed_at[window.partition] = record.offset
         if not window.gone:
             self._delivery.pause([window.partition])
             self._stop_taking(window, fill_gaps=False)
