@@ -18,8 +18,9 @@ lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandon
 the member's parts from them and owns the task its background and its closing run in.
 
 A member on many topics (a list, or a pattern) is the same machinery: its parts know each
-partition by an ``int`` key (`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition
-id itself), and only this facade turns keys into the `TopicPartition` its user sees and back.
+partition by a key (`aio_cluster.kafka.topics.PartitionKey`, made by
+`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition id itself), and only this
+facade turns the ``int`` or `TopicPartition` its user names into keys and back.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .config import (
 )
 from .errors import ConfigurationError, NotOwnedError
 from .kafka.records import Record
-from .kafka.topics import PartitionT, TopicKeys, TopicPartition
+from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.claims import Batch
 from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
@@ -230,15 +231,15 @@ class ConsumerGroup(Generic[PartitionT]):
             return sorted(self._subscription.topics)
         return self._member.membership.topics
 
-    def _name(self, key: int) -> PartitionT:
+    def _name(self, key: PartitionKey) -> PartitionT:
         """How the user knows the partition of ``key``."""
         return cast(PartitionT, self._layout.name(key))
 
-    def _names(self, keys: list[int] | tuple[int, ...]) -> list[PartitionT]:
+    def _names(self, keys: list[PartitionKey]) -> list[PartitionT]:
         """The user's names of ``keys``, sorted."""
         return cast("list[PartitionT]", sorted(self._layout.name(key) for key in keys))
 
-    def _key(self, partition: PartitionT) -> int:
+    def _key(self, partition: PartitionT) -> PartitionKey:
         """The key of a partition the user names; a partition of a topic this member never met
         gets a key no claim holds.
 
@@ -248,7 +249,7 @@ class ConsumerGroup(Generic[PartitionT]):
         given: object = partition
         if not self._subscription.many:
             if isinstance(given, int) and not isinstance(given, bool):
-                return given
+                return PartitionKey(given)  # a one-topic member's keys are its partition ids
             raise ConfigurationError(
                 f"partition {given!r}: a member on one topic names a partition by its id (int)"
             )
@@ -264,7 +265,7 @@ class ConsumerGroup(Generic[PartitionT]):
             if found is None and self._subscription.matches(topic):
                 self._layout.of(topic)  # a name the layout takes (else ConfigurationError)
                 found = self._keys.key(topic, number)  # a topic read, not met yet
-            return -1 if found is None or number < 0 else found
+            return PartitionKey(-1) if found is None or number < 0 else found
         raise ConfigurationError(
             f"partition {given!r}: a member on many topics names a partition by "
             "TopicPartition(topic, partition)"
@@ -311,7 +312,7 @@ class ConsumerGroup(Generic[PartitionT]):
         """
         self._member.check_not_closed()
         _check_offset(offset)
-        claim = await self._member.commit(self._key(partition), offset)
+        claim = await self._member.store(self._key(partition), offset)
         if claim is None or claim.fenced:
             raise NotOwnedError(
                 f"{self._describe(partition)} is not owned by member {self.id}"
@@ -326,7 +327,7 @@ class ConsumerGroup(Generic[PartitionT]):
 
     # -- steering ----------------------------------------------------------------------------
 
-    def _owned(self, partitions: tuple[PartitionT, ...]) -> list[int]:
+    def _owned(self, partitions: tuple[PartitionT, ...]) -> list[PartitionKey]:
         """The keys of the given partitions (all claimed ones when none is given), each checked
         to be ours."""
         self._member.check_open()

@@ -17,6 +17,7 @@ import pytest
 from aio_cluster import ConsumerGroup, CoordinationTimeout, NotOwnedError
 from aio_cluster.cli import main as cli
 from aio_cluster.cli import survey
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import Delete, NoNodeError, Op, Stat, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
@@ -71,7 +72,7 @@ async def test_a_replaced_owner_node_refuses_the_commit_and_survives_the_leave(
 
 
 def claimed_anew(group: ConsumerGroup, partition: int) -> bool:
-    claim = group._member.membership.claims.get(partition)
+    claim = group._member.membership.claims.get(PartitionKey(partition))
     return claim is not None and not claim.fenced
 
 
@@ -217,7 +218,9 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
         await asyncio.to_thread(planned.wait, 60)
         async with member(cluster, group_name, topic) as group:
             assert group.claimed == [0]
-            assert group._member.membership.claims[0].stored == 3, "the member read the old offset"
+            assert group._member.membership.claims[PartitionKey(0)].stored == 3, (
+                "the member read the old offset"
+            )
             claimed.set()
             assert await command == 0
             assert await stored(zk, layout, 0) == 10
@@ -295,7 +298,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
     read = first._member.offsets.stored
     failures = 0
 
-    async def failing_for_one(partition: int) -> int | None:
+    async def failing_for_one(partition: PartitionKey) -> int | None:
         nonlocal failures
         if partition == 1:
             failures += 1
@@ -341,7 +344,7 @@ async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read
         rebalances += 1
         return await rebalance(*args)
 
-    async def losing_during_the_read(partition: int) -> int | None:
+    async def losing_during_the_read(partition: PartitionKey) -> int | None:
         nonlocal lost_in
         stored = await read(partition)
         if partition == 1 and lost_in is None:

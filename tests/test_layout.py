@@ -14,7 +14,7 @@ import aio_cluster
 from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetError, Strategy
 from aio_cluster.assign.target import StickyTarget
 from aio_cluster.kafka.options import parse_bootstrap
-from aio_cluster.kafka.topics import TopicKeys
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.member.keyed_layout import KeyedLayout
 from aio_cluster.zookeeper.client import parse_hosts
 from aio_cluster.zookeeper.layout import (
@@ -55,7 +55,7 @@ def test_the_group_paths_are_spelled_in_one_place() -> None:
         ids_path("g"),
         member_path("g", "m"),
     )
-    assert keyed.offset(2**31 + 4) == GroupLayout("g", "u").offset(4)
+    assert keyed.offset(PartitionKey(2**31 + 4)) == GroupLayout("g", "u").offset(4)
     package = Path(aio_cluster.__file__).parent
     spelled = [
         str(path.relative_to(package))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from aio_cluster import BrokerError
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.claims import UNPOSITIONED, Claim
 from aio_cluster.member.mirror import KafkaMirror
 from aio_cluster.member.partitions import PartitionStates
@@ -33,7 +34,11 @@ class FakeKafka:
         return {p: self._committed[p] for p in partitions if p in self._committed}
 
 
-def claims(*partitions: int, next_offset: int = 0) -> dict[int, Claim]:
+P0, P1, P2 = PartitionKey(0), PartitionKey(1), PartitionKey(2)
+"""The keys of partitions 0, 1 and 2 (one topic: the keys are the partition ids)."""
+
+
+def claims(*partitions: PartitionKey, next_offset: int = 0) -> dict[PartitionKey, Claim]:
     return {p: Claim(p, 0, next_offset, None) for p in partitions}
 
 
@@ -43,60 +48,60 @@ def mirror(kafka: Any, *, migrate: bool = False) -> KafkaMirror:
 
 async def test_a_refused_commit_goes_again_with_the_next() -> None:
     kafka = FakeKafka()
-    side, owned = mirror(kafka), claims(0, 1)
-    side.stored({0: 5, 1: 7})
+    side, owned = mirror(kafka), claims(P0, P1)
+    side.stored({P0: 5, P1: 7})
     kafka.refuse = True
-    await side.push(owned, [0, 1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == []
     kafka.refuse = False
-    side.stored({0: 6})
-    await side.push(owned, [0, 1])
+    side.stored({P0: 6})
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 6, 1: 7}]
-    await side.push(owned, [0, 1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 6, 1: 7}], "nothing is due twice"
 
 
 async def test_only_owned_and_not_forgotten_partitions_are_committed() -> None:
     kafka = FakeKafka()
     side = mirror(kafka)
-    side.stored({0: 1, 1: 2, 2: 3})
-    side.forget([1])
-    await side.push(claims(0, 1), [0, 1, 2])
+    side.stored({P0: 1, P1: 2, P2: 3})
+    side.forget([P1])
+    await side.mirror(claims(P0, P1), [P0, P1, P2])
     assert kafka.commits == [{0: 1}]
-    side.stored({0: 4})
+    side.stored({P0: 4})
     side.forget()
-    await side.push(claims(0), [0])
+    await side.mirror(claims(P0), [P0])
     assert kafka.commits == [{0: 1}]
 
 
 async def test_off_does_nothing() -> None:
     side = mirror(None, migrate=True)
-    side.stored({0: 1})
-    owned = claims(0, next_offset=UNPOSITIONED)
-    await side.push(owned, [0])
+    side.stored({P0: 1})
+    owned = claims(P0, next_offset=UNPOSITIONED)
+    await side.mirror(owned, [P0])
     states = PartitionStates()
-    states.claimed(owned[0])
+    states.claimed(owned[P0])
     assert await side.take_over(states.claims, states.migrated) == {}
     await side.run(owned)  # returns at once
-    assert owned[0].next_offset == UNPOSITIONED
+    assert owned[P0].next_offset == UNPOSITIONED
 
 
 @pytest.mark.parametrize("migrate", [True, False])
 async def test_migrate_starts_unpositioned_claims_at_kafkas_offsets(migrate: bool) -> None:
     side = mirror(FakeKafka({0: 40, 1: 50}), migrate=migrate)
     states = PartitionStates()
-    for claim in claims(0, 1, 2, next_offset=UNPOSITIONED).values():
+    for claim in claims(P0, P1, P2, next_offset=UNPOSITIONED).values():
         states.claimed(claim)
-    states.sought(1, 9)
+    states.sought(P1, 9)
     taken = await side.take_over(states.claims, states.migrated)
     assert taken == ({0: 40} if migrate else {})
     owned = states.claims
     if migrate:
-        assert (owned[0].next_offset, owned[0].pending) == (40, 40)
+        assert (owned[P0].next_offset, owned[P0].pending) == (40, 40)
     else:
-        assert (owned[0].next_offset, owned[0].pending) == (UNPOSITIONED, None)
-    assert (owned[1].next_offset, owned[1].pending) == (9, None), "a seek came first"
-    assert owned[2].next_offset == UNPOSITIONED, "no Kafka offset: positioned as usual"
+        assert (owned[P0].next_offset, owned[P0].pending) == (UNPOSITIONED, None)
+    assert (owned[P1].next_offset, owned[P1].pending) == (9, None), "a seek came first"
+    assert owned[P2].next_offset == UNPOSITIONED, "no Kafka offset: positioned as usual"
 
 
 async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
@@ -104,18 +109,18 @@ async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
     kafka = FakeKafka()
     side = mirror(kafka)
     states = PartitionStates()
-    states.claimed(Claim(0, 0, 7, 7))
-    states.claimed(Claim(1, 0, UNPOSITIONED, None))
+    states.claimed(Claim(P0, 0, 7, 7))
+    states.claimed(Claim(P1, 0, UNPOSITIONED, None))
     owned = states.claims
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [0, 1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}]
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [0, 1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}], "only a new claim is mirrored on its own"
-    side.forget([0])
+    side.forget([P0])
     await side.take_over(owned, states.migrated)
-    await side.push(owned, [0, 1])
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}, {0: 7}], "claimed again after a release: new again"
 
 
@@ -125,11 +130,11 @@ async def test_migrating_again_goes_on_from_the_further_offset() -> None:
     kafka = FakeKafka({0: 40, 1: 10})
     side = mirror(kafka, migrate=True)
     states = PartitionStates()
-    states.claimed(Claim(0, 0, 20, 20))
-    states.claimed(Claim(1, 0, 30, 30))
+    states.claimed(Claim(P0, 0, 20, 20))
+    states.claimed(Claim(P1, 0, 30, 30))
     owned = states.claims
     assert await side.take_over(owned, states.migrated) == {0: 40}
-    assert (owned[0].next_offset, owned[0].pending) == (40, 40)
-    assert (owned[1].next_offset, owned[1].pending) == (30, None)
-    await side.push(owned, [0, 1])
+    assert (owned[P0].next_offset, owned[P0].pending) == (40, 40)
+    assert (owned[P1].next_offset, owned[P1].pending) == (30, None)
+    await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{1: 30}], "the taken offset is mirrored once ZooKeeper stores it"

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from aio_cluster import ConfigurationError, ConsumerGroup, Record
 from aio_cluster.kafka.dead_letters import HEADERS
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
@@ -202,8 +203,14 @@ async def test_key_order_and_offsets_past_the_completed_prefix_only(
                 await wait_until(lambda: len(handled) == total, what="every record handled")
                 await wait_until(
                     lambda: (
-                        all(group._member.membership.claims[p].pending is None for p in (0, 1))
-                        and all(group._member.membership.claims[p].stored == end[p] for p in (0, 1))
+                        all(
+                            group._member.membership.claims[PartitionKey(p)].pending is None
+                            for p in (0, 1)
+                        )
+                        and all(
+                            group._member.membership.claims[PartitionKey(p)].stored == end[p]
+                            for p in (0, 1)
+                        )
                     ),
                     what="the end stored",
                 )

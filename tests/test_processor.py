@@ -17,6 +17,7 @@ from aiokafka.structs import ConsumerRecord
 from aio_cluster.config import Processing
 from aio_cluster.errors import CoordinationError
 from aio_cluster.kafka.records import DecodedRecord, Record
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.claims import Claim
 from aio_cluster.member.delivery import Delivery
 from aio_cluster.member.liveness import Liveness, Phase, phase
@@ -54,25 +55,29 @@ class LogFetcher:
 
     def __init__(self, logs: Mapping[int, list[Record]]) -> None:
         self.logs = logs
-        self.positions: dict[int, int] = {}
+        self.positions: dict[PartitionKey, int] = {}
 
     @property
-    def assigned(self) -> frozenset[int]:
+    def assigned(self) -> frozenset[PartitionKey]:
         return frozenset(self.positions)
 
-    def assign(self, positions: Mapping[int, int]) -> None:
+    def assign(self, positions: Mapping[PartitionKey, int]) -> None:
         self.positions = dict(positions)
 
-    def seek(self, partition: int, offset: int) -> None:
+    def seek(self, partition: PartitionKey, offset: int) -> None:
         self.positions[partition] = offset
 
-    def position(self, partition: int) -> int | None:
+    def position(self, partition: PartitionKey) -> int | None:
         return self.positions.get(partition)
 
-    async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+    async def bounds(
+        self, partitions: Collection[PartitionKey]
+    ) -> dict[PartitionKey, tuple[int, int]]:
         return {p: (0, len(self.logs[p])) for p in partitions}
 
-    async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
+    async def fetch(
+        self, partitions: Collection[PartitionKey], timeout_ms: int
+    ) -> dict[PartitionKey, list[Any]]:
         fetched = {}
         for partition in partitions:
             start = self.positions.get(partition)
@@ -98,7 +103,7 @@ class Member:
         )
         self.closing = False
         for partition in logs:
-            self.states.claimed(Claim(partition, 0, 0, 0))
+            self.states.claimed(Claim(PartitionKey(partition), 0, 0, 0))  # one topic: keys are ids
 
     async def start(self) -> None:
         await self.delivery.reassign()
@@ -108,12 +113,12 @@ class Member:
             self.delivery,
             handler,
             Processing(**policy),
-            stopped=lambda: self.closing,
+            is_closing=lambda: self.closing,
             member_id="m",
         )
 
     def pending(self, partition: int) -> int | None:
-        return self.states.claims[partition].pending
+        return self.states.claims[PartitionKey(partition)].pending
 
 
 @contextlib.asynccontextmanager
@@ -145,7 +150,7 @@ async def test_a_graceful_move_fills_the_gaps_so_the_next_owner_repeats_nothing(
 
     async with running(member.processor(handler, concurrency=4, ordering="key")):
         await wait_until(lambda: sorted(handled) == [2, 3, 4], what="the other keys finished")
-        drained = asyncio.create_task(member.delivery.drain([0]))
+        drained = asyncio.create_task(member.delivery.drain([PartitionKey(0)]))
         await asyncio.sleep(0.05)
         assert not drained.done(), "record 0 still runs"
         gate.set()
@@ -171,7 +176,7 @@ async def test_a_stopped_partition_starts_nothing_more() -> None:
 
     processor = member.processor(handler, concurrency=1, ordering="key", attempts=1)
     async with running(processor):
-        await wait_until(lambda: processor.stopped == {0: 1}, what="the partition stopped")
+        await wait_until(lambda: processor.failed_at == {0: 1}, what="the partition stopped")
         await wait_until(lambda: processor.in_flight == 0, what="nothing runs")
         assert member.pending(0) == 1
 
@@ -337,13 +342,15 @@ async def test_an_abandoned_batch_whose_handler_lingers_is_read_again_never_besi
     processor = member.processor(handler, concurrency=3, ordering="key")
     async with running(processor):
         await wait_until(lambda: [o for o, *_ in runs] == [0, 2], what="0 and 2 finished")
-        assert member.delivery.abandon([0]) == {0: 1}, "abandoned at its first unfinished record"
-        assert member.delivery.lingering([0]), "its handler ignores the cancellation"
+        assert member.delivery.abandon([PartitionKey(0)]) == {0: 1}, (
+            "abandoned at its first unfinished record"
+        )
+        assert member.delivery.lingering([PartitionKey(0)]), "its handler ignores the cancellation"
         assert member.pending(0) == 1
         await asyncio.sleep(0.1)
         assert [o for o, *_ in runs] == [0, 2], "the batch read again waits for it"
         release.set()
-        assert await member.delivery.quiet([0], 5.0) == {}
+        assert await member.delivery.quiet([PartitionKey(0)], 5.0) == {}
         await wait_until(lambda: member.pending(0) == 3, what="read again and finished")
     ones = [(began, ended) for offset, began, ended in runs if offset == 1]
     assert len(ones) == 2

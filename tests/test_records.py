@@ -27,7 +27,7 @@ from aio_cluster import ConsumerGroup, DeserializationError, FetchError
 from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.offset_reader import OffsetReader
-from aio_cluster.kafka.topics import TopicKeys
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -191,7 +191,7 @@ async def test_read_committed_hands_out_only_committed_records_and_ends_without_
             try:
 
                 async def mirrored() -> bool:
-                    return await mirror.committed([0, 1], 10) == log_end
+                    return await mirror.committed([PartitionKey(0), PartitionKey(1)], 10) == log_end
 
                 await wait_until(mirrored, what="the log ends committed in Kafka")
             finally:
@@ -435,13 +435,13 @@ async def test_an_authorization_failure_raises_a_fetch_error_naming_the_partitio
     real = fetcher._consumer
     fetcher._consumer = RefusingConsumer()
     try:
-        fetcher.assign({0: 3, 1: 7})
+        fetcher.assign({PartitionKey(0): 3, PartitionKey(1): 7})
         with pytest.raises(FetchError) as raised:
-            await fetcher.fetch([0, 1], 10)
+            await fetcher.fetch([PartitionKey(0), PartitionKey(1)], 10)
         error = raised.value
         assert (error.topic, error.partition, error.offset) == ("secret-topic", 1, 7)
         assert "refused" in str(error)
-        assert await fetcher.fetch([0], 10) == {}, "partition 0 is readable"
+        assert await fetcher.fetch([PartitionKey(0)], 10) == {}, "partition 0 is readable"
     finally:
         fetcher._consumer = real
         await fetcher.stop()

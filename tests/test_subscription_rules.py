@@ -20,7 +20,7 @@ from aio_cluster import (
 )
 from aio_cluster.assign.strategies import Strategy
 from aio_cluster.assign.subscription import Subscription
-from aio_cluster.kafka.topics import PARTITION_SPAN, TopicKeys
+from aio_cluster.kafka.topics import PARTITION_SPAN, PartitionKey, TopicKeys
 from aio_cluster.zookeeper.layout import decode_registration, encode_registration
 
 
@@ -100,11 +100,14 @@ def test_keys_of_one_topic_are_its_partition_ids() -> None:
     keys = TopicKeys(("t",))
     assert keys.key("t", 5) == 5
     assert keys.key("u", 5) == PARTITION_SPAN + 5
-    assert keys.split(PARTITION_SPAN + 5) == TopicPartition("u", 5)
+    assert keys.split(PartitionKey(PARTITION_SPAN + 5)) == TopicPartition("u", 5)
     assert keys.lookup("never", 0) is None
-    assert keys.by_topic({PARTITION_SPAN + 1, 3, PARTITION_SPAN}) == {"t": [3], "u": [0, 1]}
+    assert keys.by_topic({keys.key("u", 1), keys.key("t", 3), keys.key("u", 0)}) == {
+        "t": [3],
+        "u": [0, 1],
+    }
     with pytest.raises(KeyError):
-        keys.split(7 * PARTITION_SPAN)
+        keys.split(PartitionKey(7 * PARTITION_SPAN))
 
 
 class _Listener(RebalanceListener[TopicPartition]):

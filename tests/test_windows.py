@@ -9,6 +9,7 @@ from aiokafka.structs import ConsumerRecord
 
 from aio_cluster.config import Ordering
 from aio_cluster.kafka.records import Record
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.claims import Claim
 from aio_cluster.member.windows import Window
 
@@ -28,7 +29,7 @@ def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
     batch: list[Record] = [
         ConsumerRecord(offset=10 + i, key=key, **fields) for i, key in enumerate(keys)
     ]
-    return Window(Claim(0, 0, 10, 10), batch, ordering)
+    return Window(Claim(PartitionKey(0), 0, 10, 10), batch, ordering)
 
 
 def test_a_keys_records_start_one_after_another_and_the_prefix_follows() -> None:

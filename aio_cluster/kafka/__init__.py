@@ -14,5 +14,5 @@ Modules::
     offset_reader.py  OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py        KafkaOptions: the validated connection options (TLS, SASL), secrets masked
     records.py        Record: one record as the library hands it out
-    topics.py         TopicPartition, and the int keys of many topics' partitions (pure)
+    topics.py         TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)
 """

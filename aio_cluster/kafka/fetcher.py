@@ -44,7 +44,7 @@ from .diagnosis import connect_failure
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
-from .topics import TopicKeys
+from .topics import PartitionKey, TopicKeys
 
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
 
@@ -146,8 +146,8 @@ class Fetcher:
             **connection,
         )
         self._reader = OffsetReader(servers, client_id=f"{client_id}-offsets", options=connection)
-        self._assigned: frozenset[int] = frozenset()
-        self._positions: dict[int, int] = {}
+        self._assigned: frozenset[PartitionKey] = frozenset()
+        self._positions: dict[PartitionKey, int] = {}
         """Partition -> the next offset to read: past every record returned, and past the
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
         self._key_deserializer = key_deserializer
@@ -202,14 +202,14 @@ class Fetcher:
         """
         return await self._reader.topics(names)
 
-    def _tp(self, key: int) -> Any:
+    def _tp(self, key: PartitionKey) -> Any:
         return TopicPartition(*self.keys.split(key))
 
-    def _key(self, tp: Any) -> int:
+    def _key(self, tp: Any) -> PartitionKey:
         return self.keys.key(tp.topic, tp.partition)
 
     @property
-    def assigned(self) -> frozenset[int]:
+    def assigned(self) -> frozenset[PartitionKey]:
         """The partitions fetched from now."""
         return self._assigned
 
@@ -221,7 +221,7 @@ class Fetcher:
             return self._max_bytes
         return max(1, min(self._max_bytes, self._budget // (2 * len(self._assigned))))
 
-    def assign(self, positions: Mapping[int, int]) -> None:
+    def assign(self, positions: Mapping[PartitionKey, int]) -> None:
         """Fetch from exactly these partitions, each from the given next offset.
 
         Records fetched earlier but not yet returned are dropped; reading resumes at ``positions``.
@@ -237,18 +237,20 @@ class Fetcher:
         for partition, offset in positions.items():
             self._consumer.seek(self._tp(partition), offset)
 
-    def seek(self, partition: int, offset: int) -> None:
+    def seek(self, partition: PartitionKey, offset: int) -> None:
         """Read ``partition`` again from ``offset`` (it must be assigned)."""
         self._positions[partition] = offset
         self._consumer.seek(self._tp(partition), offset)
 
-    def position(self, partition: int) -> int | None:
+    def position(self, partition: PartitionKey) -> int | None:
         """The next offset the fetcher reads of an assigned ``partition``: one past the last
         record returned, or further when the last fetch stepped over transaction markers,
         aborted records or compaction gaps after it; None when not assigned."""
         return self._positions.get(partition) if partition in self._assigned else None
 
-    async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]:
+    async def bounds(
+        self, partitions: Collection[PartitionKey]
+    ) -> dict[PartitionKey, tuple[int, int]]:
         """For each partition, its earliest and its next-to-be-written offset.
 
         Raises:
@@ -257,7 +259,7 @@ class Fetcher:
         found = await self._reader.bounds(self.keys.by_topic(set(partitions)))
         return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
-    async def ends(self, partitions: Collection[int]) -> dict[int, int]:
+    async def ends(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
         """For each partition, its next-to-be-written offset: one ListOffsets round trip.
 
         Raises:
@@ -267,8 +269,8 @@ class Fetcher:
         return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
 
     async def offsets_for_time(
-        self, partitions: Collection[int], timestamp_ms: int
-    ) -> dict[int, int | None]:
+        self, partitions: Collection[PartitionKey], timestamp_ms: int
+    ) -> dict[PartitionKey, int | None]:
         """For each partition, the first offset whose record's timestamp is at or after
         ``timestamp_ms``; None where no record is that late.
 
@@ -279,7 +281,9 @@ class Fetcher:
         found = await self._reader.offsets_for_time(wanted, timestamp_ms)
         return {self.keys.key(topic, p): offset for (topic, p), offset in found.items()}
 
-    async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]:
+    async def fetch(
+        self, partitions: Collection[PartitionKey], timeout_ms: int
+    ) -> dict[PartitionKey, list[Any]]:
         """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some.
 
         Returns:
@@ -313,7 +317,7 @@ class Fetcher:
         return self._deserialize(found, before)
 
     async def _isolate(
-        self, tps: list[Any], before: dict[int, int], error: KafkaError
+        self, tps: list[Any], before: dict[PartitionKey, int], error: KafkaError
     ) -> dict[Any, list[Any]]:
         """Find the partition behind an unreadable fetch, and return what can be read before it.
 
@@ -385,8 +389,8 @@ class Fetcher:
             readable += more[tp]
 
     def _deserialize(
-        self, fetched: dict[int, list[Any]], before: dict[int, int]
-    ) -> dict[int, list[Any]]:
+        self, fetched: dict[PartitionKey, list[Any]], before: dict[PartitionKey, int]
+    ) -> dict[PartitionKey, list[Any]]:
         """The records with their keys and values deserialized; a partition's records stop in
         front of the first that fails, and the fetcher reads that one again next time.
 
@@ -394,7 +398,7 @@ class Fetcher:
             DeserializationError: the first record of a partition failed (then nothing of this
                 fetch is returned: every partition is read again from where it was).
         """
-        decoded: dict[int, list[Any]] = {}
+        decoded: dict[PartitionKey, list[Any]] = {}
         for partition, records in fetched.items():
             good: list[Any] = []
             for record in records:

@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaError
 from ..errors import BrokerError
 from .diagnosis import connect_failure, named
 from .options import KafkaOptions, parse_bootstrap
-from .topics import TopicKeys
+from .topics import PartitionKey, TopicKeys
 
 __all__ = ["KafkaGroupOffsets"]
 
@@ -67,7 +67,7 @@ class KafkaGroupOffsets:
             enable_auto_commit=False,
             **self._options,
         )
-        self._assigned: set[int] = set()
+        self._assigned: set[PartitionKey] = set()
 
     async def start(self) -> None:
         """Connect to the cluster.
@@ -85,7 +85,7 @@ class KafkaGroupOffsets:
         """Close every connection."""
         await self._consumer.stop()
 
-    async def commit(self, offsets: Mapping[int, int], timeout: float) -> None:
+    async def commit(self, offsets: Mapping[PartitionKey, int], timeout: float) -> None:
         """Commit ``offsets`` (partition key -> next offset) for the group.
 
         Raises:
@@ -111,7 +111,9 @@ class KafkaGroupOffsets:
                 f"Kafka refused the commit of group {self.group!r}: {named(exc)}"
             ) from exc
 
-    async def committed(self, partitions: Collection[int], timeout: float) -> dict[int, int]:
+    async def committed(
+        self, partitions: Collection[PartitionKey], timeout: float
+    ) -> dict[PartitionKey, int]:
         """The offsets the group committed in Kafka; partitions without a commit are left out.
 
         Raises:
@@ -131,5 +133,5 @@ class KafkaGroupOffsets:
             raise BrokerError(f"offsets of group {self.group!r} unreadable: {named(exc)}") from exc
         return {key: offset for key, offset in zip(asked, found, strict=True) if offset is not None}
 
-    def _tp(self, key: int) -> Any:
+    def _tp(self, key: PartitionKey) -> Any:
         return TopicPartition(*self._keys.split(key))

@@ -1,23 +1,29 @@
 """TopicPartition, and the keys a member's parts use for the partitions of many topics. Pure.
 
 A member's parts (its partition states, delivery, offsets, handover) know a partition by one
-``int`` key. A group on one topic uses the partition id itself, so nothing changes for it; a group
-on many topics gives every topic a number when it first meets it, and the key packs both:
-``number * 2**31 + partition`` (Kafka's partition ids are 31-bit). Only the edges translate: the
-paths in ZooKeeper, the Kafka clients, and the facade, which hands out `TopicPartition`.
+key, a `PartitionKey`. A group on one topic uses the partition id itself, so nothing changes for
+it; a group on many topics gives every topic a number when it first meets it, and the key packs
+both: ``number * 2**31 + partition`` (Kafka's partition ids are 31-bit). Only the edges translate:
+the paths in ZooKeeper, the Kafka clients, and the facade, which hands out `TopicPartition`.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, NewType
 
 from typing_extensions import TypeVar
 
-__all__ = ["PARTITION_SPAN", "PartitionT", "TopicKeys", "TopicPartition"]
+__all__ = ["PARTITION_SPAN", "PartitionKey", "PartitionT", "TopicKeys", "TopicPartition"]
 
 PartitionT = TypeVar("PartitionT", default=int)
 """How a member's user names a partition: its id (``int``, a one-topic group, the default) or a
 `TopicPartition` (a group on a list of topics or a pattern)."""
+
+PartitionKey = NewType("PartitionKey", int)
+"""How a member's parts know a partition (of any topic it reads), made by `TopicKeys` (or by the
+facade from a one-topic user's partition id). A type checker refuses a Kafka partition id, a
+plain ``int``, where a key is meant, although the two are equal for a one-topic group (a key is
+still an ``int`` to it: the paths in ZooKeeper and the Kafka clients split keys explicitly)."""
 
 PARTITION_SPAN = 2**31
 """More than any partition id: the key of partition ``p`` of the ``n``-th topic is
@@ -61,20 +67,20 @@ class TopicKeys:
             self._names.append(topic)
         return found
 
-    def key(self, topic: str, partition: int) -> int:
+    def key(self, topic: str, partition: int) -> PartitionKey:
         """The key of ``partition`` of ``topic``."""
-        return self.number(topic) * PARTITION_SPAN + partition
+        return PartitionKey(self.number(topic) * PARTITION_SPAN + partition)
 
-    def of(self, tp: TopicPartition) -> int:
+    def of(self, tp: TopicPartition) -> PartitionKey:
         """The key of ``tp``."""
         return self.key(tp.topic, tp.partition)
 
-    def lookup(self, topic: str, partition: int) -> int | None:
+    def lookup(self, topic: str, partition: int) -> PartitionKey | None:
         """The key of ``partition`` of ``topic``, or None when the topic was never met."""
         number = self._numbers.get(topic)
-        return None if number is None else number * PARTITION_SPAN + partition
+        return None if number is None else PartitionKey(number * PARTITION_SPAN + partition)
 
-    def split(self, key: int) -> TopicPartition:
+    def split(self, key: PartitionKey) -> TopicPartition:
         """The topic and partition of ``key``.
 
         Raises:
@@ -85,16 +91,18 @@ class TopicKeys:
             raise KeyError(key)
         return TopicPartition(self._names[number], partition)
 
-    def topic(self, key: int) -> str:
+    def topic(self, key: PartitionKey) -> str:
         """The topic of ``key``."""
         return self.split(key).topic
 
-    def keys(self, topic: str, partitions: list[int] | tuple[int, ...]) -> list[int]:
+    def keys(self, topic: str, partitions: list[int] | tuple[int, ...]) -> list[PartitionKey]:
         """The keys of ``partitions`` of ``topic``, in their order."""
         base = self.number(topic) * PARTITION_SPAN
-        return [base + partition for partition in partitions]
+        return [PartitionKey(base + partition) for partition in partitions]
 
-    def by_topic(self, keys: list[int] | set[int] | frozenset[int]) -> dict[str, list[int]]:
+    def by_topic(
+        self, keys: list[PartitionKey] | set[PartitionKey] | frozenset[PartitionKey]
+    ) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, of ``keys``."""
         grouped: dict[str, list[int]] = {}
         for key in sorted(keys):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import anyio
 
 from ..errors import CoordinationError
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import (
     BadVersionError,
     Check,
@@ -97,10 +98,12 @@ class ClaimNodes:
         """Claims not made within their bound (and not given up for a newer rebalance)."""
         self.unowned = 0
         """Of those, the claims given up on a node that no registered member's session holds."""
-        self._doubtful: dict[int, int | None] = {}
+        self._doubtful: dict[PartitionKey, int | None] = {}
         """Partition -> the session of a request on its owner node whose outcome is unknown."""
 
-    async def take(self, partition: int, bound: float, newer: asyncio.Event) -> Taken | None:
+    async def take(
+        self, partition: PartitionKey, bound: float, newer: asyncio.Event
+    ) -> Taken | None:
         """Create the partition's owner node under a new epoch, waiting up to ``bound`` seconds
         for the previous owner to release it; a node of this member's session is adopted.
 
@@ -143,7 +146,7 @@ class ClaimNodes:
                 await self._give_up(partition, data, stat, bound)
             return None
 
-    async def release(self, partition: int, node_version: int, epoch: int) -> None:
+    async def release(self, partition: PartitionKey, node_version: int, epoch: int) -> None:
         """Delete the partition's owner node if the claim of ``node_version`` and ``epoch`` still
         holds it. When the fence has moved, a node of this session is deleted all the same (an
         offset reset bumped the fence), and a node of another session is left alone."""
@@ -161,7 +164,7 @@ class ClaimNodes:
             raise
         await self._delete_stray(partition)
 
-    async def unrecorded(self, partition: int, node_version: int, epoch: int) -> None:
+    async def unrecorded(self, partition: PartitionKey, node_version: int, epoch: int) -> None:
         """A node just taken is recorded by no claim (what followed the take failed): release
         it, shielded from the caller's cancellation and never raising; a release that fails
         leaves the node to `reconcile()`."""
@@ -178,7 +181,7 @@ class ClaimNodes:
                     exc,
                 )
 
-    async def reconcile(self, claimed: Collection[int]) -> None:
+    async def reconcile(self, claimed: Collection[PartitionKey]) -> None:
         """Delete the owner nodes of this session that no claim in ``claimed`` accounts for,
         among the partitions a request of unknown outcome touched (see the module).
 
@@ -201,7 +204,7 @@ class ClaimNodes:
                 self._doubtful.setdefault(partition, session)
                 raise result
 
-    async def _create(self, partition: int) -> Taken:
+    async def _create(self, partition: PartitionKey) -> Taken:
         """The claim transaction: the owner node, at `CLAIMED_VERSION`, and the fence bumped."""
         owner = self._layout.owner(partition)
         data = self._id.encode()
@@ -210,7 +213,7 @@ class ClaimNodes:
         )
         return Taken(CLAIMED_VERSION, epoch)
 
-    async def _replace(self, partition: int, node_version: int) -> Taken:
+    async def _replace(self, partition: PartitionKey, node_version: int) -> Taken:
         """Take over the owner node of an older run of this named member (its session may
         live on for ``session_timeout`` after a SIGKILL): delete it and claim, in one
         transaction that bumps the fence, so that the older run, if it is alive, can store no
@@ -228,7 +231,7 @@ class ClaimNodes:
         log.info("member %s: took partition %d over from its older run", self._id, partition)
         return Taken(CLAIMED_VERSION, epoch)
 
-    async def _bump(self, partition: int, ops: list[Op]) -> int:
+    async def _bump(self, partition: PartitionKey, ops: list[Op]) -> int:
         """Apply ``ops`` with the partition's fence bumped (created, at the partition's first
         claim); returns the fence's new version."""
         fence = self._layout.fence(partition)
@@ -249,7 +252,7 @@ class ClaimNodes:
         assert stat is not None, "a SetData step returns a stat"
         return stat.version
 
-    async def _delete_stray(self, partition: int) -> bool:
+    async def _delete_stray(self, partition: PartitionKey) -> bool:
         """Delete the partition's owner node if this session holds it, under the fence as it is
         now: a claim made meanwhile moves the fence, and the delete fails. True when deleted."""
         fence = self._layout.fence(partition)
@@ -279,13 +282,15 @@ class ClaimNodes:
         )
         return True
 
-    def _doubt(self, partition: int, exc: CoordinationError) -> None:
+    def _doubt(self, partition: PartitionKey, exc: CoordinationError) -> None:
         """A request on the partition's owner node failed: unless it certainly changed nothing,
         it may have happened, or happen still."""
         if not isinstance(exc, _DEFINITE):
             self._doubtful[partition] = self._zk.session_id
 
-    async def _give_up(self, partition: int, data: bytes, stat: Stat, bound: float) -> None:
+    async def _give_up(
+        self, partition: PartitionKey, data: bytes, stat: Stat, bound: float
+    ) -> None:
         """Log why a claim is given up, and count a node that no registered member holds."""
         holder = data.decode(errors="replace")
         if await self._unowned(holder, stat):

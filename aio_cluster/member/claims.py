@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..kafka.records import Record
+from ..kafka.topics import PartitionKey
 
 __all__ = ["UNPOSITIONED", "Batch", "Claim"]
 
@@ -25,7 +26,7 @@ class Claim:
     """A partition this member owns: one object per claim, so a batch handed out under an earlier
     claim of the same partition (before a session loss) can be told apart."""
 
-    partition: int
+    partition: PartitionKey
     node_version: int
     """The version of the owner node this claim made (or adopted)."""
     next_offset: int

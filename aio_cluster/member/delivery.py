@@ -21,9 +21,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..errors import BrokerError, NotOwnedError, OffsetsOutOfRange
+from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import PartitionStates
 
@@ -36,17 +37,21 @@ class FetcherLike(Protocol):
     """What delivery needs of the Kafka fetcher (`aio_cluster.kafka.fetcher.Fetcher`)."""
 
     @property
-    def assigned(self) -> frozenset[int]: ...
+    def assigned(self) -> frozenset[PartitionKey]: ...
 
-    def assign(self, positions: Mapping[int, int]) -> None: ...
+    def assign(self, positions: Mapping[PartitionKey, int]) -> None: ...
 
-    def seek(self, partition: int, offset: int) -> None: ...
+    def seek(self, partition: PartitionKey, offset: int) -> None: ...
 
-    def position(self, partition: int) -> int | None: ...
+    def position(self, partition: PartitionKey) -> int | None: ...
 
-    async def bounds(self, partitions: Collection[int]) -> dict[int, tuple[int, int]]: ...
+    async def bounds(
+        self, partitions: Collection[PartitionKey]
+    ) -> dict[PartitionKey, tuple[int, int]]: ...
 
-    async def fetch(self, partitions: Collection[int], timeout_ms: int) -> dict[int, list[Any]]: ...
+    async def fetch(
+        self, partitions: Collection[PartitionKey], timeout_ms: int
+    ) -> dict[PartitionKey, list[Any]]: ...
 
     async def stop(self) -> None: ...
 
@@ -55,10 +60,10 @@ class Watcher(Protocol):
     """Told when running batches must end early: a processor that keeps many records of a batch
     in flight (`aio_cluster.member.processing`) stops taking them, or cancels them."""
 
-    def draining(self, partitions: list[int]) -> None:
+    def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for the running batches of ``partitions``."""
 
-    def abandoned(self, partitions: list[int]) -> None:
+    def abandoned(self, partitions: list[PartitionKey]) -> None:
         """The running batches of ``partitions`` were given up (see `Delivery.abandon()`)."""
 
     def halt(self) -> None:
@@ -67,10 +72,12 @@ class Watcher(Protocol):
     def go_on(self) -> None:
         """ZooKeeper answers again."""
 
-    def lingering(self, partitions: Collection[int]) -> dict[int, list[Any]]:
+    def lingering(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, list[Any]]:
         """Of ``partitions``, those whose given-up work still runs, with its records."""
 
-    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Any]]:
+    async def quiet(
+        self, partitions: Collection[PartitionKey], bound: float
+    ) -> dict[PartitionKey, list[Any]]:
         """Wait (at most ``bound`` seconds) until the given-up work of ``partitions`` ended;
         returns what still runs, as `lingering()`."""
 
@@ -87,7 +94,7 @@ class Delivery:
         loop_delay: float,
         max_wait_ms: int,
         trail: bool,
-        label: Callable[[int], str] = lambda partition: f"partition {partition}",
+        label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
     ) -> None:
         """Args:
         fetcher: the member's Kafka fetcher.
@@ -121,19 +128,19 @@ class Delivery:
         self._changed.set()
         self._batch_done.set()
 
-    async def next_batch(self, stopped: Callable[[], bool]) -> tuple[Claim, Batch] | None:
+    async def next_batch(self, is_closing: Callable[[], bool]) -> tuple[Claim, Batch] | None:
         """The next batch round-robin, fetching when none is buffered; waits while nothing is
         claimed (or ZooKeeper is suspended) without spinning.
 
         Args:
-            stopped: True once the member closes (it may raise the member's failure).
+            is_closing: True once the member closes (it may raise the member's failure).
 
         Returns:
-            The claim and its batch, or None once ``stopped``.
+            The claim and its batch, or None once ``is_closing()``.
         """
         while True:
             self._changed.clear()
-            if stopped():
+            if is_closing():
                 return None
             timeout: float | None = None
             picked = self._states.pick() if self.may_start() else None
@@ -147,14 +154,15 @@ class Delivery:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
-    async def _fetch(self, partitions: list[int]) -> bool:
+    async def _fetch(self, partitions: list[PartitionKey]) -> bool:
         """Fetch into the claims' buffers; True when anything arrived."""
         async with self._fetch_lock:
             self._apply_seeks()
             try:
                 fetched = await self._fetcher.fetch(partitions, self._max_wait_ms)
             except OffsetsOutOfRange as exc:
-                await self._reset_out_of_range(exc.partitions)
+                # errors.py is below kafka/ and types them int: the fetcher raises with keys
+                await self._reset_out_of_range(cast("Mapping[PartitionKey, int]", exc.partitions))
                 return False
             except BrokerError as exc:
                 log.warning("member %s: %s", self._id, exc)
@@ -166,7 +174,7 @@ class Delivery:
             self._states.stepped_over(partition, self._fetcher.position(partition))
         return arrived
 
-    async def _reset_out_of_range(self, partitions: Mapping[int, int]) -> None:
+    async def _reset_out_of_range(self, partitions: Mapping[PartitionKey, int]) -> None:
         """Restart partitions whose position the broker does not hold, where
         `PartitionStates.out_of_range` says (the earliest offset, or with ``trail`` the log end
         for a position past it), and store that start."""
@@ -207,7 +215,7 @@ class Delivery:
         `PartitionStates.progressed`)."""
         self._states.progressed(claim, batch, offset)
 
-    async def drain(self, partitions: list[int]) -> None:
+    async def drain(self, partitions: list[PartitionKey]) -> None:
         """Stop handing out batches of ``partitions`` and wait until their bodies ended.
 
         The partitions stay withheld until `hand_out()`.
@@ -219,7 +227,7 @@ class Delivery:
             self._batch_done.clear()
             await self._batch_done.wait()
 
-    def abandon(self, partitions: list[int]) -> dict[int, int]:
+    def abandon(self, partitions: list[PartitionKey]) -> dict[PartitionKey, int]:
         """Give up waiting for the bodies of ``partitions``: their batches will not be committed.
 
         Returns:
@@ -232,7 +240,9 @@ class Delivery:
             self.watcher.abandoned(sorted(abandoned))
         return abandoned
 
-    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Any]]:
+    async def quiet(
+        self, partitions: Collection[PartitionKey], bound: float
+    ) -> dict[PartitionKey, list[Any]]:
         """Wait (at most ``bound`` seconds) until the cancelled handlers of ``partitions``
         ended.
 
@@ -243,7 +253,7 @@ class Delivery:
             return {}
         return await self.watcher.quiet(partitions, bound)
 
-    def lingering(self, partitions: Collection[int]) -> dict[int, list[Any]]:
+    def lingering(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, list[Any]]:
         """Of ``partitions``, those whose cancelled handlers still run, with their records."""
         return {} if self.watcher is None else self.watcher.lingering(partitions)
 
@@ -252,7 +262,7 @@ class Delivery:
         return not self._states.suspended and self.fresh()
 
     @property
-    def in_flight(self) -> list[int]:
+    def in_flight(self) -> list[PartitionKey]:
         """The partitions whose batch is in flight, sorted."""
         return self._states.in_flight
 
@@ -276,7 +286,7 @@ class Delivery:
             self.watcher.go_on()
         self.wake()
 
-    async def let_go(self, bound: float) -> dict[int, list[Any]]:
+    async def let_go(self, bound: float) -> dict[PartitionKey, list[Any]]:
         """The session may expire any moment: give up every running batch (read again later
         from its first unfinished record), cancel its handlers and wait for them, at most
         ``bound`` seconds.
@@ -289,13 +299,13 @@ class Delivery:
         self.abandon(running)
         return await self.quiet({*running, *self._states.claims}, bound)
 
-    def pause(self, partitions: list[int]) -> None:
+    def pause(self, partitions: list[PartitionKey]) -> None:
         """Hand out no batch of ``partitions`` until they are resumed; one no longer owned has
         nothing left to pause."""
         with contextlib.suppress(NotOwnedError):
             self._states.pause(partitions)
 
-    def hand_out(self, partitions: list[int]) -> None:
+    def hand_out(self, partitions: list[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again (undoes withholding and `drain()`)."""
         self._states.hand_out(partitions)
         self._changed.set()

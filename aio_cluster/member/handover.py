@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from ..kafka.topics import PartitionKey
 from .delivery import Delivery
 from .listener import RebalanceListener
 from .mirror import KafkaMirror
@@ -44,9 +45,9 @@ class Handover:
         mirror: KafkaMirror,
         *,
         member_id: str,
-        listener: RebalanceListener | None,
+        listener: RebalanceListener[PartitionKey] | None,
         rebalance_timeout: float,
-        label: Callable[[int], str] = lambda partition: f"partition {partition}",
+        label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
     ) -> None:
         """Args:
         states: the member's partition states.
@@ -67,7 +68,7 @@ class Handover:
         self._timeout = rebalance_timeout
         self._label = label
 
-    async def revoke(self, partitions: list[int]) -> list[int]:
+    async def revoke(self, partitions: list[PartitionKey]) -> list[PartitionKey]:
         """Before the claims of ``partitions`` are deleted: end their batches, tell the listener,
         store their offsets. A body still running after ``rebalance_timeout`` is abandoned: its
         batch is not committed, and the next owner gets it again from its first unfinished
@@ -102,7 +103,7 @@ class Handover:
         await self._told_revoked([p for p in partitions if p not in lingering])
         return sorted(lingering)
 
-    async def give_up(self, partitions: list[int]) -> None:
+    async def give_up(self, partitions: list[PartitionKey]) -> None:
         """The member leaves: hand out no more batches of ``partitions``, leave the running
         bodies uncommitted (they may be the caller's own), tell the listener, store the
         offsets."""
@@ -111,13 +112,13 @@ class Handover:
         self._delivery.abandon(owned)
         await self._told_revoked(owned)
 
-    async def _told_revoked(self, partitions: list[int]) -> None:
+    async def _told_revoked(self, partitions: list[PartitionKey]) -> None:
         told = self._states.revoking(partitions)
         if told:
             await self._tell("on_partitions_revoked", told)
-        await self.store(partitions)
+        await self.store_and_mirror(partitions)
 
-    def released(self, partitions: list[int]) -> None:
+    def released(self, partitions: list[PartitionKey]) -> None:
         """The claims of ``partitions`` were deleted (or the attempt failed)."""
         gone = [p for p in partitions if not self._states.owned(p)]
         self._delivery.hand_out(partitions)
@@ -149,19 +150,22 @@ class Handover:
         if lost:
             await self._tell("on_partitions_lost", lost)
 
-    async def flush(self, partitions: list[int]) -> None:
-        """Store the pending offsets of ``partitions``; the mirror commits them soon after."""
-        self._mirror.stored(await self._offsets.flush(partitions))
+    async def store(self, partitions: list[PartitionKey]) -> None:
+        """Store the pending offsets of ``partitions``; the mirror copies them to Kafka soon
+        after."""
+        self._mirror.stored(await self._offsets.store(partitions))
 
-    async def store(self, partitions: list[int]) -> None:
-        """Store the pending offsets of ``partitions`` now, in Kafka too when mirrored (before a
-        handover and when leaving)."""
-        await self.flush(partitions)
-        await self._mirror.push(self._states.claims, partitions)
+    async def store_and_mirror(self, partitions: list[PartitionKey]) -> None:
+        """Store the pending offsets of ``partitions`` now, and mirror them to Kafka now (before
+        a handover and when leaving)."""
+        await self.store(partitions)
+        await self._mirror.mirror(self._states.claims, partitions)
 
-    async def _tell(self, method: str, partitions: list[int]) -> None:
+    async def _tell(self, method: str, partitions: list[PartitionKey]) -> None:
         """Await the listener's method, bounded by ``rebalance_timeout``; a failure is logged."""
-        hook: Callable[[list[int]], Awaitable[None]] | None = getattr(self._listener, method, None)
+        hook: Callable[[list[PartitionKey]], Awaitable[None]] | None = getattr(
+            self._listener, method, None
+        )
         if hook is None:
             return
         try:

@@ -7,7 +7,7 @@ the paths of its topic's `GroupLayout`. Every path comes from `aio_cluster.zooke
 
 from __future__ import annotations
 
-from ..kafka.topics import TopicKeys, TopicPartition
+from ..kafka.topics import PartitionKey, TopicKeys, TopicPartition
 from ..zookeeper.layout import ROOT, GroupLayout, ids_path, member_path
 
 __all__ = ["KeyedLayout"]
@@ -34,7 +34,7 @@ class KeyedLayout:
             found = self._layouts[topic] = GroupLayout(self.group, topic)
         return found
 
-    def _split(self, key: int) -> tuple[GroupLayout, int]:
+    def _split(self, key: PartitionKey) -> tuple[GroupLayout, int]:
         tp = self.keys.split(key)
         return self.of(tp.topic), tp.partition
 
@@ -52,37 +52,37 @@ class KeyedLayout:
         """A member's registration node."""
         return member_path(self.group, member_id)
 
-    def owner(self, key: int) -> str:
+    def owner(self, key: PartitionKey) -> str:
         """The claim node of the partition of ``key``."""
         layout, partition = self._split(key)
         return layout.owner(partition)
 
-    def offset(self, key: int) -> str:
+    def offset(self, key: PartitionKey) -> str:
         """The stored offset node of the partition of ``key``."""
         layout, partition = self._split(key)
         return layout.offset(partition)
 
-    def fence(self, key: int) -> str:
+    def fence(self, key: PartitionKey) -> str:
         """The claim fence of the partition of ``key``."""
         layout, partition = self._split(key)
         return layout.fence(partition)
 
-    def fences(self, key: int) -> str:
+    def fences(self, key: PartitionKey) -> str:
         """The parent of the fences of the topic of ``key``."""
         return self._split(key)[0].fences
 
-    def name(self, key: int) -> TopicPartition | int:
+    def name(self, key: PartitionKey) -> TopicPartition | int:
         """How the user knows the partition of ``key``: its id in a one-topic group, else its
         TopicPartition."""
         tp = self.keys.split(key)
         return tp if self.many else tp.partition
 
-    def label(self, key: int) -> str:
+    def label(self, key: PartitionKey) -> str:
         """The partition of ``key`` in a log line: ``partition 3`` or ``partition 3 of 't'``."""
         tp = self.keys.split(key)
         return f"partition {tp.partition}" + (f" of {tp.topic!r}" if self.many else "")
 
-    def labels(self, keys: list[int]) -> str:
+    def labels(self, keys: list[PartitionKey]) -> str:
         """Partitions in a log line."""
         if not self.many:
             return str([self.keys.split(key).partition for key in keys])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic
 
-from ..kafka.topics import PartitionT
+from ..kafka.topics import PartitionKey, PartitionT
 
 __all__ = ["NamingListener", "RebalanceListener"]
 
@@ -46,24 +46,26 @@ class RebalanceListener(Generic[PartitionT]):
         """
 
 
-class NamingListener(RebalanceListener[int]):
+class NamingListener(RebalanceListener[PartitionKey]):
     """Passes a many-topic member's partition keys to its user's listener by the names the user
     knows them by (TopicPartitions), sorted."""
 
-    def __init__(self, listener: RebalanceListener[Any], name: Callable[[int], Any]) -> None:
+    def __init__(
+        self, listener: RebalanceListener[Any], name: Callable[[PartitionKey], Any]
+    ) -> None:
         self._listener = listener
         self._name = name
 
-    async def on_partitions_revoked(self, partitions: list[int]) -> None:
+    async def on_partitions_revoked(self, partitions: list[PartitionKey]) -> None:
         await self._tell("on_partitions_revoked", partitions)
 
-    async def on_partitions_assigned(self, partitions: list[int]) -> None:
+    async def on_partitions_assigned(self, partitions: list[PartitionKey]) -> None:
         await self._tell("on_partitions_assigned", partitions)
 
-    async def on_partitions_lost(self, partitions: list[int]) -> None:
+    async def on_partitions_lost(self, partitions: list[PartitionKey]) -> None:
         await self._tell("on_partitions_lost", partitions)
 
-    async def _tell(self, method: str, partitions: list[int]) -> None:
+    async def _tell(self, method: str, partitions: list[PartitionKey]) -> None:
         hook = getattr(self._listener, method, None)  # a listener may lack a hook
         if hook is not None:
             await hook(sorted(self._name(key) for key in partitions))

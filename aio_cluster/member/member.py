@@ -8,7 +8,7 @@ partition states, the offsets, the membership, the delivery, the liveness and th
 Its life runs in one task, made when it joins::
 
     register()   the clients start (in the caller's task); then the member's task runs the
-                 background, one task group: the rebalances, the offset flushes, the metadata
+                 background, one task group: the rebalances, the offset stores, the metadata
                  checks, the mirror and the liveness, until close() asks for the closing.
     closing      within close_timeout from close(): the handlers of process() finish (bounded
                  by rebalance_timeout) while the background goes on; the background's scope is
@@ -56,6 +56,7 @@ from ..kafka.dead_letters import DeadLetters
 from ..kafka.fetcher import Fetcher
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.options import parse_bootstrap
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
 from .delivery import Delivery
@@ -147,7 +148,7 @@ class Member:
         subscription: Subscription,
         settings: Settings,
         *,
-        listener: RebalanceListener[int] | None,
+        listener: RebalanceListener[PartitionKey] | None,
     ) -> None:
         """Build the parts; nothing connects before `register()`.
 
@@ -289,7 +290,7 @@ class Member:
         if self.state is GroupState.CLOSED:
             raise GroupClosedError(f"member {self.id} of group {self.layout.group!r} is closed")
 
-    def stopped(self) -> bool:
+    def is_closing(self) -> bool:
         """Whether the member closes (what the delivery asks before each batch).
 
         Raises:
@@ -304,7 +305,7 @@ class Member:
         self.delivery.wake()
         self.membership.request_rebalance()
 
-    def _fenced(self, partitions: list[int]) -> None:
+    def _fenced(self, partitions: list[PartitionKey]) -> None:
         """Writes found the claims of ``partitions`` gone: their offsets are never mirrored, and
         the rebalance this asks for drops them (and claims them again where the target says)."""
         self.mirror.forget(partitions)
@@ -334,7 +335,7 @@ class Member:
 
     async def next_batch(self) -> tuple[Claim, Batch] | None:
         """The next batch to hand out, or None once the member closes."""
-        return await self.delivery.next_batch(self.stopped)
+        return await self.delivery.next_batch(self.is_closing)
 
     async def process(self, handler: Handler, policy: Processing) -> None:
         """Run ``handler`` for every record of the claimed partitions (see
@@ -367,7 +368,7 @@ class Member:
             self.delivery,
             handler,
             policy,
-            stopped=self.stopped,
+            is_closing=self.is_closing,
             member_id=self.id,
             dead_letters=dead_letters,
         )
@@ -386,13 +387,13 @@ class Member:
 
     # -- reading and steering, by key -------------------------------------------------------
 
-    async def stored(self, key: int) -> int | None:
+    async def stored(self, key: PartitionKey) -> int | None:
         """The stored next offset of ``key``, a completed batch's pending one stored first."""
         if self.states.owned(key):
-            await self.handover.flush([key])
+            await self.handover.store([key])
         return await self.offsets.stored(key)
 
-    async def commit(self, key: int, offset: int) -> Claim | None:
+    async def store(self, key: PartitionKey, offset: int) -> Claim | None:
         """Store ``offset`` as the next offset of ``key`` now, if this member owns it.
 
         Returns:
@@ -401,34 +402,34 @@ class Member:
         """
         claim = self.states.claims.get(key)
         if claim is not None and not claim.fenced:
-            self.states.committed(key, offset)
-            await self.handover.flush([key])
+            self.states.to_store(key, offset)
+            await self.handover.store([key])
         return claim
 
-    def seek(self, offsets: Mapping[int, int]) -> None:
+    def seek(self, offsets: Mapping[PartitionKey, int]) -> None:
         """Start the next batches of these partitions (those still owned) at these offsets."""
         for key, offset in offsets.items():
             if self.states.owned(key):
                 self.states.sought(key, offset)
         self.delivery.wake()
 
-    async def seek_to_beginning(self, keys: list[int]) -> None:
+    async def seek_to_beginning(self, keys: list[PartitionKey]) -> None:
         bounds = await self.fetcher.bounds(keys)
         self.seek({key: earliest for key, (earliest, _end) in bounds.items()})
 
-    async def seek_to_end(self, keys: list[int]) -> None:
+    async def seek_to_end(self, keys: list[PartitionKey]) -> None:
         self.seek(await self.fetcher.ends(keys))
 
-    async def seek_to_timestamp(self, keys: list[int], timestamp_ms: int) -> None:
+    async def seek_to_timestamp(self, keys: list[PartitionKey], timestamp_ms: int) -> None:
         found = await self.fetcher.offsets_for_time(keys, timestamp_ms)
         ends = await self.fetcher.ends([key for key, offset in found.items() if offset is None])
         self.seek({key: ends[key] if offset is None else offset for key, offset in found.items()})
 
-    async def statistics(self, name: Callable[[int], P]) -> GroupStatistics[P]:
+    async def statistics(self, name: Callable[[PartitionKey], P]) -> GroupStatistics[P]:
         """A snapshot of this member, its partitions named by ``name``; one ListOffsets round
         trip to Kafka."""
 
-        def names(keys: Iterable[int]) -> tuple[P, ...]:
+        def names(keys: Iterable[PartitionKey]) -> tuple[P, ...]:
             named: list[Any] = [name(key) for key in keys]
             return tuple(sorted(named))
 
@@ -456,7 +457,7 @@ class Member:
             oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
             stopped=()
             if processor is None
-            else names(p for p in processor.stopped if p in claims and p in paused),
+            else names(p for p in processor.failed_at if p in claims and p in paused),
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -583,7 +584,7 @@ class Member:
         try:
             async with anyio.create_task_group() as loops:
                 loops.start_soon(self.membership.run, joined, self.handover, self._fail)
-                loops.start_soon(self._every, timing.commit_interval, self._flush_all)
+                loops.start_soon(self._every, timing.commit_interval, self._store_all)
                 loops.start_soon(
                     self._every, timing.metadata_interval, self.membership.check_partitions
                 )
@@ -608,8 +609,8 @@ class Member:
             except (CoordinationError, BrokerError) as exc:
                 log.warning("member %s: %s", self.id, exc)
 
-    async def _flush_all(self) -> None:
-        await self.handover.flush(list(self.states.claims))
+    async def _store_all(self) -> None:
+        await self.handover.store(list(self.states.claims))
 
     async def _end(self) -> None:
         """However the leaving went: `process()` has ended, what was not released goes with

@@ -23,6 +23,7 @@ from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
 from ..errors import AioClusterError
 from ..kafka.fetcher import Fetcher
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import ZooKeeper
 from .claims import Claim
 from .handover import Handover
@@ -76,7 +77,7 @@ class Membership:
             keys).
         """
         if subscription is None:
-            subscription = Subscription(kind="static", topics=(layout.keys.topic(0),))
+            subscription = Subscription(kind="static", topics=(layout.keys.topic(PartitionKey(0)),))
         self._states = states
         self._strategy = strategy
         self._named = named
@@ -113,12 +114,12 @@ class Membership:
         )
 
     @property
-    def claims(self) -> Mapping[int, Claim]:
+    def claims(self) -> Mapping[PartitionKey, Claim]:
         """The claims this member holds now, by partition."""
         return self._states.claims
 
     @property
-    def partitions(self) -> list[int]:
+    def partitions(self) -> list[PartitionKey]:
         """The key of every partition of the topics read, sorted (as of the last metadata check
         or target followed)."""
         return self._topics.partitions

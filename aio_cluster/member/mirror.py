@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import BrokerError
 from ..kafka.group_offsets import KafkaGroupOffsets
+from ..kafka.topics import PartitionKey
 from .claims import Claim
 
 __all__ = ["KafkaMirror"]
@@ -46,12 +47,12 @@ class KafkaMirror:
         self._id = member_id
         self._migrate = migrate
         self._timeout = timeout
-        self._due: dict[int, int] = {}
-        """Offsets stored in ZooKeeper and not yet committed to Kafka."""
-        self._seen: set[int] = set()
+        self._due: dict[PartitionKey, int] = {}
+        """Offsets stored in ZooKeeper and not yet mirrored to Kafka."""
+        self._seen: set[PartitionKey] = set()
         """The claimed partitions already taken over: the rest are new claims."""
         self._lock = asyncio.Lock()
-        """Serialises commits, so that a later one never overtakes an earlier one."""
+        """Serialises the mirroring, so that a later Kafka commit never overtakes an earlier one."""
         self._wanted = asyncio.Event()
 
     async def start(self) -> None:
@@ -64,18 +65,18 @@ class KafkaMirror:
             await self._kafka.start()
 
     async def stop(self) -> None:
-        """Close the connections; offsets not committed by now stay in ZooKeeper only."""
+        """Close the connections; offsets not mirrored by now stay in ZooKeeper only."""
         if self._kafka is not None:
             await self._kafka.stop()
 
-    def stored(self, offsets: Mapping[int, int]) -> None:
-        """ZooKeeper stored these offsets (partition -> next offset): commit them soon."""
+    def stored(self, offsets: Mapping[PartitionKey, int]) -> None:
+        """ZooKeeper stored these offsets (partition -> next offset): mirror them soon."""
         if self._kafka is not None and offsets:
             self._due.update(offsets)
             self._wanted.set()
 
-    def forget(self, partitions: Iterable[int] | None = None) -> None:
-        """These partitions (None: all) are no longer this member's: never commit them."""
+    def forget(self, partitions: Iterable[PartitionKey] | None = None) -> None:
+        """These partitions (None: all) are no longer this member's: never mirror them."""
         for partition in list(self._due) if partitions is None else partitions:
             self._due.pop(partition, None)
         if partitions is None:
@@ -83,18 +84,20 @@ class KafkaMirror:
         else:
             self._seen.difference_update(partitions)
 
-    async def run(self, claims: Mapping[int, Claim]) -> None:
-        """Commit what ZooKeeper stores, as it is stored; runs until cancelled."""
+    async def run(self, claims: Mapping[PartitionKey, Claim]) -> None:
+        """Mirror what ZooKeeper stores, as it is stored; runs until cancelled."""
         if self._kafka is None:
             return
         while True:
             await self._wanted.wait()
             self._wanted.clear()
-            await self.push(claims, list(claims))
+            await self.mirror(claims, list(claims))
 
-    async def push(self, claims: Mapping[int, Claim], partitions: Iterable[int]) -> None:
-        """Commit the due offsets of those of ``partitions`` this member owns, now (before a
-        handover and when leaving). A failure is logged; the offsets stay due."""
+    async def mirror(
+        self, claims: Mapping[PartitionKey, Claim], partitions: Iterable[PartitionKey]
+    ) -> None:
+        """Mirror the due offsets of those of ``partitions`` this member owns, now, in one Kafka
+        commit (before a handover and when leaving). A failure is logged; the offsets stay due."""
         if self._kafka is None:
             return
         async with self._lock:
@@ -111,8 +114,8 @@ class KafkaMirror:
                     del self._due[partition]
 
     async def take_over(
-        self, claims: Mapping[int, Claim], start: Callable[[int, int], bool]
-    ) -> dict[int, int]:
+        self, claims: Mapping[PartitionKey, Claim], start: Callable[[PartitionKey, int], bool]
+    ) -> dict[PartitionKey, int]:
         """For the claims new since the last call: with ``"migrate"`` offer each the Kafka
         group's offset through ``start`` (the partition states' `migrated` transition, which
         takes it where it is further than the stored one and stores it at once: ZooKeeper is the
@@ -133,7 +136,7 @@ class KafkaMirror:
         new = [p for p in claims if p not in self._seen]
         if self._kafka is None or not new:
             return {}
-        taken: dict[int, int] = {}
+        taken: dict[PartitionKey, int] = {}
         if self._migrate:
             committed = await self._kafka.committed(new, self._timeout)
             taken = {p: offset for p, offset in committed.items() if start(p, offset)}

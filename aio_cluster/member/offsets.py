@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import (
     BadVersionError,
     Check,
@@ -46,7 +47,7 @@ class Offsets:
         layout: KeyedLayout,
         states: PartitionStates,
         *,
-        on_fenced: Callable[[list[int]], None] = lambda partitions: None,
+        on_fenced: Callable[[list[PartitionKey]], None] = lambda partitions: None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -60,10 +61,10 @@ class Offsets:
         self._layout = layout
         self._states = states
         self._on_fenced = on_fenced
-        self._flush_lock = asyncio.Lock()
+        self._store_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
 
-    async def stored(self, partition: int) -> int | None:
+    async def stored(self, partition: PartitionKey) -> int | None:
         """The offset stored for ``partition``, or None when none is.
 
         Raises:
@@ -76,7 +77,7 @@ class Offsets:
             return None
         return decode_offset(path, data)
 
-    async def flush(self, partitions: Iterable[int]) -> dict[int, int]:
+    async def store(self, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
         """Store the pending offsets of the given owned partitions in one transaction, fenced
         by their claims: nothing is written for a partition that is no longer ours.
 
@@ -92,8 +93,8 @@ class Offsets:
         the request timeout), so that what this member believes is stored is what ZooKeeper
         stored.
         """
-        async with self._flush_lock:
-            due = self._states.due(partitions)
+        async with self._store_lock:
+            due = self._states.unstored(partitions)
             if not due:
                 return {}
             with anyio.CancelScope(shield=True):

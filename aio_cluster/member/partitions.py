@@ -44,6 +44,7 @@ from types import MappingProxyType
 
 from ..errors import IllegalTransition, NotOwnedError
 from ..kafka.records import Record
+from ..kafka.topics import PartitionKey
 from .claims import UNPOSITIONED, Batch, Claim
 
 __all__ = ["IllegalTransition", "PartitionStates"]
@@ -53,29 +54,29 @@ class PartitionStates:
     """Every partition's state in one member, and the legal transitions between states."""
 
     def __init__(self) -> None:
-        self._claims: dict[int, Claim] = {}
+        self._claims: dict[PartitionKey, Claim] = {}
         self._view = MappingProxyType(self._claims)
-        self._withheld: set[int] = set()
+        self._withheld: set[PartitionKey] = set()
         """Partitions no batch is handed out of: being handed over, or claimed and not yet
         announced to the listener."""
-        self._paused: set[int] = set()
+        self._paused: set[PartitionKey] = set()
         """Paused partitions, owned or lost and maybe coming back (a pause survives a loss)."""
-        self._inflight: dict[int, tuple[Claim, Batch, int]] = {}
+        self._inflight: dict[PartitionKey, tuple[Claim, Batch, int]] = {}
         """Partition -> the claim and batch whose body runs, and the offset of that batch's
         first record not yet finished (its first, or where a processor's progress got)."""
-        self._voided: set[int] = set()
+        self._voided: set[PartitionKey] = set()
         """Partitions whose running batch must not be committed (a seek came meanwhile)."""
-        self._seeks: dict[int, int] = {}
+        self._seeks: dict[PartitionKey, int] = {}
         """Partition -> the offset the fetcher must read from next (its buffers were dropped)."""
-        self._fed: dict[int, Claim] = {}
+        self._fed: dict[PartitionKey, Claim] = {}
         """The fetcher's partitions, each with the claim whose position it was given (assigned
         or sought): its position says something about that claim's records only."""
-        self._announced: set[int] = set()
+        self._announced: set[PartitionKey] = set()
         """The partitions the listener was told were assigned."""
-        self._lost: set[int] = set()
+        self._lost: set[PartitionKey] = set()
         """Partitions lost with the session, not yet reported to the listener."""
         self._cursor = -1
-        self._order: list[int] | None = None
+        self._order: list[PartitionKey] | None = None
         """The claimed partitions, sorted: the round-robin's order (None: to be sorted again)."""
         self.suspended = False
         """True while ZooKeeper is suspended or lost: no batch is handed out."""
@@ -87,44 +88,44 @@ class PartitionStates:
     # -- reading -----------------------------------------------------------------------------
 
     @property
-    def claims(self) -> Mapping[int, Claim]:
+    def claims(self) -> Mapping[PartitionKey, Claim]:
         """The claims this member holds now, by partition (a read-only view)."""
         return self._view
 
-    def owned(self, partition: int) -> bool:
+    def owned(self, partition: PartitionKey) -> bool:
         """Whether this member holds a claim of ``partition``."""
         return partition in self._claims
 
     @property
-    def withheld(self) -> frozenset[int]:
+    def withheld(self) -> frozenset[PartitionKey]:
         """The partitions no batch is handed out of now."""
         return frozenset(self._withheld)
 
     @property
-    def paused(self) -> list[int]:
+    def paused(self) -> list[PartitionKey]:
         """The paused partitions, sorted (a lost one that may come back included)."""
         return sorted(self._paused)
 
     @property
-    def fed(self) -> frozenset[int]:
+    def fed(self) -> frozenset[PartitionKey]:
         """The partitions the fetcher was given."""
         return frozenset(self._fed)
 
     @property
-    def fenced(self) -> list[int]:
+    def fenced(self) -> list[PartitionKey]:
         """The held partitions whose claims a write found gone, sorted: a rebalance drops them."""
         return sorted(p for p, claim in self._claims.items() if claim.fenced)
 
     @property
-    def in_flight(self) -> list[int]:
+    def in_flight(self) -> list[PartitionKey]:
         """The partitions whose batch is in flight, sorted."""
         return sorted(self._inflight)
 
-    def running(self, partitions: Collection[int]) -> bool:
+    def running(self, partitions: Collection[PartitionKey]) -> bool:
         """Whether a batch of any of ``partitions`` is in flight."""
         return any(partition in self._inflight for partition in partitions)
 
-    def _claim(self, partition: int) -> Claim:
+    def _claim(self, partition: PartitionKey) -> Claim:
         claim = self._claims.get(partition)
         if claim is None:
             raise NotOwnedError(f"partition {partition} is not owned by this member")
@@ -148,7 +149,7 @@ class PartitionStates:
         self._order = None
         self._seeks.pop(claim.partition, None)
 
-    def released(self, partition: int) -> Claim | None:
+    def released(self, partition: PartitionKey) -> Claim | None:
         """The partition goes to another member (its owner node is deleted next): its pause,
         withholding and announcement end with it.
 
@@ -163,7 +164,7 @@ class PartitionStates:
         self._announced.discard(partition)
         return claim
 
-    def lost(self) -> list[int]:
+    def lost(self) -> list[PartitionKey]:
         """The session expired: every claim is gone with it. Pending offsets are dropped (the
         partitions may have new owners); running batches will not commit. Pauses are kept for the
         partitions this member claims again.
@@ -183,7 +184,7 @@ class PartitionStates:
         self.suspended = True
         return gone
 
-    def expected(self, partitions: Collection[int]) -> None:
+    def expected(self, partitions: Collection[PartitionKey]) -> None:
         """The assignment gives this member ``partitions``: pauses of others (lost ones that do
         not come back) end."""
         self._paused.intersection_update(set(partitions) | set(self._claims))
@@ -196,7 +197,7 @@ class PartitionStates:
         self._order = None
         self._withheld.clear()
 
-    def _forget(self, partition: int) -> None:
+    def _forget(self, partition: PartitionKey) -> None:
         """The claim of ``partition`` ends: its buffers, seek and running batch go with it."""
         claim = self._claims.get(partition)
         if claim is not None:
@@ -206,12 +207,17 @@ class PartitionStates:
 
     # -- positioning -------------------------------------------------------------------------
 
-    def unpositioned(self) -> list[int]:
+    def unpositioned(self) -> list[PartitionKey]:
         """The claimed partitions whose start is not known yet (nothing is stored), sorted."""
         return sorted(p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED)
 
     def positioned(
-        self, partition: int, offset: int, *, earliest: int | None = None, store: bool = False
+        self,
+        partition: PartitionKey,
+        offset: int,
+        *,
+        earliest: int | None = None,
+        store: bool = False,
     ) -> bool:
         """An unpositioned claim starts at ``offset``.
 
@@ -235,7 +241,7 @@ class PartitionStates:
             claim.pending = offset
         return True
 
-    def migrated(self, partition: int, offset: int) -> bool:
+    def migrated(self, partition: PartitionKey, offset: int) -> bool:
         """A new claim is offered the offset a Kafka consumer group committed (``"migrate"``): it
         starts there, stored at once, when that is further than its stored offset (or none is
         stored) and it has not moved from its start yet (a seek came first).
@@ -252,7 +258,7 @@ class PartitionStates:
         claim.next_offset = claim.pending = offset
         return True
 
-    def assignment(self) -> dict[int, int] | None:
+    def assignment(self) -> dict[PartitionKey, int] | None:
         """What the fetcher must be given: the claimed, positioned partitions, each from its next
         offset (a staying partition with buffered records from after them), or None when it has
         them already. Once the driver gave the fetcher these positions, they are its own."""
@@ -261,7 +267,7 @@ class PartitionStates:
             self._fed[p] is claim for p, claim in wanted.items()
         ):
             return None
-        positions: dict[int, int] = {}
+        positions: dict[PartitionKey, int] = {}
         for partition, claim in wanted.items():
             if self._fed.get(partition) is claim and claim.buffered:
                 # Staying: keep what is buffered and fetch on after it, so a rebalance does not
@@ -276,7 +282,7 @@ class PartitionStates:
 
     # -- fetching ----------------------------------------------------------------------------
 
-    def fetchable(self) -> list[int]:
+    def fetchable(self) -> list[PartitionKey]:
         """The partitions to fetch now: fed, available and with nothing buffered (none while
         suspended)."""
         if self.suspended:
@@ -290,7 +296,7 @@ class PartitionStates:
             and self._available(p)
         ]
 
-    def seeks(self) -> dict[int, int]:
+    def seeks(self) -> dict[PartitionKey, int]:
         """The fetcher's partitions that must be read from another offset before the next fetch
         (partition -> offset); each is returned once."""
         seeks = {p: offset for p, offset in self._seeks.items() if p in self._fed}
@@ -302,7 +308,7 @@ class PartitionStates:
         self._seeks.clear()
         return seeks
 
-    def fetched(self, partition: int, records: list[Record]) -> bool:
+    def fetched(self, partition: PartitionKey, records: list[Record]) -> bool:
         """The fetcher returned ``records`` of ``partition``.
 
         Returns:
@@ -319,7 +325,7 @@ class PartitionStates:
         return True
 
     def out_of_range(
-        self, partition: int, offset: int, earliest: int, latest: int, *, trail: bool
+        self, partition: PartitionKey, offset: int, earliest: int, latest: int, *, trail: bool
     ) -> int | None:
         """The broker does not hold the partition's position ``offset``; it holds
         ``earliest`` .. ``latest``.
@@ -343,7 +349,7 @@ class PartitionStates:
         self._drop(claim)
         return start
 
-    def stepped_over(self, partition: int, position: int | None) -> bool:
+    def stepped_over(self, partition: PartitionKey, position: int | None) -> bool:
         """The fetcher reads ``partition`` from ``position`` next: when every record it returned
         was handed out and finished, the claim moves on there, past what follows them without
         being a record (transaction markers, aborted records, compaction gaps); that is pending
@@ -381,7 +387,7 @@ class PartitionStates:
 
     # -- handing out -------------------------------------------------------------------------
 
-    def _available(self, partition: int) -> bool:
+    def _available(self, partition: PartitionKey) -> bool:
         return (
             partition not in self._inflight
             and partition not in self._withheld
@@ -472,11 +478,11 @@ class PartitionStates:
             claim.pending = offset
             self._inflight[partition] = (claim, running[1], offset)
 
-    def withhold(self, partitions: Iterable[int]) -> None:
+    def withhold(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out no batch of ``partitions`` until `hand_out()`."""
         self._withheld.update(partitions)
 
-    def drain(self, partitions: Iterable[int]) -> None:
+    def drain(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out no more batch of ``partitions`` (they are being handed over); what is
         buffered is dropped."""
         for partition in partitions:
@@ -484,11 +490,11 @@ class PartitionStates:
             self._withheld.add(partition)
             self._drop(claim)
 
-    def hand_out(self, partitions: Iterable[int]) -> None:
+    def hand_out(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again (undoes `withhold()` and `drain()`)."""
         self._withheld.difference_update(partitions)
 
-    def abandoned(self, partitions: Iterable[int]) -> dict[int, int]:
+    def abandoned(self, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
         """Waiting for the bodies of ``partitions`` was given up: their batches never commit,
         and a claim still held reads again from the batch's first unfinished record (unless a
         seek moved it meanwhile), whatever happens next to the partition.
@@ -510,7 +516,7 @@ class PartitionStates:
                 self._drop(claim)
         return abandoned
 
-    def pause(self, partitions: Iterable[int]) -> None:
+    def pause(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out no batch of ``partitions`` until `resume()`.
 
         Raises:
@@ -521,11 +527,11 @@ class PartitionStates:
             self._claim(partition)
         self._paused.update(partitions)
 
-    def resume(self, partitions: Iterable[int]) -> None:
+    def resume(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again, from where they stopped."""
         self._paused.difference_update(partitions)
 
-    def sought(self, partition: int, offset: int) -> None:
+    def sought(self, partition: PartitionKey, offset: int) -> None:
         """The next batch of ``partition`` starts at ``offset``: buffers and the pending offset
         are dropped, and the batch whose body runs will not be committed.
 
@@ -541,8 +547,8 @@ class PartitionStates:
 
     # -- storing -----------------------------------------------------------------------------
 
-    def committed(self, partition: int, offset: int) -> None:
-        """The application asks to store ``offset`` for ``partition`` (its own word).
+    def to_store(self, partition: PartitionKey, offset: int) -> None:
+        """``offset`` is to be stored for ``partition``: the application's ``commit()``.
 
         Raises:
             NotOwnedError: the partition is not owned, or its claim is fenced (gone).
@@ -552,7 +558,7 @@ class PartitionStates:
             raise NotOwnedError(f"partition {partition}: its claim is gone, nothing is stored")
         claim.pending = offset
 
-    def due(self, partitions: Iterable[int]) -> list[Claim]:
+    def unstored(self, partitions: Iterable[PartitionKey]) -> list[Claim]:
         """The owned claims among ``partitions`` whose pending offset is not stored yet."""
         return [
             claim
@@ -563,7 +569,7 @@ class PartitionStates:
             and claim.pending != claim.stored
         ]
 
-    def fenced_off(self, claims: Iterable[Claim]) -> list[int]:
+    def fenced_off(self, claims: Iterable[Claim]) -> list[PartitionKey]:
         """A write found these claims gone (their owner node replaced, or their fence moved):
         nothing is stored for them again, and the next rebalance drops them.
 
@@ -580,7 +586,7 @@ class PartitionStates:
         """ZooKeeper holds ``stored`` for the claim's partition (read after a write failed)."""
         claim.stored = stored
 
-    def stored(self, written: Mapping[Claim, int]) -> dict[int, int]:
+    def stored(self, written: Mapping[Claim, int]) -> dict[PartitionKey, int]:
         """ZooKeeper stored these offsets.
 
         Returns:
@@ -597,20 +603,20 @@ class PartitionStates:
 
     # -- the listener ------------------------------------------------------------------------
 
-    def unannounced(self) -> list[int]:
+    def unannounced(self) -> list[PartitionKey]:
         """The claimed partitions the listener has not been told of, sorted."""
         return sorted(set(self._claims) - self._announced)
 
-    def announced(self, partitions: Iterable[int]) -> None:
+    def announced(self, partitions: Iterable[PartitionKey]) -> None:
         """The listener was told ``partitions`` (still claimed) are assigned."""
         self._announced.update(p for p in partitions if p in self._claims)
 
-    def revoking(self, partitions: Iterable[int]) -> list[int]:
+    def revoking(self, partitions: Iterable[PartitionKey]) -> list[PartitionKey]:
         """Of ``partitions``, those the listener must hear are revoked (it heard they were
         assigned), sorted."""
         return sorted(p for p in set(partitions) if p in self._announced)
 
-    def take_lost(self) -> list[int]:
+    def take_lost(self) -> list[PartitionKey]:
         """The partitions lost since the last call, to report to the listener, sorted."""
         lost = sorted(self._lost)
         self._lost.clear()

@@ -48,6 +48,7 @@ from ..config import Processing
 from ..errors import AioClusterError, BrokerError, ConfigurationError
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.records import Record
+from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .delivery import Delivery
 from .windows import Entry, Window
@@ -104,7 +105,7 @@ class Processor:
         handler: Handler,
         policy: Processing,
         *,
-        stopped: Callable[[], bool],
+        is_closing: Callable[[], bool],
         member_id: str,
         dead_letters: DeadLetters | None = None,
     ) -> None:
@@ -112,17 +113,17 @@ class Processor:
         delivery: the member's delivery; its batches are taken from here.
         handler: ``async def handler(record)``.
         policy: concurrency, ordering, retries and the failure policy.
-        stopped: True once the member closes (it may raise the member's failure).
+        is_closing: True once the member closes (it may raise the member's failure).
         member_id: named in log messages.
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         """
         self._delivery = delivery
         self._handler = handler
         self._policy = policy
-        self._stopped = stopped
+        self._is_closing = is_closing
         self._id = member_id
         self._dead_letters = dead_letters
-        self._windows: dict[int, Window] = {}
+        self._windows: dict[PartitionKey, Window] = {}
         self._ready: deque[Entry] = deque()
         self._kicking = False
         self._parked: deque[asyncio.Future[Entry]] = deque()
@@ -150,7 +151,7 @@ class Processor:
         """Records that would have started while halted, in order."""
         self._leaving: set[Window] = set()
         """Abandoned batches whose cancelled handlers have not ended yet."""
-        self._deferred: dict[int, list[Entry]] = {}
+        self._deferred: dict[PartitionKey, list[Entry]] = {}
         """Partition -> the first records of a batch taken while an abandoned one of it still
         runs: they start once it ended, never beside it."""
         self._calm = asyncio.Event()
@@ -160,7 +161,7 @@ class Processor:
         """Handler runs that were retries."""
         self.dead_lettered = 0
         """Records written to the dead-letter topic."""
-        self.stopped: dict[int, int] = {}
+        self.failed_at: dict[PartitionKey, int] = {}
         """Partitions paused by ``on_failure="stop"`` -> the offset of the failed record."""
 
     # -- what statistics() reads -------------------------------------------------------------
@@ -178,18 +179,18 @@ class Processor:
     def _all_windows(self) -> list[Window]:
         return [*self._windows.values(), *self._leaving]
 
-    def handling(self) -> dict[int, list[Record]]:
+    def handling(self) -> dict[PartitionKey, list[Record]]:
         """Partition -> the records in a handler now (cancelled ones not yet ended included)."""
-        found: dict[int, list[Record]] = {}
+        found: dict[PartitionKey, list[Record]] = {}
         for window in self._all_windows():
             if window.running:
                 found.setdefault(window.partition, []).extend(e.record for e in window.running)
         return found
 
-    def lingering(self, partitions: Collection[int]) -> dict[int, list[Record]]:
+    def lingering(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, list[Record]]:
         """Of ``partitions``, those whose abandoned handlers still run, each with the records
         they run."""
-        found: dict[int, list[Record]] = {}
+        found: dict[PartitionKey, list[Record]] = {}
         for window in self._leaving:
             if window.partition in partitions:
                 found.setdefault(window.partition, []).extend(
@@ -197,7 +198,9 @@ class Processor:
                 )
         return found
 
-    async def quiet(self, partitions: Collection[int], bound: float) -> dict[int, list[Record]]:
+    async def quiet(
+        self, partitions: Collection[PartitionKey], bound: float
+    ) -> dict[PartitionKey, list[Record]]:
         """Wait (at most ``bound`` seconds) until the cancelled handlers of ``partitions``
         ended.
 
@@ -311,7 +314,7 @@ class Processor:
                 while self._held >= self._policy.max_records:
                     self._room.clear()
                     await self._room.wait()
-                picked = await self._delivery.next_batch(self._stopped)
+                picked = await self._delivery.next_batch(self._is_closing)
                 if picked is None:
                     # The member closes: close() ends the processor once its handlers are done.
                     for window in list(self._windows.values()):
@@ -324,7 +327,7 @@ class Processor:
     def _admit(self, claim: Claim, batch: Batch) -> None:
         window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
-        self.stopped.pop(claim.partition, None)
+        self.failed_at.pop(claim.partition, None)
         self._held += len(batch)
         self._idle.clear()
         first = window.first()
@@ -617,7 +620,7 @@ class Processor:
             error,
             record.partition,
         )
-        self.stopped[window.partition] = record.offset
+        self.failed_at[window.partition] = record.offset
         if not window.gone:
             self._delivery.pause([window.partition])
             self._stop_taking(window, fill_gaps=False)
@@ -689,14 +692,14 @@ class Processor:
 
     # -- the delivery's watcher --------------------------------------------------------------
 
-    def draining(self, partitions: list[int]) -> None:
+    def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for these partitions: start none of their records any more."""
         for partition in partitions:
             window = self._windows.get(partition)
             if window is not None:
                 self._stop_taking(window)
 
-    def abandoned(self, partitions: list[int]) -> None:
+    def abandoned(self, partitions: list[PartitionKey]) -> None:
         """The handover stopped waiting (or ZooKeeper may have dropped the session): cancel the
         handlers of these partitions; `quiet()` waits until they ended."""
         for partition in partitions:

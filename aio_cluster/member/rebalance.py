@@ -35,6 +35,7 @@ from ..errors import (
     SessionLostError,
     StrategyMismatchError,
 )
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import SessionState, ZooKeeper
 from .claiming import ClaimNodes
 from .claims import UNPOSITIONED, Claim
@@ -137,7 +138,7 @@ class Rebalancer:
         self._topics = topics
         self._offsets = offsets
         self._states = states
-        self._claims: Mapping[int, Claim] = states.claims
+        self._claims: Mapping[PartitionKey, Claim] = states.claims
         self._id = member_id
         self._strategy = strategy
         self._claim_timeout = claim_timeout
@@ -251,7 +252,7 @@ class Rebalancer:
         found = await asyncio.gather(
             *(self._target_of_topic(s, readers[s.name], graces, turns) for s in states)
         )
-        target: set[int] = set()
+        target: set[PartitionKey] = set()
         self._in_target = True
         for keys, counted in found:
             target |= keys
@@ -265,7 +266,7 @@ class Rebalancer:
                 self._layout.labels(fenced),
             )
         leaving = sorted((set(self._claims) - target) | set(fenced))
-        kept: list[int] = []
+        kept: list[PartitionKey] = []
         if leaving:
             try:
                 kept = await handover.revoke(leaving)
@@ -293,7 +294,7 @@ class Rebalancer:
         members: list[str],
         graces: Mapping[str, float],
         turns: _Turns | None = None,
-    ) -> tuple[set[int], bool]:
+    ) -> tuple[set[PartitionKey], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
         assignment followed counts this member; ``members`` (reading the topic) oldest first,
         ``graces`` the named members' (see `TargetNode.follow`). ``turns`` orders the targets
@@ -310,7 +311,7 @@ class Rebalancer:
         members: list[str],
         graces: Mapping[str, float],
         turns: _Turns | None,
-    ) -> tuple[set[int], bool]:
+    ) -> tuple[set[PartitionKey], bool]:
         state.leading = members[:1] == [self._id]
         # A sticky follower takes the partitions from the published target. The leader asks Kafka
         # only while it knows none: a change of the members does not change the partitions, and
@@ -341,12 +342,12 @@ class Rebalancer:
             self._id in target.members,
         )
 
-    async def _release_node(self, partition: int) -> None:
+    async def _release_node(self, partition: PartitionKey) -> None:
         claim = self._states.released(partition)
         if claim is not None:
             await self._nodes.release(partition, claim.node_version, claim.epoch)
 
-    async def _claim_all(self, partitions: list[int], epoch: int) -> bool:
+    async def _claim_all(self, partitions: list[PartitionKey], epoch: int) -> bool:
         """Claim partitions concurrently; False when any could not be claimed in time."""
         results = await asyncio.gather(
             *(self._claim(partition, epoch) for partition in partitions), return_exceptions=True
@@ -356,7 +357,7 @@ class Rebalancer:
                 raise result
         return all(results)
 
-    async def _claim(self, partition: int, epoch: int) -> bool:
+    async def _claim(self, partition: PartitionKey, epoch: int) -> bool:
         """Claim a partition and learn its stored offset. False when its previous owner did not
         release it in time, or a newer rebalance was asked for meanwhile; the claim is then left
         to the next rebalance."""

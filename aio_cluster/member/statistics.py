@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, cast
 
-from ..kafka.topics import PartitionT
+from ..kafka.topics import PartitionKey, PartitionT
 from .claims import UNPOSITIONED, Claim
 from .lifecycle import GroupState
 
@@ -112,10 +112,10 @@ def lag(end: int, committed: int | None, earliest: int | None) -> int:
 
 
 def partition_statistics(
-    claims: Mapping[int, Claim],
-    ends: Mapping[int, int],
-    paused: list[int],
-    name: Callable[[int], PartitionT] | None = None,
+    claims: Mapping[PartitionKey, Claim],
+    ends: Mapping[PartitionKey, int],
+    paused: list[PartitionKey],
+    name: Callable[[PartitionKey], PartitionT] | None = None,
 ) -> tuple[PartitionStatistics[PartitionT], ...]:
     """The per-partition figures of the claims that have a known log end.
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from ..assign.subscription import Subscription
 from ..errors import BrokerError, ConfigurationError
 from ..kafka.fetcher import Fetcher
+from ..kafka.topics import PartitionKey
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout
 from .keyed_layout import KeyedLayout
@@ -101,7 +102,7 @@ class Topics:
         return sorted(self._topics)
 
     @property
-    def partitions(self) -> list[int]:
+    def partitions(self) -> list[PartitionKey]:
         """The key of every partition of the topics read, sorted (as of the last metadata check
         or target followed)."""
         return sorted(

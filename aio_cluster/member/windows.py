@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..config import Ordering
 from ..kafka.records import Record, raw_key
+from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 
 __all__ = ["Entry", "Window"]
@@ -72,7 +73,7 @@ class Window:
         self.done = bytearray(len(self.batch))
 
     @property
-    def partition(self) -> int:
+    def partition(self) -> PartitionKey:
         return self.claim.partition
 
     @property
