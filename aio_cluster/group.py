@@ -296,7 +296,7 @@ class ConsumerGroup(Generic[PartitionT]):
 
         A completed batch's offset that is still waiting to be stored is stored first.
         """
-        self._member.check_not_closed()
+        self._member.check_open(while_closing=True)
         key = self._key(partition)
         return None if key < 0 else await self._member.stored(key)  # <0: a topic never read
 
@@ -310,7 +310,7 @@ class ConsumerGroup(Generic[PartitionT]):
             ConfigurationError: the offset is not a non-negative integer.
             CoordinationError: ZooKeeper did not store it.
         """
-        self._member.check_not_closed()
+        self._member.check_open(while_closing=True)
         _check_offset(offset)
         claim = await self._member.store(self._key(partition), offset)
         if claim is None or claim.fenced:

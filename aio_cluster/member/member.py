@@ -278,16 +278,12 @@ class Member:
         self._deadline = 0.0
         """When the closing must be done (the event loop's clock)."""
 
-    def check_open(self) -> None:
-        """Raise GroupClosedError once the member closes."""
-        if self.state in (GroupState.CLOSING, GroupState.CLOSED):
-            raise GroupClosedError(f"member {self.id} of group {self.layout.group!r} is closed")
-
-    def check_not_closed(self) -> None:
-        """Raise GroupClosedError once the member closed. Offsets may still be read and stored
-        while closing (the listener's ``on_partitions_revoked`` commits what the application
-        finished)."""
-        if self.state is GroupState.CLOSED:
+    def check_open(self, *, while_closing: bool = False) -> None:
+        """Raise GroupClosedError once the member began to close, or with ``while_closing``
+        only once it closed: offsets may still be read and stored while closing (the
+        listener's ``on_partitions_revoked`` commits what the application finished)."""
+        closed = (GroupState.CLOSED,) if while_closing else (GroupState.CLOSING, GroupState.CLOSED)
+        if self.state in closed:
             raise GroupClosedError(f"member {self.id} of group {self.layout.group!r} is closed")
 
     def is_closing(self) -> bool:
