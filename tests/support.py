@@ -64,6 +64,23 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
+    """Await ``awaitable`` for up to ``timeout`` seconds. On time-out, first print the stack of
+    every task of the loop to stderr (what the awaited work and the members were waiting on, the
+    one clue a rare hang leaves), then fail the test."""
+    task = asyncio.ensure_future(awaitable)
+    done, _pending = await asyncio.wait({task}, timeout=timeout)
+    if task in done:
+        return task.result()
+    print(f"--- {what}: still waiting after {timeout:g}s; the loop's tasks:", file=sys.stderr)
+    for other in asyncio.all_tasks():
+        other.print_stack(limit=12, file=sys.stderr)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
 def fresh(prefix: str) -> str:
     """A name no other test (nor an earlier run against the same servers) has used."""
     return f"{prefix}-{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:8]}"

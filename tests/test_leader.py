@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_target
 
 from conftest import MakeTopic
-from support import Worker, owners, wait_until
+from support import Worker, owners, wait_until, within
 
 pytestmark = pytest.mark.asyncio
 
@@ -189,8 +190,15 @@ async def test_a_lost_target_moves_nothing(
 
 
 async def test_a_stuck_leader_does_not_freeze_a_join(
-    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str, tmp_path: Path
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # Each step of the newcomer's join is logged at INFO: a failure shows where it waited.
+    caplog.set_level(logging.INFO, logger="aio_cluster")
     topic = await make_topic(4)
     layout = GroupLayout(group_name, topic)
     worker = Worker(tmp_path / "leader.txt")
@@ -201,7 +209,7 @@ async def test_a_stuck_leader_does_not_freeze_a_join(
         worker.process.send_signal(signal.SIGUSR1)
         (leader,) = await zk.get_children(layout.ids)
         newcomer = member(cluster, group_name, topic, rebalance_timeout=2.0, claim_timeout=1.0)
-        await asyncio.wait_for(newcomer.register(), 60)
+        await within(newcomer.register(), 60, "the newcomer's join")
         async with newcomer:
             found = await target(zk, layout)
             assert found is not None
