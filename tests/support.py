@@ -33,7 +33,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import Batch, ConsumerGroup, Record
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
-from aio_cluster.kafka.topics import PartitionKey
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.local.jars import default_cache_dir, resolve_jars
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
@@ -450,7 +450,7 @@ async def consume_exactly_once(
 async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[PartitionKey, int]:
     """The offsets Kafka holds for the group in partitions 0 and 1 of ``topic`` (those
     committed)."""
-    offsets = KafkaGroupOffsets(cluster.bootstrap, group, topic, client_id="test")
+    offsets = KafkaGroupOffsets(cluster.bootstrap, group, TopicKeys((topic,)), client_id="test")
     await offsets.start()
     try:
         return await offsets.committed([PartitionKey(0), PartitionKey(1)], 10)

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from aio_cluster import Batch, BrokerError, ConsumerGroup
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
-from aio_cluster.kafka.topics import PartitionKey
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.member.statistics import lag
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
@@ -68,7 +68,7 @@ async def commit_in_kafka(cluster: LocalCluster, group: str, topic: str, offset:
 
 
 async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> int | None:
-    offsets = KafkaGroupOffsets(cluster.bootstrap, group, topic, client_id="test")
+    offsets = KafkaGroupOffsets(cluster.bootstrap, group, TopicKeys((topic,)), client_id="test")
     await offsets.start()
     try:
         return (await offsets.committed([PartitionKey(0)], 10)).get(PartitionKey(0))

@@ -186,7 +186,9 @@ async def test_read_committed_hands_out_only_committed_records_and_ends_without_
             assert code == 0, err
             assert {row["partition"]: row["lag"] for row in json.loads(out)} == {0: 0, 1: 0}
 
-            mirror = KafkaGroupOffsets(cluster.bootstrap, group_name, topic, client_id="test")
+            mirror = KafkaGroupOffsets(
+                cluster.bootstrap, group_name, TopicKeys((topic,)), client_id="test"
+            )
             await mirror.start()
             try:
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from aio_cluster import Batch, ConsumerGroup, RebalanceListener, Record, TopicPartition
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
-from aio_cluster.kafka.topics import PartitionKey
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
@@ -299,7 +299,9 @@ async def test_the_mirror_commits_every_topic(
         await batches.aclose()  # not left to the garbage collector, after the loop closed
     for topic in topics:
         # Kafka's own record of the group, as its consumer-groups tool reads it.
-        kafka = KafkaGroupOffsets(cluster.bootstrap, group_name, topic, client_id="test")
+        kafka = KafkaGroupOffsets(
+            cluster.bootstrap, group_name, TopicKeys((topic,)), client_id="test"
+        )
         await kafka.start()
         try:
             assert await kafka.committed([PartitionKey(0), PartitionKey(1)], 10) == {0: 1, 1: 1}

@@ -31,32 +31,30 @@ class KafkaGroupOffsets:
         self,
         bootstrap: str | Sequence[str],
         group: str,
-        topic: str,
+        keys: TopicKeys,
         *,
         client_id: str,
         request_timeout_ms: int = 30_000,
         options: Mapping[str, Any] | None = None,
-        keys: TopicKeys | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
         Args:
             bootstrap: Kafka servers as ``"host:port"``.
             group: the group's name in Kafka.
-            topic: the topic whose offsets are committed (partitions given by id).
+            keys: the topics' numbers: partitions are given by key
+                (`aio_cluster.kafka.topics.TopicKeys`; a one-topic group's keys are its
+                partition ids).
             client_id: shown in the broker's logs.
             request_timeout_ms: the bound on each request.
             options: connection options (TLS, SASL), see
                 [KafkaOptions][aio_cluster.KafkaOptions].
-            keys: for a member on many topics, the topics' numbers: partitions are then given
-                by key (`aio_cluster.kafka.topics.TopicKeys`), ``topic`` is not used.
 
         Raises:
             ConfigurationError: malformed bootstrap servers or options.
         """
         self.group = group
-        self.topic = topic
-        self._keys = TopicKeys((topic,)) if keys is None else keys
+        self._keys = keys
         self._servers = parse_bootstrap(bootstrap)
         self._client_id = f"{client_id}-kafka-offsets"
         self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})

@@ -190,7 +190,6 @@ class Member:
                 "e.g. under asyncio.run()): its Kafka clients belong to the loop they are made in"
             ) from None
         self.brokers = brokers
-        first = subscription.topics[0] if subscription.topics else ""
         wait_ms = milliseconds(fetching.max_wait)
         self.fetcher = Fetcher(
             brokers,
@@ -211,10 +210,9 @@ class Member:
             else KafkaGroupOffsets(
                 brokers,
                 layout.group,
-                first,
+                layout.keys,
                 client_id=self.id,
                 options=settings.kafka,
-                keys=layout.keys,
             ),
             member_id=self.id,
             migrate=joining.kafka_offsets == "migrate",
