@@ -19,8 +19,9 @@ the member's parts from them and owns the task its background and its closing ru
 
 A member on many topics (a list, or a pattern) is the same machinery: its parts know each
 partition by a key (`aio_cluster.kafka.topics.PartitionKey`, made by
-`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition id itself), and only this
-facade turns the ``int`` or `TopicPartition` its user names into keys and back.
+`aio_cluster.kafka.topics.TopicKeys`; for one topic, the partition id itself), and the facade
+turns the ``int`` or `TopicPartition` its user names into keys and back through one
+`aio_cluster.member.naming.PartitionNames`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .assign.strategies import Strategy
 from .assign.subscription import Subscription
@@ -42,7 +43,7 @@ from .config import (
     Timing,
     ZooKeeperSecurity,
 )
-from .errors import ConfigurationError, NotOwnedError
+from .errors import ConfigurationError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.claims import Batch
@@ -50,6 +51,7 @@ from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
 from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
+from .member.naming import UNKNOWN, PartitionNames
 from .member.statistics import GroupStatistics
 from .zookeeper.layout import check_name
 
@@ -172,8 +174,9 @@ class ConsumerGroup(Generic[PartitionT]):
         """
         self._subscription = subscription = Subscription.of(topic, exclude)
         check_name("group", name)
-        self._keys = keys = TopicKeys(subscription.topics)
+        keys = TopicKeys(subscription.topics)
         self._layout = layout = KeyedLayout(name, keys, many=subscription.many)
+        self._names: PartitionNames[PartitionT] = PartitionNames(layout, subscription)
         for each in subscription.topics:
             layout.of(each)  # checks the name
         settings = Settings.of(
@@ -193,7 +196,7 @@ class ConsumerGroup(Generic[PartitionT]):
             listener=(
                 listener
                 if listener is None or not subscription.many
-                else NamingListener(listener, self._name)
+                else NamingListener(listener, self._names.name)
             ),
         )
 
@@ -231,46 +234,6 @@ class ConsumerGroup(Generic[PartitionT]):
             return sorted(self._subscription.topics)
         return self._member.membership.topics
 
-    def _name(self, key: PartitionKey) -> PartitionT:
-        """How the user knows the partition of ``key``."""
-        return cast(PartitionT, self._layout.name(key))
-
-    def _names(self, keys: list[PartitionKey]) -> list[PartitionT]:
-        """The user's names of ``keys``, sorted."""
-        return cast("list[PartitionT]", sorted(self._layout.name(key) for key in keys))
-
-    def _key(self, partition: PartitionT) -> PartitionKey:
-        """The key of a partition the user names; a partition of a topic this member never met
-        gets a key no claim holds.
-
-        Raises:
-            ConfigurationError: the name has the wrong form for this member.
-        """
-        given: object = partition
-        if not self._subscription.many:
-            if isinstance(given, int) and not isinstance(given, bool):
-                return PartitionKey(given)  # a one-topic member's keys are its partition ids
-            raise ConfigurationError(
-                f"partition {given!r}: a member on one topic names a partition by its id (int)"
-            )
-        if (
-            isinstance(given, tuple)
-            and len(given) == 2
-            and isinstance(given[0], str)
-            and isinstance(given[1], int)
-            and not isinstance(given[1], bool)
-        ):
-            topic, number = given
-            found = self._keys.lookup(topic, number)
-            if found is None and self._subscription.matches(topic):
-                self._layout.of(topic)  # a name the layout takes (else ConfigurationError)
-                found = self._keys.key(topic, number)  # a topic read, not met yet
-            return PartitionKey(-1) if found is None or number < 0 else found
-        raise ConfigurationError(
-            f"partition {given!r}: a member on many topics names a partition by "
-            "TopicPartition(topic, partition)"
-        )
-
     @property
     def strategy(self) -> Strategy:
         """The assignment strategy this member uses."""
@@ -284,12 +247,12 @@ class ConsumerGroup(Generic[PartitionT]):
     @property
     def partitions(self) -> list[PartitionT]:
         """Every partition of the topics read, sorted (as of the last metadata check)."""
-        return self._names(self._member.membership.partitions)
+        return self._names.names(self._member.membership.partitions)
 
     @property
     def claimed(self) -> list[PartitionT]:
         """The partitions this member owns now, sorted."""
-        return self._names(list(self._member.states.claims))
+        return self._names.names(list(self._member.states.claims))
 
     async def offset(self, partition: PartitionT) -> int | None:
         """The stored next offset of ``partition``, or None when none is stored.
@@ -297,8 +260,8 @@ class ConsumerGroup(Generic[PartitionT]):
         A completed batch's offset that is still waiting to be stored is stored first.
         """
         self._member.check_open(while_closing=True)
-        key = self._key(partition)
-        return None if key < 0 else await self._member.stored(key)  # <0: a topic never read
+        key = self._names.key(partition)
+        return None if key == UNKNOWN else await self._member.stored(key)
 
     async def commit(self, partition: PartitionT, offset: int) -> None:
         """Store ``offset`` as the next offset of ``partition`` now.
@@ -312,18 +275,13 @@ class ConsumerGroup(Generic[PartitionT]):
         """
         self._member.check_open(while_closing=True)
         _check_offset(offset)
-        claim = await self._member.store(self._key(partition), offset)
+        claim = await self._member.store(self._names.key(partition), offset)
         if claim is None or claim.fenced:
-            raise NotOwnedError(
-                f"{self._describe(partition)} is not owned by member {self.id}"
-                + ("" if claim is None else ": its claim is gone, nothing was stored")
+            raise self._names.not_owned(
+                partition,
+                self.id,
+                "" if claim is None else ": its claim is gone, nothing was stored",
             )
-
-    def _describe(self, partition: PartitionT) -> str:
-        """A partition in an error message."""
-        if self._subscription.many:
-            return f"partition {partition!r}"
-        return f"partition {partition} of {self.topic!r}"
 
     # -- steering ----------------------------------------------------------------------------
 
@@ -336,9 +294,9 @@ class ConsumerGroup(Generic[PartitionT]):
             return sorted(states.claims)
         keys = []
         for partition in partitions:
-            key = self._key(partition)
+            key = self._names.key(partition)
             if not states.owned(key):
-                raise NotOwnedError(f"{self._describe(partition)} is not owned by member {self.id}")
+                raise self._names.not_owned(partition, self.id)
             keys.append(key)
         return sorted(set(keys))
 
@@ -357,12 +315,12 @@ class ConsumerGroup(Generic[PartitionT]):
     def resume(self, *partitions: PartitionT) -> None:
         """Hand out batches of these partitions again, from where they stopped; partitions not
         paused (or no longer owned) are ignored."""
-        self._member.states.resume([self._key(partition) for partition in partitions])
+        self._member.states.resume([self._names.key(partition) for partition in partitions])
         self._member.delivery.wake()
 
     def paused(self) -> list[PartitionT]:
         """The paused partitions, sorted."""
-        return self._names(self._member.states.paused)
+        return self._names.names(self._member.states.paused)
 
     async def seek(self, partition: PartitionT, offset: int) -> None:
         """Start the next batch of ``partition`` at ``offset``.
@@ -415,7 +373,7 @@ class ConsumerGroup(Generic[PartitionT]):
         Raises:
             BrokerError: Kafka did not answer.
         """
-        return await self._member.statistics(self._name)
+        return await self._member.statistics(self._names.name)
 
     # -- joining and leaving -----------------------------------------------------------------
 
@@ -492,7 +450,7 @@ class ConsumerGroup(Generic[PartitionT]):
                 claim, batch = picked
                 completed = False
                 try:
-                    yield self._name(claim.partition), batch
+                    yield self._names.name(claim.partition), batch
                     completed = True
                 finally:
                     member.delivery.finish(claim, batch, completed=completed, commit=commit)

@@ -85,6 +85,7 @@ PURE = [
     "member/partitions.py",
     "kafka/topics.py",
     "member/keyed_layout.py",
+    "member/naming.py",
     "member/windows.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}

@@ -16,6 +16,7 @@ Modules::
     member.py        Member: builds the parts from the configuration, owns the member's task
     membership.py    Membership: registration, topics and rebalance put together for Member
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
+    naming.py        PartitionNames: the user's int or TopicPartition to keys and back (pure)
     offsets.py       stored offsets and the fenced transaction
     partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
     processing.py    Processor: many records in flight, in key order, retries, dead letters
