@@ -189,6 +189,7 @@ async def test_a_lost_target_moves_nothing(
         assert sorted(len(group.claimed) for group in groups) == [4, 4, 4]
 
 
+@pytest.mark.serial  # one unexplained 60 s wait in a loaded CI run: alone, and it dumps the tasks
 async def test_a_stuck_leader_does_not_freeze_a_join(
     cluster: LocalCluster,
     zk: ZooKeeper,
