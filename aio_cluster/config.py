@@ -111,8 +111,9 @@ class Timing:
         metadata_interval: the time between checks of the topics' partitions (a change starts
             a rebalance), of whether a topic that does not exist yet does now, and of which
             topics a pattern matches.
-        loop_delay: the pause after a fetch that returned nothing (new claims or a close end it
-            early); lower it for latency, raise it for idle topics. May be 0.
+        loop_delay: the pause after a fetch that failed (Kafka unreachable) before the next
+            try; new claims or a close end it early. May be 0. A fetch that finds no record
+            is not followed by a pause: it waited ``max_wait`` at the broker already.
     """
 
     session_timeout: float = 10.0

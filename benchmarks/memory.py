@@ -67,7 +67,7 @@ async def raw_shared(run: Run, clock: Clock) -> None:
     what the budget costs Kafka's side, apart from the member's own work."""
     from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415 (only its own client)
 
-    from aio_cluster.group import DEFAULT_BUFFERED_BYTES  # noqa: PLC0415
+    from aio_cluster.config import DEFAULT_BUFFERED_BYTES  # noqa: PLC0415
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=run.bootstrap,

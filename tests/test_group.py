@@ -418,3 +418,20 @@ async def test_round_robin_members_share_the_topic(
         await wait_until(lambda: settled(zk, [a, b]), what="round-robin settles")
         expected = assign(Strategy.ROUND_ROBIN, range(4), [a.id, b.id])
         assert {a.id: a.claimed, b.id: b.claimed} == expected
+
+
+async def test_an_empty_fetch_is_not_followed_by_the_loop_delay(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str, produce: Produce
+) -> None:
+    """The broker's long poll (``max_wait``) is the wait of an idle member: the pause of
+    ``loop_delay`` follows only a failed fetch, so records written to an idle topic come at the
+    next fetch, not after the pause (an hour here)."""
+    topic = await make_topic(2)
+    async with member(cluster, group_name, topic, loop_delay=3600.0) as group:
+        batches = group.batches()
+        first = asyncio.ensure_future(take(batches, 1, timeout=30.0))
+        await asyncio.sleep(0.5)  # several fetches find nothing meanwhile
+        assert not first.done()
+        await produce(topic, 10)
+        assert len(await first) >= 1
+        await closable(batches).aclose()

@@ -284,7 +284,8 @@ class Fetcher:
     async def fetch(
         self, partitions: Collection[PartitionKey], timeout_ms: int
     ) -> dict[PartitionKey, list[Any]]:
-        """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some.
+        """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some:
+        it returns nothing only after that wait, so a caller may fetch again at once.
 
         Returns:
             partition id -> non-empty list of records in offset order.
@@ -298,6 +299,7 @@ class Fetcher:
         """
         tps = [self._tp(partition) for partition in partitions if partition in self._assigned]
         if not tps:
+            await asyncio.sleep(timeout_ms / 1000)
             return {}
         before = {self._key(tp): self._positions[self._key(tp)] for tp in tps}
         try:

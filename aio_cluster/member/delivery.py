@@ -100,7 +100,7 @@ class Delivery:
         fetcher: the member's Kafka fetcher.
         states: the member's partition states.
         member_id: named in log messages.
-        loop_delay: seconds to pause after a fetch that returned nothing.
+        loop_delay: seconds to pause after a fetch that failed.
         max_wait_ms: how long a fetch may wait for records.
         trail: where no offset is stored, start at the latest offset instead of the earliest.
         label: names a partition key in log messages (its topic too, of many topics).
@@ -149,13 +149,16 @@ class Delivery:
             fetchable = self._states.fetchable()
             if fetchable:
                 if await self._fetch(fetchable):
+                    # Records came, or the fetch waited its ``max_wait`` for none: the
+                    # broker's long poll is the wait, so fetch again at once.
                     continue
                 timeout = self._loop_delay
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def _fetch(self, partitions: list[PartitionKey]) -> bool:
-        """Fetch into the claims' buffers; True when anything arrived."""
+        """Fetch into the claims' buffers; False when the fetch failed (the caller pauses
+        ``loop_delay`` before the next try)."""
         async with self._fetch_lock:
             self._apply_seeks()
             try:
@@ -163,16 +166,15 @@ class Delivery:
             except OffsetsOutOfRange as exc:
                 # errors.py is below kafka/ and types them int: the fetcher raises with keys
                 await self._reset_out_of_range(cast("Mapping[PartitionKey, int]", exc.partitions))
-                return False
+                return True
             except BrokerError as exc:
                 log.warning("member %s: %s", self._id, exc)
                 return False
-        arrived = False
         for partition, records in fetched.items():
-            arrived = self._states.fetched(partition, records) or arrived
+            self._states.fetched(partition, records)
         for partition in partitions:
             self._states.stepped_over(partition, self._fetcher.position(partition))
-        return arrived
+        return True
 
     async def _reset_out_of_range(self, partitions: Mapping[PartitionKey, int]) -> None:
         """Restart partitions whose position the broker does not hold, where

@@ -308,21 +308,17 @@ class PartitionStates:
         self._seeks.clear()
         return seeks
 
-    def fetched(self, partition: PartitionKey, records: list[Record]) -> bool:
-        """The fetcher returned ``records`` of ``partition``.
-
-        Returns:
-            True when they were buffered; records of a partition not owned, withheld, sought
-            meanwhile, or read for an earlier claim are dropped.
-        """
+    def fetched(self, partition: PartitionKey, records: list[Record]) -> None:
+        """The fetcher returned ``records`` of ``partition``: they are buffered, unless the
+        partition is not owned, withheld, sought meanwhile, or they were read for an earlier
+        claim (then they are dropped)."""
         claim = self._claims.get(partition)
         if not records or claim is None or self._fed.get(partition) is not claim:
-            return False
+            return
         if partition in self._withheld or partition in self._seeks:
             self._drop(claim)
-            return False
+            return
         claim.buffered.append(records)
-        return True
 
     def out_of_range(
         self, partition: PartitionKey, offset: int, earliest: int, latest: int, *, trail: bool
