@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
@@ -77,6 +79,15 @@ def _failed(span: Span, error: BaseException) -> str:
     return kind
 
 
+@dataclass(frozen=True)
+class _Partition:
+    """What the spans and metrics of one partition say of it, made once."""
+
+    name: str
+    span: Attributes
+    metric: Attributes
+
+
 class Rebalance:
     """One rebalance's span, as the rebalance fills it in."""
 
@@ -119,25 +130,21 @@ class Telemetry:
         self._group = group
         self._member_id = member_id
         self._split = split
-        self._metric_attributes: dict[tuple[str, int], Attributes] = {}
-        self._span_attributes: dict[tuple[str, int], Attributes] = {}
+        self._partitions: dict[tuple[str, int], _Partition] = {}
 
-    # -- attributes, made once per partition --------------------------------------------------
+    # -- what is said of a partition, made once ------------------------------------------------
+
+    def _partition(self, topic: str, partition: int) -> _Partition:
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            metric = partition_attributes(self._group, topic, partition)
+            found = _Partition(process_name(topic), {**metric, MEMBER_ID: self._member_id}, metric)
+            self._partitions[topic, partition] = found
+        return found
 
     def metric_attributes(self, topic: str, partition: int) -> Attributes:
         """The attributes of one partition's metrics."""
-        found = self._metric_attributes.get((topic, partition))
-        if found is None:
-            found = partition_attributes(self._group, topic, partition)
-            self._metric_attributes[topic, partition] = found
-        return found
-
-    def _attributes(self, topic: str, partition: int) -> Attributes:
-        found = self._span_attributes.get((topic, partition))
-        if found is None:
-            found = {**self.metric_attributes(topic, partition), MEMBER_ID: self._member_id}
-            self._span_attributes[topic, partition] = found
-        return found
+        return self._partition(topic, partition).metric
 
     def partition_text(self, key: PartitionKey) -> str:
         """A partition key as ``topic/partition``."""
@@ -149,7 +156,7 @@ class Telemetry:
     def consumed(self, batch: list[Record]) -> None:
         """A batch was handed to a body or to the handlers."""
         first = batch[0]
-        self.meters.consumed.add(len(batch), self.metric_attributes(first.topic, first.partition))
+        self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 
     def body_spans(
         self, batches: AsyncGenerator[tuple[P, list[Record]], None]
@@ -162,11 +169,12 @@ class Telemetry:
         """Start the span of an async for body over ``batch``, linked to each record's producer
         context (read only when the span records: without an SDK no header is parsed)."""
         first = batch[0]
+        known = self._partition(first.topic, first.partition)
         span = self._tracer.start_span(
-            process_name(first.topic),
+            known.name,
             kind=SpanKind.CONSUMER,
             attributes={
-                **self._attributes(first.topic, first.partition),
+                **known.span,
                 BATCH_COUNT: len(batch),
                 BATCH_FIRST_OFFSET: first.offset,
                 BATCH_LAST_OFFSET: batch[-1].offset,
@@ -195,39 +203,46 @@ class Telemetry:
             retry_of: the failure this run retries, recorded as the span's "retry" event.
         """
         parent = producer_context(record)
-        attributes: dict[str, Any] = {
-            **self._attributes(record.topic, record.partition),
-            OFFSET: record.offset,
-            PROCESS_ATTEMPT: attempt,
-        }
-        if record.key is not None:
-            attributes[MESSAGE_KEY] = _key_text(record.key)
+        known = self._partition(record.topic, record.partition)
+        # What a sampler may ask is given at the start; the rest only to a span that records,
+        # so that without an SDK a run allocates no attributes (nor a context where no
+        # producer's context is to be passed on).
         span = self._tracer.start_span(
-            process_name(record.topic),
+            known.name,
             context=parent,
             kind=SpanKind.CONSUMER,
-            attributes=attributes,
+            attributes=known.span,
             links=None
             if parent is None
             else [Link(trace.get_current_span(parent).get_span_context())],
         )
-        if retry_of is not None:
-            span.add_event("retry", {PROCESS_ATTEMPT: attempt, ERROR_TYPE: error_type(retry_of)})
+        recording = span.is_recording()
+        if recording:
+            span.set_attribute(OFFSET, record.offset)
+            span.set_attribute(PROCESS_ATTEMPT, attempt)
+            if record.key is not None:
+                span.set_attribute(MESSAGE_KEY, _key_text(record.key))
+            if retry_of is not None:
+                span.add_event(
+                    "retry", {PROCESS_ATTEMPT: attempt, ERROR_TYPE: error_type(retry_of)}
+                )
+        token = (
+            otel_context.attach(trace.set_span_in_context(span))
+            if recording or parent is not None
+            else None
+        )
         started = time.perf_counter()
         error: str | None = None
         try:
-            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                await handler(record)
+            await handler(record)
         except BaseException as exc:
             error = _failed(span, exc)
             raise
         finally:
+            if token is not None:
+                otel_context.detach(token)
             span.end()
-            self.meters.processed(
-                time.perf_counter() - started,
-                self.metric_attributes(record.topic, record.partition),
-                error,
-            )
+            self.meters.processed(time.perf_counter() - started, known.metric, error)
 
     @contextlib.contextmanager
     def dead_letter(self, record: Record, topic: str, error: BaseException) -> Iterator[None]:
