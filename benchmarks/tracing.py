@@ -7,8 +7,10 @@ the metrics aggregated in memory).
 Each variant runs in a process of its own (a process's global providers are set once), on the
 same topic with a fresh group, alternating which goes first each round; its clock runs from the
 first batch to the last record. Ratios are to the variant "off" of the same mode in the same
-run (the paired ratio: the median of each round's ratio); the per-record overhead is the
-difference of the medians' seconds per record. Results go to ``benchmarks/results/tracing.md``.
+run (the paired ratio: the median of each round's ratio, of wall-clock rates and of CPU
+seconds); the per-record overhead is the difference of the medians' seconds per record. On a
+shared machine the CPU ratio is the steadier: the wall clock of a loop that reads faster than
+the broker answers mostly measures waiting. Results go to ``benchmarks/results/tracing.md``.
 
     python benchmarks/tracing.py [--rounds 5] [--records 300000] [--process-records 50000]
 """
@@ -149,6 +151,7 @@ def report(
         "paired ratio",
         "µs per record more",
         "CPU µs per record",
+        "CPU paired ratio",
     ]
     rows = []
     for mode, mode_label in MODES.items():
@@ -172,6 +175,7 @@ def report(
                     f"{paired:.3f}",
                     f"{(per_record - base_per_record) * 1e6:+.2f}",
                     f"{median([f['cpu'] / f['records'] for f in runs]) * 1e6:.2f}",
+                    f"{median([b['cpu'] / f['cpu'] for f, b in zip(runs, base, strict=True)]):.3f}",
                 ]
             )
     title = (

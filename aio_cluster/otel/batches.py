@@ -83,7 +83,9 @@ class BodySpans(AsyncGenerator[tuple[P, list[Record]], None]):
     def _begin(self, batch: list[Record]) -> None:
         span = self._telemetry.body(batch)
         self._span = span
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        # A span that does not record carries the caller's own context: nothing to make current.
+        if span.is_recording():
+            self._token = otel_context.attach(trace.set_span_in_context(span))
         first = batch[0]
         self._topic, self._partition = first.topic, first.partition
         self._started = time.perf_counter()

@@ -167,20 +167,15 @@ class Telemetry:
 
     def body(self, batch: list[Record]) -> Span:
         """Start the span of an async for body over ``batch``, linked to each record's producer
-        context (read only when the span records: without an SDK no header is parsed)."""
+        context. Only a span that records is told more than a sampler asks: without an SDK no
+        attribute is made and no header parsed."""
         first = batch[0]
         known = self._partition(first.topic, first.partition)
-        span = self._tracer.start_span(
-            known.name,
-            kind=SpanKind.CONSUMER,
-            attributes={
-                **known.span,
-                BATCH_COUNT: len(batch),
-                BATCH_FIRST_OFFSET: first.offset,
-                BATCH_LAST_OFFSET: batch[-1].offset,
-            },
-        )
+        span = self._tracer.start_span(known.name, kind=SpanKind.CONSUMER, attributes=known.span)
         if span.is_recording():
+            span.set_attribute(BATCH_COUNT, len(batch))
+            span.set_attribute(BATCH_FIRST_OFFSET, first.offset)
+            span.set_attribute(BATCH_LAST_OFFSET, batch[-1].offset)
             for record in batch:
                 context = producer_context(record)
                 if context is not None:
