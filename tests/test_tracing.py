@@ -162,6 +162,27 @@ async def test_the_body_span_is_current_only_while_the_body_runs(otel: Telemetri
     )
 
 
+@pytest.mark.asyncio
+async def test_closing_after_a_cancelled_next_batch(otel: Telemetries) -> None:
+    """A next batch cancelled while it waited ends the wrapped generator; closing the batches
+    afterwards is quiet, as closing the generator itself is."""
+
+    async def waiting() -> AsyncGenerator[tuple[int, list[Record]], None]:
+        yield 0, [_Record(0)]
+        await asyncio.Event().wait()
+        yield 0, [_Record(1)]
+
+    telemetry = Telemetry("g", "m", lambda key: TopicPartition("t", key), lambda: [])
+    batches = BodySpans(waiting(), telemetry)
+    await batches.__anext__()
+    waiter = asyncio.ensure_future(batches.__anext__())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiter
+    await batches.aclose()
+
+
 # -- against the servers ---------------------------------------------------------------------
 
 

@@ -76,6 +76,12 @@ class BodySpans(AsyncGenerator[tuple[P, list[Record]], None]):
             return await self._batches.athrow(typ)
         return await self._batches.athrow(typ, val, tb)
 
+    async def aclose(self) -> None:
+        """End the body before (it did not complete), then close the batches (their own
+        ``aclose()``, which knows a generator that ended already)."""
+        self._end(completed=False)
+        await self._batches.aclose()
+
     def __del__(self) -> None:
         # The loop was left by break or an exception (see the module).
         self._end(completed=False)
