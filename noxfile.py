@@ -164,14 +164,16 @@ def bench(session: nox.Session) -> None:
     """The benchmarks: throughput against raw aiokafka and the peers' group consumers, join/leave
     time against a Kafka group, settling at scale (partitions moved, ZooKeeper requests), one
     member's memory over 200 partitions, the local cluster's start and stop with one and three
-    nodes of each, and process() against its ideal and the async for loop."""
-    session.install("-e", ".[bench]")
+    nodes of each, process() against its ideal and the async for loop, and what OpenTelemetry
+    costs both."""
+    session.install("-e", ".[bench,otel]", "opentelemetry-sdk")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
     session.run("python", "benchmarks/scale.py")
     session.run("python", "benchmarks/memory.py")
     session.run("python", "benchmarks/startup.py")
     session.run("python", "benchmarks/processing.py")
+    session.run("python", "benchmarks/tracing.py")
     session.run("python", "benchmarks/deploy.py")
 
 

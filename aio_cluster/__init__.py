@@ -11,6 +11,7 @@ layers)::
     the public face      __init__, group, errors       ConsumerGroup and the error tree
     the command          cli/                          the aio-cluster command
     one member           member/                       the machinery behind the facade
+    telemetry            otel/                         spans and metrics through OpenTelemetry
     the configuration    config                        the options, checked, as value objects
     the servers          zookeeper/, kafka/            the only code that speaks each server
     pure logic, helpers  assign/, net/                 strategies and targets; addresses, TLS
@@ -28,6 +29,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     member/         one member's machinery: membership, claims, delivery, offsets, statistics
     metrics.py      a member's figures for Prometheus (the ``metrics`` extra)
     net/            server addresses and TLS handshakes, shared by both server packages
+    otel/           spans and metrics through OpenTelemetry (the ``otel`` extra)
     testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
     zookeeper/      the only package that speaks ZooKeeper, and the layout of its nodes
 """

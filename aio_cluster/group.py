@@ -27,7 +27,7 @@ turns the ``int`` or `TopicPartition` its user names into keys and back through 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, overload
 
@@ -427,8 +427,11 @@ class ConsumerGroup(Generic[PartitionT]):
     def __aiter__(self) -> AsyncIterator[tuple[PartitionT, Batch]]:
         return self.batches()
 
-    async def batches(self, *, commit: bool = True) -> AsyncIterator[tuple[PartitionT, Batch]]:
+    def batches(self, *, commit: bool = True) -> AsyncIterator[tuple[PartitionT, Batch]]:
         """Yield ``(partition, batch)`` pairs until the member closes.
+
+        With OpenTelemetry's API installed (the ``otel`` extra) each body runs in a
+        ``process <topic>`` span, current while it runs (see the tracing guide).
 
         Args:
             commit: store each batch's offset once the loop body finished (see the class). With
@@ -444,6 +447,12 @@ class ConsumerGroup(Generic[PartitionT]):
             ConfigurationError: `process()` runs.
             AioClusterError: the member failed in the background (the cause is kept).
         """
+        batches = self._batches(commit)
+        telemetry = self._member.telemetry
+        return batches if telemetry is None else telemetry.body_spans(batches)
+
+    async def _batches(self, commit: bool) -> AsyncGenerator[tuple[PartitionT, Batch], None]:
+        """The batches as `batches()` hands them out, without spans."""
         member = self._member
         with member.iterating():
             while (picked := await member.next_batch()) is not None:

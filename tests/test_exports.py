@@ -65,8 +65,9 @@ LAYERS: dict[str, set[str]] = {
     "zookeeper": {"errors", "net", "assign", "zookeeper"},
     "kafka": {"errors", "net", "kafka"},
     "config": {"errors", "net", "assign", "zookeeper", "kafka", "config"},
-    "member": {"errors", "net", "assign", "zookeeper", "kafka", "config", "member"},
-    "group": {"errors", "net", "assign", "zookeeper", "kafka", "config", "member"},
+    "otel": {"errors", "kafka", "otel"},
+    "member": {"errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "member"},
+    "group": {"errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "member"},
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
     "metrics": {"errors", "group", "member"},
@@ -87,6 +88,7 @@ PURE = [
     "member/keyed_layout.py",
     "member/naming.py",
     "member/windows.py",
+    "otel/attributes.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 

@@ -248,6 +248,16 @@ class Fetcher:
         aborted records or compaction gaps after it; None when not assigned."""
         return self._positions.get(partition) if partition in self._assigned else None
 
+    def highwater(self, partition: PartitionKey) -> int | None:
+        """The log end the last fetch of ``partition`` saw; None before one, or when it is not
+        assigned (the assignment may have changed meanwhile: it is read from the meter
+        provider's thread). Asks no server."""
+        tp = self._tp(partition)
+        try:
+            return self._consumer.highwater(tp) if partition in self._assigned else None
+        except (AssertionError, AttributeError, KeyError):
+            return None  # unassigned between the check and the read
+
     async def bounds(
         self, partitions: Collection[PartitionKey]
     ) -> dict[PartitionKey, tuple[int, int]]:

@@ -119,6 +119,8 @@ class Delivery:
         self._batch_done = asyncio.Event()
         self.watcher: Watcher | None = None
         """Told when running batches must end early, if set."""
+        self.handed_out: Callable[[Batch], None] | None = None
+        """Told of each batch handed out, if set (the member's OpenTelemetry counter)."""
         self.fresh: Callable[[], bool] = lambda: True
         """Whether ZooKeeper was heard from recently enough that work may start (see
         `aio_cluster.member.liveness`); when not, it suspends this delivery itself."""
@@ -145,6 +147,8 @@ class Delivery:
             timeout: float | None = None
             picked = self._states.pick() if self.may_start() else None
             if picked is not None:
+                if self.handed_out is not None:
+                    self.handed_out(picked[1])
                 return picked
             fetchable = self._states.fetchable()
             if fetchable:

@@ -14,8 +14,10 @@ The partitions' state is `aio_cluster.member.partitions.PartitionStates`; this p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -25,6 +27,9 @@ from .listener import RebalanceListener
 from .mirror import KafkaMirror
 from .offsets import Offsets
 from .partitions import PartitionStates
+
+if TYPE_CHECKING:
+    from ..otel.telemetry import Telemetry
 
 __all__ = ["Handover"]
 
@@ -48,6 +53,7 @@ class Handover:
         listener: RebalanceListener[PartitionKey] | None,
         rebalance_timeout: float,
         label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Args:
         states: the member's partition states.
@@ -58,6 +64,7 @@ class Handover:
         listener: told of partitions that move, if given.
         rebalance_timeout: the bound on a running body and on each listener call.
         label: names a partition key in log messages (its topic too, of many topics).
+        telemetry: runs each listener call in a span, if given.
         """
         self._states = states
         self._delivery = delivery
@@ -67,6 +74,7 @@ class Handover:
         self._listener = listener
         self._timeout = rebalance_timeout
         self._label = label
+        self._telemetry = telemetry
 
     async def revoke(self, partitions: list[PartitionKey]) -> list[PartitionKey]:
         """Before the claims of ``partitions`` are deleted: end their batches, tell the listener,
@@ -168,8 +176,13 @@ class Handover:
         )
         if hook is None:
             return
+        traced = (
+            contextlib.nullcontext()
+            if self._telemetry is None
+            else self._telemetry.listener(method, partitions)
+        )
         try:
-            with anyio.move_on_after(self._timeout) as scope:
+            with traced, anyio.move_on_after(self._timeout) as scope:
                 await hook(list(partitions))
         except Exception:
             log.exception(

@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
@@ -57,6 +57,7 @@ from ..kafka.fetcher import Fetcher
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.options import parse_bootstrap
 from ..kafka.topics import PartitionKey
+from ..otel.loading import telemetry_for
 from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
 from .delivery import Delivery
@@ -71,6 +72,9 @@ from .offsets import Offsets
 from .partitions import PartitionStates
 from .processing import Handler, Processor, check_handler
 from .statistics import GroupStatistics, partition_statistics
+
+if TYPE_CHECKING:
+    from ..otel.telemetry import Telemetry
 
 __all__ = ["Member", "milliseconds"]
 
@@ -220,6 +224,11 @@ class Member:
             timeout=min(timing.request_timeout, timing.close_timeout / 2),
         )
         self.states = PartitionStates()
+        self.telemetry: Telemetry | None = telemetry_for(
+            layout.group, self.id, layout.keys.split, self._lag
+        )
+        """Spans and metrics through OpenTelemetry; None without the ``otel`` extra or when
+        turned off (see `aio_cluster.otel.loading`)."""
         # A claim found gone at a write is dropped by the rebalance this asks for.
         self.offsets = Offsets(self.zk, layout, self.states, on_fenced=self._fenced)
         self.membership = Membership(
@@ -236,6 +245,7 @@ class Member:
             named=joining.member_name is not None,
             rejoin_grace=joining.rejoin_grace or None,
             subscription=subscription,
+            telemetry=self.telemetry,
         )
         self.delivery = Delivery(
             self.fetcher,
@@ -246,6 +256,8 @@ class Member:
             trail=fetching.trail,
             label=layout.label,
         )
+        if self.telemetry is not None:
+            self.delivery.handed_out = self.telemetry.consumed
         self.liveness = Liveness(
             self.zk, self.delivery, member_id=self.id, on_back=self.membership.request_rebalance
         )
@@ -258,6 +270,7 @@ class Member:
             listener=listener,
             rebalance_timeout=timing.rebalance_timeout,
             label=layout.label,
+            telemetry=self.telemetry,
         )
         self.state = GroupState.NEW
         self.processor: Processor | None = None
@@ -309,6 +322,21 @@ class Member:
         """The member cannot go on: the next batch (or register()) raises ``error``."""
         self._failure = error
         self.wake()
+
+    def _lag(self) -> list[tuple[Mapping[str, str | int], int]]:
+        """Each claimed partition's lag for the OpenTelemetry gauge: the log end the last fetch
+        saw minus the stored offset (partitions with neither yet are left out). Read from the
+        meter provider's thread, so it copies the claims first and asks no server."""
+        telemetry = self.telemetry
+        if telemetry is None:
+            return []
+        found = []
+        for key, claim in list(self.states.claims.items()):
+            end, stored = self.fetcher.highwater(key), claim.stored
+            if end is not None and stored is not None:
+                topic, partition = self.layout.keys.split(key)
+                found.append((telemetry.metric_attributes(topic, partition), max(end - stored, 0)))
+        return found
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -365,6 +393,7 @@ class Member:
             is_closing=self.is_closing,
             member_id=self.id,
             dead_letters=dead_letters,
+            telemetry=self.telemetry,
         )
         token = _WORK.set(_Work(self, self._close_from_handler))
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -33,6 +34,9 @@ from .partitions import PartitionStates
 from .rebalance import Rebalancer
 from .registration import Registrar
 from .topics import Topics
+
+if TYPE_CHECKING:
+    from ..otel.telemetry import Telemetry
 
 __all__ = ["Membership"]
 
@@ -56,6 +60,7 @@ class Membership:
         named: bool = False,
         rejoin_grace: float | None = None,
         subscription: Subscription | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -75,6 +80,7 @@ class Membership:
         rejoin_grace: for a named member, how long its partitions wait for it once it is gone.
         subscription: the topics this member reads (None: the first topic of ``layout``'s
             keys).
+        telemetry: traces each rebalance, if given.
         """
         if subscription is None:
             subscription = Subscription(kind="static", topics=(layout.keys.topic(PartitionKey(0)),))
@@ -111,6 +117,7 @@ class Membership:
             strategy=strategy,
             claim_timeout=claim_timeout,
             named=named,
+            telemetry=telemetry,
         )
 
     @property

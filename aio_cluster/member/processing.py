@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -52,6 +52,9 @@ from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .delivery import Delivery
 from .windows import Entry, Window
+
+if TYPE_CHECKING:
+    from ..otel.telemetry import Telemetry
 
 __all__ = ["Handler", "Processor", "check_handler"]
 
@@ -108,6 +111,7 @@ class Processor:
         is_closing: Callable[[], bool],
         member_id: str,
         dead_letters: DeadLetters | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Args:
         delivery: the member's delivery; its batches are taken from here.
@@ -116,6 +120,7 @@ class Processor:
         is_closing: True once the member closes (it may raise the member's failure).
         member_id: named in log messages.
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
+        telemetry: runs each handler attempt and dead letter in a span, if given.
         """
         self._delivery = delivery
         self._handler = handler
@@ -123,6 +128,7 @@ class Processor:
         self._is_closing = is_closing
         self._id = member_id
         self._dead_letters = dead_letters
+        self._telemetry = telemetry
         self._windows: dict[PartitionKey, Window] = {}
         self._ready: deque[Entry] = deque()
         self._kicking = False
@@ -419,8 +425,13 @@ class Processor:
                     return
             window.running.add(entry)
             entry.started = time.monotonic()
+            record = window.batch[entry.index]
+            telemetry = self._telemetry
             try:
-                await self._handler(window.batch[entry.index])
+                if telemetry is None:
+                    await self._handler(record)
+                else:
+                    await telemetry.handle(self._handler, record)
             finally:
                 self._give_slot()
         except Exception as exc:
@@ -521,6 +532,8 @@ class Processor:
         """Run the handler again up to ``attempts`` in all; the failure that led here counts as
         the first. Raises the last failure."""
         replay: Exception | None = error
+        last: Exception = error
+        telemetry = self._telemetry
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._policy.attempts),
             wait=self._waits,
@@ -537,7 +550,14 @@ class Processor:
                 await self._retry_slot(entry)
                 self.retried += 1
                 try:
-                    await self._handler(entry.record)
+                    if telemetry is None:
+                        await self._handler(entry.record)
+                    else:
+                        number = attempt.retry_state.attempt_number
+                        await telemetry.handle(self._handler, entry.record, number, last)
+                except Exception as exc:
+                    last = exc
+                    raise
                 finally:
                     self._give_slot()
 
@@ -582,7 +602,11 @@ class Processor:
         policy = self._policy
         if policy.on_failure == "dead_letter":
             assert self._dead_letters is not None
-            await self._send_dead_letter(self._dead_letters, record, error)
+            if self._telemetry is None:
+                await self._send_dead_letter(self._dead_letters, record, error)
+            else:
+                with self._telemetry.dead_letter(record, self._dead_letters.topic, error):
+                    await self._send_dead_letter(self._dead_letters, record, error)
             self.dead_lettered += 1
             log.warning(
                 "member %s: the record at offset %d of partition %d failed %d times (%r); "

@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..assign.strategies import Strategy, assign
 from ..assign.target import StickyTarget
@@ -45,6 +46,9 @@ from .offsets import Offsets
 from .partitions import PartitionStates
 from .registration import RETRY_DELAY, Registrar
 from .topics import Topics, TopicState
+
+if TYPE_CHECKING:
+    from ..otel.telemetry import Rebalance, Telemetry
 
 __all__ = ["Rebalancer"]
 
@@ -118,6 +122,7 @@ class Rebalancer:
         strategy: Strategy,
         claim_timeout: float,
         named: bool,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -130,6 +135,7 @@ class Rebalancer:
         strategy: the assignment strategy.
         claim_timeout: seconds to wait for a partition's previous owner to release it.
         named: a named member takes over the owner nodes of its older run (see `ClaimNodes`).
+        telemetry: runs each rebalance in a span, its steps in spans of their own, if given.
         """
         self._zk = zk
         self._layout = layout
@@ -157,6 +163,11 @@ class Rebalancer:
         self.lock = asyncio.Lock()
         """Held by a rebalance: one runs at a time, so claims and releases never interleave."""
         self._requested = asyncio.Event()
+        self._telemetry = telemetry
+
+    def _step(self, name: str) -> contextlib.AbstractContextManager[object]:
+        """The span of one step of the rebalance, if traced."""
+        return contextlib.nullcontext() if self._telemetry is None else self._telemetry.step(name)
 
     @property
     def claim_timeouts(self) -> int:
@@ -194,9 +205,13 @@ class Rebalancer:
                 retry = None
                 continue
             started = loop.time()
+            traced: contextlib.AbstractContextManager[Rebalance | None] = (
+                contextlib.nullcontext() if self._telemetry is None else self._telemetry.rebalance()
+            )
             try:
-                async with self.lock:
-                    complete = await self._rebalance(handover)
+                with traced as span:
+                    async with self.lock:
+                        complete = await self._rebalance(handover, span)
                 self.rebalances += 1
                 self.last_rebalance = loop.time() - started
                 self.recent_rebalances.append(self.last_rebalance)
@@ -221,13 +236,58 @@ class Rebalancer:
             if not joined.done() and self._in_target:
                 joined.set_result(None)
 
-    async def _rebalance(self, handover: Handover) -> bool:
-        """Release what the assignment no longer gives this member, then claim what it does.
+    async def _rebalance(self, handover: Handover, span: Rebalance | None = None) -> bool:
+        """Release what the assignment no longer gives this member, then claim what it does;
+        ``span``, if given, hears what moved.
 
         Returns:
             False when a claim could not be made in time, so the rebalance is tried again.
         """
         epoch = self._epoch
+        with self._step("targets"):
+            target = await self._target()
+        self._states.expected(target)
+        fenced = self._states.fenced
+        if fenced:
+            log.warning(
+                "member %s: claims of partitions %s are gone; dropping them",
+                self._id,
+                self._layout.labels(fenced),
+            )
+        leaving = sorted((set(self._claims) - target) | set(fenced))
+        kept: list[PartitionKey] = []
+        if leaving:
+            try:
+                with self._step("revoke"):
+                    kept = await handover.revoke(leaving)
+                leaving = [p for p in leaving if p not in kept]
+                with self._step("release"):
+                    await asyncio.gather(*(self._release_node(p) for p in leaving))
+            finally:
+                handover.released(leaving)
+        before = set(self._claims)
+        with self._step("claim"):
+            complete = await self._claim_all(sorted(target - before), epoch)
+        if span is not None:
+            span.moved(leaving, sorted(set(self._claims) - before), kept)
+        # A partition kept while its handler ignores cancellation is released by a later try.
+        complete = complete and not kept
+        with self._step("assign"):
+            changed = await handover.assigned()
+        if changed:
+            log.info(
+                "member %s owns %s of %s",
+                self._id,
+                self._layout.labels(sorted(self._claims)),
+                self._layout.labels(self._topics.partitions),
+            )
+        await self._nodes.reconcile(self._claims)
+        await self._topics.retire()
+        return complete
+
+    async def _target(self) -> set[PartitionKey]:
+        """The keys of every partition the assignment gives this member now, over the topics
+        it reads (and whether the assignment counts this member, in ``_in_target``)."""
         members = await self._registration.check_in(self.request)
         ordered = [
             (member, info)
@@ -257,36 +317,7 @@ class Rebalancer:
         for keys, counted in found:
             target |= keys
             self._in_target = self._in_target and counted
-        self._states.expected(target)
-        fenced = self._states.fenced
-        if fenced:
-            log.warning(
-                "member %s: claims of partitions %s are gone; dropping them",
-                self._id,
-                self._layout.labels(fenced),
-            )
-        leaving = sorted((set(self._claims) - target) | set(fenced))
-        kept: list[PartitionKey] = []
-        if leaving:
-            try:
-                kept = await handover.revoke(leaving)
-                leaving = [p for p in leaving if p not in kept]
-                await asyncio.gather(*(self._release_node(p) for p in leaving))
-            finally:
-                handover.released(leaving)
-        complete = await self._claim_all(sorted(target - set(self._claims)), epoch)
-        # A partition kept while its handler ignores cancellation is released by a later try.
-        complete = complete and not kept
-        if await handover.assigned():
-            log.info(
-                "member %s owns %s of %s",
-                self._id,
-                self._layout.labels(sorted(self._claims)),
-                self._layout.labels(self._topics.partitions),
-            )
-        await self._nodes.reconcile(self._claims)
-        await self._topics.retire()
-        return complete
+        return target
 
     async def _target_of_topic(
         self,
