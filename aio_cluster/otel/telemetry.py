@@ -59,6 +59,10 @@ from .meters import LagReading, Meters
 __all__ = ["Rebalance", "Telemetry"]
 
 Attributes = Mapping[str, str | int]
+
+_UNCONFIGURED = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+"""The API's own tracer providers: what `trace.get_tracer_provider()` returns until an SDK's
+is set (or when tracing was turned off with the no-op one)."""
 P = TypeVar("P")
 
 
@@ -131,6 +135,12 @@ class Telemetry:
         self._member_id = member_id
         self._split = split
         self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._tracing = False
+        """Whether a tracer provider (an SDK's) was configured at the last batch handed out:
+        until one is, the API's proxy hands out spans that record nothing, so a handler run
+        skips them, the headers' parsing and the context switch, and the extra without an
+        SDK costs next to nothing per record. A provider configured later is used from the
+        next batch."""
 
     # -- what is said of a partition, made once ------------------------------------------------
 
@@ -154,7 +164,9 @@ class Telemetry:
     # -- records handed out ------------------------------------------------------------------
 
     def consumed(self, batch: list[Record]) -> None:
-        """A batch was handed to a body or to the handlers."""
+        """A batch was handed to a body or to the handlers; whether a tracer provider is
+        configured is looked up again (see ``_tracing``)."""
+        self._tracing = not isinstance(trace.get_tracer_provider(), _UNCONFIGURED)
         first = batch[0]
         self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 
@@ -197,8 +209,11 @@ class Telemetry:
             attempt: 1 for the first run, one more for each retry.
             retry_of: the failure this run retries, recorded as the span's "retry" event.
         """
-        parent = producer_context(record)
         known = self._partition(record.topic, record.partition)
+        if not self._tracing:
+            await self._measured(handler, record, known)
+            return
+        parent = producer_context(record)
         # What a sampler may ask is given at the start; the rest only to a span that records,
         # so that without an SDK a run allocates no attributes (nor a context where no
         # producer's context is to be passed on).
@@ -237,6 +252,21 @@ class Telemetry:
             if token is not None:
                 otel_context.detach(token)
             span.end()
+            self.meters.processed(time.perf_counter() - started, known.metric, error)
+
+    async def _measured(
+        self, handler: Callable[[Record], Awaitable[object]], record: Record, known: _Partition
+    ) -> None:
+        """Run ``handler(record)`` with no span (no tracer provider is configured): only its
+        duration is recorded."""
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            await handler(record)
+        except BaseException as exc:
+            error = error_type(exc)
+            raise
+        finally:
             self.meters.processed(time.perf_counter() - started, known.metric, error)
 
     @contextlib.contextmanager
