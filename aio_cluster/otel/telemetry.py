@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from contextvars import Token
 from dataclasses import dataclass
 from typing import TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from ..kafka.records import Record
@@ -210,13 +212,31 @@ class Telemetry:
             retry_of: the failure this run retries, recorded as the span's "retry" event.
         """
         known = self._partition(record.topic, record.partition)
-        if not self._tracing:
-            await self._measured(handler, record, known)
-            return
+        span, token = (
+            self._start_run(record, known, attempt, retry_of) if self._tracing else (None, None)
+        )
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            await handler(record)
+        except BaseException as exc:
+            error = error_type(exc) if span is None else _failed(span, exc)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            if span is not None:
+                span.end()
+            self.meters.processed(time.perf_counter() - started, known.metric, error)
+
+    def _start_run(
+        self, record: Record, known: _Partition, attempt: int, retry_of: BaseException | None
+    ) -> tuple[Span, Token[Context] | None]:
+        """Start a handler run's span, and make it current (the token to detach, or None when
+        neither a recording span nor a producer's context is to be passed on)."""
         parent = producer_context(record)
         # What a sampler may ask is given at the start; the rest only to a span that records,
-        # so that without an SDK a run allocates no attributes (nor a context where no
-        # producer's context is to be passed on).
+        # so that a run it drops allocates no attributes.
         span = self._tracer.start_span(
             known.name,
             context=parent,
@@ -236,38 +256,9 @@ class Telemetry:
                 span.add_event(
                     "retry", {PROCESS_ATTEMPT: attempt, ERROR_TYPE: error_type(retry_of)}
                 )
-        token = (
-            otel_context.attach(trace.set_span_in_context(span))
-            if recording or parent is not None
-            else None
-        )
-        started = time.perf_counter()
-        error: str | None = None
-        try:
-            await handler(record)
-        except BaseException as exc:
-            error = _failed(span, exc)
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-            span.end()
-            self.meters.processed(time.perf_counter() - started, known.metric, error)
-
-    async def _measured(
-        self, handler: Callable[[Record], Awaitable[object]], record: Record, known: _Partition
-    ) -> None:
-        """Run ``handler(record)`` with no span (no tracer provider is configured): only its
-        duration is recorded."""
-        started = time.perf_counter()
-        error: str | None = None
-        try:
-            await handler(record)
-        except BaseException as exc:
-            error = error_type(exc)
-            raise
-        finally:
-            self.meters.processed(time.perf_counter() - started, known.metric, error)
+        if not recording and parent is None:
+            return span, None
+        return span, otel_context.attach(trace.set_span_in_context(span))
 
     @contextlib.contextmanager
     def dead_letter(self, record: Record, topic: str, error: BaseException) -> Iterator[None]:
