@@ -428,7 +428,7 @@ class Processor:
             record = window.batch[entry.index]
             telemetry = self._telemetry
             try:
-                if telemetry is None:
+                if telemetry is None or not telemetry.watching:
                     await self._handler(record)
                 else:
                     await telemetry.handle(self._handler, record)
@@ -550,7 +550,7 @@ class Processor:
                 await self._retry_slot(entry)
                 self.retried += 1
                 try:
-                    if telemetry is None:
+                    if telemetry is None or not telemetry.watching:
                         await self._handler(entry.record)
                     else:
                         number = attempt.retry_state.attempt_number

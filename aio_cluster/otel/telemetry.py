@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
+from opentelemetry.metrics._internal import _ProxyMeterProvider  # the API's own, not exported
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from ..kafka.records import Record
@@ -65,6 +66,9 @@ Attributes = Mapping[str, str | int]
 _UNCONFIGURED = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 """The API's own tracer providers: what `trace.get_tracer_provider()` returns until an SDK's
 is set (or when tracing was turned off with the no-op one)."""
+
+_UNCONFIGURED_METERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
+"""The API's own meter providers, likewise."""
 P = TypeVar("P")
 
 
@@ -140,9 +144,12 @@ class Telemetry:
         self._tracing = False
         """Whether a tracer provider (an SDK's) was configured at the last batch handed out:
         until one is, the API's proxy hands out spans that record nothing, so a handler run
-        skips them, the headers' parsing and the context switch, and the extra without an
-        SDK costs next to nothing per record. A provider configured later is used from the
-        next batch."""
+        skips them, the headers' parsing and the context switch. A provider configured later
+        is used from the next batch."""
+        self.watching = False
+        """Whether a tracer or a meter provider was configured at the last batch handed out:
+        when neither is, a handler runs without `handle()`, so that the extra without an SDK
+        costs nothing per record."""
 
     # -- what is said of a partition, made once ------------------------------------------------
 
@@ -166,9 +173,11 @@ class Telemetry:
     # -- records handed out ------------------------------------------------------------------
 
     def consumed(self, batch: list[Record]) -> None:
-        """A batch was handed to a body or to the handlers; whether a tracer provider is
-        configured is looked up again (see ``_tracing``)."""
+        """A batch was handed to a body or to the handlers; whether providers are configured
+        is looked up again (see ``_tracing`` and `watching`)."""
         self._tracing = not isinstance(trace.get_tracer_provider(), _UNCONFIGURED)
+        metering = not isinstance(metrics.get_meter_provider(), _UNCONFIGURED_METERS)
+        self.watching = self._tracing or metering
         first = batch[0]
         self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 
