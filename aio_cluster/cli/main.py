@@ -18,8 +18,9 @@ or ``--zookeeper-auth-file`` (never from the command line, never printed), its T
 arguments; ``check`` exits 2 when it cannot look), never a traceback. The flags and those
 variables are resolved once, in `aio_cluster.cli.arguments`, into the typed values that each
 subcommand's function here takes. ZooKeeper is read and written in `aio_cluster.cli.survey`,
-Kafka in `aio_cluster.kafka`, a look at a group across both in `aio_cluster.cli.looks`; what is shown, planned or judged is computed in
-`aio_cluster.cli.plans` and `aio_cluster.cli.health` and drawn in `aio_cluster.cli.tables`.
+Kafka in `aio_cluster.kafka`, a look at a group across both in `aio_cluster.cli.looks`; what is
+shown, planned or judged is computed in `aio_cluster.cli.plans` and `aio_cluster.cli.health` and
+drawn in `aio_cluster.cli.tables`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from rich.console import Group as Stack
@@ -70,8 +71,6 @@ from .plans import (
 )
 
 __all__ = ["main"]
-
-T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
