@@ -9,6 +9,7 @@
         [--execute] [--json]
     aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
     aio-cluster consume GROUP TOPIC --isolation-level read_committed
+    aio-cluster dashboard [--group G ...] [--host 127.0.0.1] [--port 8080] [--allow-writes]
     aio-cluster local up|down
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
@@ -53,6 +54,7 @@ from .arguments import (
     CheckOptions,
     Connection,
     ConsumeOptions,
+    DashboardOptions,
     DescribeOptions,
     Invocation,
     ListOptions,
@@ -102,27 +104,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(invocation: Invocation) -> int:
     """The subcommand's function, with its typed values."""
-    connection = invocation.connection
-    match invocation.options:
-        case LocalOptions() as options:
-            from ..local.cli import run  # noqa: PLC0415 - only this command needs it
+    options = invocation.options
+    if isinstance(options, LocalOptions):
+        from ..local.cli import run  # noqa: PLC0415 - only this command needs it
 
-            return run(options)
-        case ListOptions() as options:
-            assert connection is not None
-            return asyncio.run(_list(connection, options))
-        case DescribeOptions() as options:
-            assert connection is not None
-            return asyncio.run(_describe(connection, options))
-        case CheckOptions() as options:
-            assert connection is not None
-            return asyncio.run(_check(connection, options))
-        case ResetOptions() as options:
-            assert connection is not None
-            return asyncio.run(_reset(connection, options))
-        case ConsumeOptions() as options:
-            assert connection is not None
-            return asyncio.run(_consume(connection, options))
+        return run(options)
+    connection = invocation.connection
+    assert connection is not None
+    match options:
+        case ListOptions():
+            command = _list(connection, options)
+        case DescribeOptions():
+            command = _describe(connection, options)
+        case CheckOptions():
+            command = _check(connection, options)
+        case ResetOptions():
+            command = _reset(connection, options)
+        case ConsumeOptions():
+            command = _consume(connection, options)
+        case DashboardOptions():
+            command = _dashboard(connection, options)
+    return asyncio.run(command)
 
 
 async def _list(connection: Connection, options: ListOptions) -> int:
@@ -360,6 +362,45 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
     else:
         count = sum(len(plan) for plan in plans.values())
         tables.show(f"stored the new offsets of {count} partition(s) of {len(plans)} topic(s)")
+    return 0
+
+
+async def _dashboard(connection: Connection, options: DashboardOptions) -> int:
+    """Serve the dashboard until SIGINT or SIGTERM (uvicorn handles both)."""
+    try:
+        import uvicorn  # noqa: PLC0415 - the dashboard extra's, only this command needs it
+
+        from ..dashboard import Dashboard  # noqa: PLC0415 - it needs Starlette, of that extra
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the dashboard needs the dashboard extra ({exc.name} is missing): "
+            "pip install 'aio-cluster[dashboard]'"
+        ) from None
+    dashboard = Dashboard(
+        connection.bootstrap_address(),
+        connection.zookeeper_address(),
+        groups=options.groups,
+        interval=options.interval,
+        keep=options.keep,
+        window=options.window,
+        lag_threshold=options.thresholds.lag,
+        max_lag=options.thresholds.max_lag,
+        timeout=connection.timeout,
+        kafka_options=connection.kafka,
+        zookeeper_security=connection.security,
+        write_token=options.token,
+    )
+    config = uvicorn.Config(
+        dashboard.app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,  # the event streams never end by themselves
+    )
+    server = uvicorn.Server(config)
+    writes = "offset resets allowed with the token" if dashboard.writes else "read-only"
+    print(f"{PROG}: dashboard on http://{options.host}:{options.port}/ ({writes})", file=sys.stderr)
+    await server.serve()
     return 0
 
 
