@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import parse_qsl
 
 import anyio
 from starlette.applications import Starlette
@@ -263,7 +264,8 @@ class Dashboard:
 
     async def _writable(self, request: Request) -> tuple[dict[str, str], Response | None]:
         """The form, and the refusal to send instead where writes are not allowed."""
-        form = {key: str(value) for key, value in (await request.form()).items()}
+        # The page's forms are URL-encoded: parsed here, without python-multipart.
+        form = dict(parse_qsl((await request.body()).decode(errors="replace")))
         back = f"{self._root(request)}/groups/{request.path_params['group']}"
         if self._token is None:
             refusal = "refused: this dashboard is read-only (started without --allow-writes)"
