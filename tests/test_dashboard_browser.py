@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 import pytest_asyncio
@@ -21,6 +22,8 @@ from dashboard_support import artifacts, chromium, consuming, dashboard_of, serv
 from support import create_topic
 
 async_api = pytest.importorskip("playwright.async_api", reason="Playwright is not installed")
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,7 +32,7 @@ SOON = 15_000
 
 
 @pytest_asyncio.fixture
-async def browser_page() -> AsyncIterator[async_api.Page]:
+async def browser_page() -> AsyncIterator[Page]:
     """A page of the machine's Chromium (skipped, saying why, where there is none)."""
     executable = chromium()
     async with async_api.async_playwright() as playwright:
@@ -46,7 +49,7 @@ async def test_the_page_follows_members_lag_and_owner_changes_live(
     make_topic: MakeTopic,
     produce: Produce,
     group_name: str,
-    browser_page: async_api.Page,
+    browser_page: Page,
 ) -> None:
     page, expect = browser_page, async_api.expect
     shots = artifacts("live")
@@ -87,7 +90,7 @@ async def test_an_unowned_partition_shows_that_verdict(
     make_topic: MakeTopic,
     produce: Produce,
     group_name: str,
-    browser_page: async_api.Page,
+    browser_page: Page,
 ) -> None:
     page, expect = browser_page, async_api.expect
     topic = await make_topic(partitions=1)
@@ -116,7 +119,7 @@ async def zookeeper_stopped(cluster: LocalCluster) -> AsyncIterator[None]:
 
 @pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
 async def test_the_page_says_zookeeper_is_down_and_recovers(
-    restartable: LocalCluster, browser_page: async_api.Page
+    restartable: LocalCluster, browser_page: Page
 ) -> None:
     page, expect = browser_page, async_api.expect
     cluster = restartable
