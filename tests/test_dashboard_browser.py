@@ -73,7 +73,15 @@ async def test_the_page_follows_members_lag_and_owner_changes_live(
             await expect(joined).to_have_count(1, timeout=SOON)
             await expect(joined.locator("td.claimed")).not_to_have_text("0", timeout=SOON)
             await expect(page.locator("td.owner", has_text=third.id).first).to_be_visible()
+            # Lag that the page sees rise and then fall to 0: the members hold their
+            # partitions paused while records arrive, then read them.
+            members = (first, second, third)
+            for each in members:
+                each.pause(*each.claimed)
             await produce(topic, 30, start=60)
+            await expect(page.locator("#total-lag")).not_to_have_text("0", timeout=SOON)
+            for each in members:
+                each.resume(*each.claimed)
             await expect(page.locator("#total-lag")).to_have_text("0", timeout=SOON)
             await page.screenshot(path=shots / "three-members.png", full_page=True)
         moved = page.locator("ol.changes li", has_text=f"{third.id} →")

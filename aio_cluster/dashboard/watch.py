@@ -55,7 +55,8 @@ class Watcher:
         self.keep = keep
         self.window = window
         self.thresholds = thresholds
-        self.histories: dict[str, GroupHistory] = {}
+        # The groups named have their page from the start, before the first look.
+        self.histories = {group: self._history(group) for group in self.groups}
         self.zookeeper = Reachability("ZooKeeper")
         self.kafka = Reachability("Kafka")
         self.refreshed_at: float | None = None
@@ -116,9 +117,7 @@ class Watcher:
             if name not in names:
                 del self.histories[name]
         for group in names:
-            history = self.histories.setdefault(
-                group, GroupHistory(group, self.keep, self.window, self.thresholds)
-            )
+            history = self.histories.setdefault(group, self._history(group))
             if kafka is None:
                 continue  # without log ends there is no lag to record; the page says why
             try:
@@ -134,6 +133,9 @@ class Watcher:
         self.zookeeper.answered(now)
         if kafka is not None:
             self.kafka.answered(now)
+
+    def _history(self, group: str) -> GroupHistory:
+        return GroupHistory(group, self.keep, self.window, self.thresholds)
 
     async def _zookeeper(self) -> ZooKeeper | None:
         if self._zk is None:
