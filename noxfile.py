@@ -75,9 +75,10 @@ def tests(session: nox.Session) -> None:
     `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
     once; see tests/conftest.py), then the tests marked ``serial`` alone, then ``tests_user/``, on
     the same cluster. With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with
-    those arguments runs.
+    those arguments runs. The dashboard's browser tests drive the machine's Chromium (``.ci/run``
+    installs it) through Playwright, the ``browser`` extra.
     """
-    session.install("-e", ".[test,examples]")
+    session.install("-e", ".[test,examples,browser]")
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
@@ -147,8 +148,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and on the tests (``tests/``, ``tests_user/``): the tests
-    import the examples' HTTP client, hence that extra."""
-    session.install("-e", ".[test,examples,local-tls]", "mypy")
+    import the examples' HTTP client and Playwright, hence those extras."""
+    session.install("-e", ".[test,examples,local-tls,browser]", "mypy")
     session.run("mypy", "--strict", "aio_cluster", "tests", "tests_user")
 
 
@@ -164,9 +165,9 @@ def bench(session: nox.Session) -> None:
     """The benchmarks: throughput against raw aiokafka and the peers' group consumers, join/leave
     time against a Kafka group, settling at scale (partitions moved, ZooKeeper requests), one
     member's memory over 200 partitions, the local cluster's start and stop with one and three
-    nodes of each, process() against its ideal and the async for loop, and what OpenTelemetry
-    costs both."""
-    session.install("-e", ".[bench,otel]", "opentelemetry-sdk")
+    nodes of each, process() against its ideal and the async for loop, what OpenTelemetry costs
+    both, and the dashboard's refresh and page at 10,000 partitions."""
+    session.install("-e", ".[bench,otel,dashboard,examples]", "opentelemetry-sdk")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
     session.run("python", "benchmarks/scale.py")
@@ -175,10 +176,12 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/processing.py")
     session.run("python", "benchmarks/tracing.py")
     session.run("python", "benchmarks/deploy.py")
+    session.run("python", "benchmarks/dashboard.py")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """The documentation site, built strictly: any warning fails the build."""
-    session.install("-e", ".[docs]")
+    """The documentation site, built strictly: any warning fails the build (the API reference
+    imports the dashboard, hence that extra)."""
+    session.install("-e", ".[docs,dashboard]")
     session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)

@@ -2,14 +2,14 @@
 
 The public surface is what ``__all__`` lists; every other module is an implementation detail,
 except `aio_cluster.local`, the local single-node cluster for development and tests,
-`aio_cluster.metrics`, a member's figures for Prometheus, and `aio_cluster.testing`, the opt-in
-pytest plugin for users' suites.
+`aio_cluster.metrics`, a member's figures for Prometheus, `aio_cluster.dashboard`, the live web
+dashboard, and `aio_cluster.testing`, the opt-in pytest plugin for users' suites.
 
 Layers, each importing only those below it (``tests/test_exports.py`` checks the map and the
 layers)::
 
     the public face      __init__, group, errors       ConsumerGroup and the error tree
-    the command          cli/                          the aio-cluster command
+    the command          cli/, dashboard/              the aio-cluster command, the web dashboard
     one member           member/                       the machinery behind the facade
     telemetry            otel/                         spans and metrics through OpenTelemetry
     the configuration    config                        the options, checked, as value objects
@@ -22,6 +22,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
+    dashboard/      the live web dashboard of the groups (the ``dashboard`` extra)
     errors.py       the error tree
     group.py        ConsumerGroup: the public facade over a member
     kafka/          the only package that speaks Kafka: fetcher, offset reader, group offsets

@@ -71,6 +71,12 @@ LAYERS: dict[str, set[str]] = {
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
     "metrics": {"errors", "group", "member"},
+    # Beside the command at the top: it reads what the command reads (cli's looks, survey,
+    # health and plans); only the command's ``dashboard`` subcommand imports it, lazily.
+    "dashboard": {
+        *("errors", "net", "assign", "zookeeper", "kafka", "config", "member", "cli"),
+        "dashboard",
+    },
     "errors": set(),
 }
 # Pure modules: computing, never waiting on a server.
@@ -89,6 +95,10 @@ PURE = [
     "member/naming.py",
     "member/windows.py",
     "otel/attributes.py",
+    "dashboard/charts.py",
+    "dashboard/history.py",
+    "dashboard/pages.py",
+    "dashboard/views.py",
 ]
 IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 

@@ -4,6 +4,7 @@ Modules::
 
     arguments.py    every flag (``local``'s too), resolved with the environment into typed values
     health.py       the rules of ``check``: each partition's samples judged (pure)
+    looks.py        one look at a group across both servers, a reset's plan (the dashboard's too)
     main.py         one function per subcommand, its I/O; ``main()`` is the console script
     plans.py        lag rows and offset-reset plans (pure)
     survey.py       the command's ZooKeeper reads and its one-transaction offset write

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn, cast
 
 from ..assign.strategies import Strategy
@@ -44,6 +44,7 @@ __all__ = [
     "CheckOptions",
     "Connection",
     "ConsumeOptions",
+    "DashboardOptions",
     "DescribeOptions",
     "Invocation",
     "ListOptions",
@@ -62,6 +63,7 @@ _CAFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_CAFILE"
 _CERTFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_CERTFILE"
 _KEYFILE_VAR = "AIO_CLUSTER_ZOOKEEPER_KEYFILE"
 _KEY_PASSWORD_VAR = "AIO_CLUSTER_ZOOKEEPER_KEYFILE_PASSWORD"
+TOKEN_VAR = "AIO_CLUSTER_DASHBOARD_TOKEN"
 
 
 # --- the typed values -----------------------------------------------------------------------------
@@ -161,7 +163,24 @@ class ConsumeOptions:
     isolation_level: IsolationLevel
 
 
-ServerOptions = ListOptions | DescribeOptions | CheckOptions | ResetOptions | ConsumeOptions
+@dataclass(frozen=True, slots=True)
+class DashboardOptions:
+    """``dashboard``: where to serve, which groups (empty: all), how often to look, how long to
+    keep, ``check``'s window and thresholds; ``token`` None means read-only."""
+
+    host: str
+    port: int
+    groups: tuple[str, ...]
+    interval: float
+    keep: float
+    window: float
+    thresholds: Thresholds
+    token: str | None = field(repr=False)
+
+
+ServerOptions = (
+    ListOptions | DescribeOptions | CheckOptions | ResetOptions | ConsumeOptions | DashboardOptions
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +422,61 @@ def _parser() -> _Parser:
         "(default: read_uncommitted, as Kafka's own consumer)",
     )
 
+    dashboard = commands.add_parser(
+        "dashboard",
+        parents=[servers],
+        help="serve a live web dashboard of the groups (needs the dashboard extra)",
+        description="Serve a web page of the groups: members, partitions, lag over time, "
+        "owner changes and check's verdicts, updated live. Read-only unless --allow-writes, "
+        f"which lets whoever gives the token in ${TOKEN_VAR} reset offsets from the page.",
+    )
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
+    )
+    dashboard.add_argument(
+        "--port", type=int, default=8080, help="the port to listen on (default 8080; 0: any)"
+    )
+    dashboard.add_argument(
+        "--group",
+        action="append",
+        metavar="GROUP",
+        help="only this group; repeatable (default: every group in ZooKeeper)",
+    )
+    dashboard.add_argument(
+        "--interval",
+        default="2s",
+        metavar="DURATION",
+        help="the time between two looks at the groups (default 2s)",
+    )
+    dashboard.add_argument(
+        "--keep",
+        default="1h",
+        metavar="DURATION",
+        help="how long lag history and owner changes are kept (default 1h)",
+    )
+    dashboard.add_argument(
+        "--window",
+        default="30s",
+        metavar="DURATION",
+        help="the window of check's verdicts, e.g. 30s, 2m (default 30s)",
+    )
+    dashboard.add_argument(
+        "--lag-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="as check's: a lag of at most N counts as caught up (default 0)",
+    )
+    dashboard.add_argument(
+        "--max-lag", type=int, metavar="N", help="as check's: a lag above N is lagging"
+    )
+    dashboard.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help=f"allow offset resets from the page to whoever gives the token in ${TOKEN_VAR} "
+        "(never on the command line)",
+    )
+
     local = commands.add_parser(
         "local", help="a local ZooKeeper + Kafka: up (prints its export lines) or down"
     )
@@ -479,6 +553,8 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
             force=args.force,
             json=args.json,
         )
+    if args.command == "dashboard":
+        return _dashboard_options(args)
     assert args.command == "consume", args.command
     return ConsumeOptions(
         group=args.group,
@@ -486,6 +562,28 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
         from_beginning=args.from_beginning,
         strategy=None if args.strategy is None else Strategy(args.strategy),
         isolation_level=cast(IsolationLevel, args.isolation_level),
+    )
+
+
+def _dashboard_options(args: argparse.Namespace) -> DashboardOptions:
+    if args.lag_threshold < 0:
+        raise ConfigurationError(f"--lag-threshold must not be negative, not {args.lag_threshold}")
+    if not 0 <= args.port <= 65535:
+        raise ConfigurationError(f"--port must be a port number, not {args.port}")
+    token = _env(TOKEN_VAR) if args.allow_writes else None
+    if args.allow_writes and token is None:
+        raise ConfigurationError(
+            f"--allow-writes needs a token: set ${TOKEN_VAR} (it is never printed)"
+        )
+    return DashboardOptions(
+        host=args.host,
+        port=args.port,
+        groups=tuple(dict.fromkeys(args.group or ())),
+        interval=parse_duration(args.interval, "--interval"),
+        keep=parse_duration(args.keep, "--keep"),
+        window=parse_duration(args.window, "--window"),
+        thresholds=Thresholds(args.lag_threshold, args.max_lag),
+        token=token,
     )
 
 

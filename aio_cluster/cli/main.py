@@ -9,6 +9,7 @@
         [--execute] [--json]
     aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
     aio-cluster consume GROUP TOPIC --isolation-level read_committed
+    aio-cluster dashboard [--group G ...] [--host 127.0.0.1] [--port 8080] [--allow-writes]
     aio-cluster local up|down
 
 The servers come from ``--bootstrap`` / ``--zookeeper`` or ``AIO_CLUSTER_BOOTSTRAP`` /
@@ -18,21 +19,21 @@ or ``--zookeeper-auth-file`` (never from the command line, never printed), its T
 arguments; ``check`` exits 2 when it cannot look), never a traceback. The flags and those
 variables are resolved once, in `aio_cluster.cli.arguments`, into the typed values that each
 subcommand's function here takes. ZooKeeper is read and written in `aio_cluster.cli.survey`,
-Kafka in `aio_cluster.kafka`; what is shown, planned or judged is computed in
-`aio_cluster.cli.plans` and `aio_cluster.cli.health` and drawn in `aio_cluster.cli.tables`.
+Kafka in `aio_cluster.kafka`, a look at a group across both in `aio_cluster.cli.looks`; what is
+shown, planned or judged is computed in `aio_cluster.cli.plans` and `aio_cluster.cli.health` and
+drawn in `aio_cluster.cli.tables`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 from rich.console import Group as Stack
@@ -43,17 +44,17 @@ from ..assign.strategies import Strategy
 from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, CoordinationError
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
-from ..kafka.topics import TopicPartition
 from ..local.cli import LocalOptions
 from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout, Registration, group_path
-from . import survey, tables
+from ..zookeeper.layout import GroupLayout, group_path
+from . import looks, survey, tables
 from .arguments import (
     AUTH_VAR,
     PROG,
     CheckOptions,
     Connection,
     ConsumeOptions,
+    DashboardOptions,
     DescribeOptions,
     Invocation,
     ListOptions,
@@ -65,21 +66,13 @@ from .health import PartitionHealth, Sample, judge, verdict
 from .plans import (
     LagRow,
     PlanRow,
-    ResetTarget,
-    ToTime,
-    Unreadable,
-    lag_rows,
     may_read,
     member_host,
     member_json,
-    plan_reset,
     reset_topics,
-    select_partitions,
 )
 
 __all__ = ["main"]
-
-T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,64 +104,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(invocation: Invocation) -> int:
     """The subcommand's function, with its typed values."""
+    options = invocation.options
+    if isinstance(options, LocalOptions):
+        from ..local.cli import run  # noqa: PLC0415 - only this command needs it
+
+        return run(options)
     connection = invocation.connection
-    match invocation.options:
-        case LocalOptions() as options:
-            from ..local.cli import run  # noqa: PLC0415 - only this command needs it
-
-            return run(options)
-        case ListOptions() as options:
-            assert connection is not None
-            return asyncio.run(_list(connection, options))
-        case DescribeOptions() as options:
-            assert connection is not None
-            return asyncio.run(_describe(connection, options))
-        case CheckOptions() as options:
-            assert connection is not None
-            return asyncio.run(_check(connection, options))
-        case ResetOptions() as options:
-            assert connection is not None
-            return asyncio.run(_reset(connection, options))
-        case ConsumeOptions() as options:
-            assert connection is not None
-            return asyncio.run(_consume(connection, options))
-
-
-@contextlib.asynccontextmanager
-async def _zookeeper(connection: Connection) -> AsyncIterator[ZooKeeper]:
-    security = connection.security
-    zk = ZooKeeper(
-        connection.zookeeper_address(),
-        request_timeout=connection.timeout,
-        auth=security.auth,
-        acl=security.acl,
-        tls=security.tls,
-    )
-    await zk.start()
-    try:
-        yield zk
-    finally:
-        await zk.close()
-
-
-@contextlib.asynccontextmanager
-async def _kafka(connection: Connection) -> AsyncIterator[OffsetReader]:
-    reader = OffsetReader(
-        connection.bootstrap_address(),
-        client_id=PROG,
-        request_timeout_ms=int(connection.timeout * 1000),
-        options=connection.kafka,
-    )
-    await reader.start()
-    try:
-        yield reader
-    finally:
-        await reader.stop()
+    assert connection is not None
+    match options:
+        case ListOptions():
+            command = _list(connection, options)
+        case DescribeOptions():
+            command = _describe(connection, options)
+        case CheckOptions():
+            command = _check(connection, options)
+        case ResetOptions():
+            command = _reset(connection, options)
+        case ConsumeOptions():
+            command = _consume(connection, options)
+        case DashboardOptions():
+            command = _dashboard(connection, options)
+    return asyncio.run(command)
 
 
 async def _list(connection: Connection, options: ListOptions) -> int:
     rows: list[dict[str, Any]] = []
-    async with _zookeeper(connection) as zk:
+    async with looks.open_zookeeper(connection) as zk:
         for group in await survey.list_groups(zk):
             members = await survey.read_members(zk, group)
             topics = await survey.group_topics(zk, group, members.values())
@@ -178,53 +139,6 @@ async def _list(connection: Connection, options: ListOptions) -> int:
         return 0
     tables.show(tables.groups_table(rows))
     return 0
-
-
-Look = tuple[dict[str, Registration | None], list[LagRow], list[str]]
-"""One look at a group: its members, a row per partition, and notes on what is not shown."""
-
-
-async def _look(
-    zk: ZooKeeper, kafka: OffsetReader, group: str, topics: Sequence[str] | None
-) -> Look:
-    """One look at a group: the named topics, else every topic it holds. A topic named that
-    Kafka does not have is an error; one only found in ZooKeeper (deleted since, say) is a
-    note, so that the others are still shown."""
-    members = await survey.read_members(zk, group)
-    shown = (
-        list(dict.fromkeys(topics))
-        if topics
-        else await survey.group_topics(zk, group, members.values())
-    )
-    rows: list[LagRow] = []
-    notes: list[str] = []
-    for name in shown:
-        layout = GroupLayout(group, name)
-        try:
-            partitions = await kafka.partitions(name)
-        except ConfigurationError:
-            if topics:
-                raise
-            notes.append(
-                f"topic {name} does not exist in Kafka: the group's nodes of it are not shown"
-            )
-            continue
-        bounds = _by_partition(await kafka.bounds({name: partitions}))
-        stored = await survey.read_stored(zk, layout)
-        owners = await survey.read_owners(zk, layout)
-        rows += lag_rows(name, owners, stored, bounds)
-        notes += [
-            f"offset node {name}/{p} holds {value.data[:40]!r}, not an offset: repair it with "
-            "reset-offsets"
-            for p, value in sorted(stored.items())
-            if isinstance(value, Unreadable)
-        ]
-    return members, rows, notes
-
-
-def _by_partition(found: Mapping[TopicPartition, T]) -> dict[int, T]:
-    """One topic's answer of the offset reader, by partition id."""
-    return {tp.partition: value for tp, value in found.items()}
 
 
 def _stop_on_signals() -> anyio.Event:
@@ -237,9 +151,9 @@ def _stop_on_signals() -> anyio.Event:
 
 
 async def _describe(connection: Connection, options: DescribeOptions) -> int:
-    async with _zookeeper(connection) as zk, _kafka(connection) as kafka:
+    async with looks.open_zookeeper(connection) as zk, looks.open_kafka(connection) as kafka:
         await survey.require_group(zk, options.group)
-        look = await _look(zk, kafka, options.group, options.topics)
+        look = await looks.look(zk, kafka, options.group, options.topics)
         if options.watch:
             await _watch(zk, kafka, options, look)
             return 0
@@ -268,7 +182,7 @@ def _owned(rows: Sequence[LagRow]) -> Counter[str]:
     return Counter(row.owner for row in rows if row.owner is not None)
 
 
-def _describe_view(group: str, look: Look, *, members_only: bool = False) -> Stack:
+def _describe_view(group: str, look: looks.Look, *, members_only: bool = False) -> Stack:
     members, rows, notes = look
     shown = tables.members_table(group, members, _owned(rows))
     if members_only:
@@ -280,7 +194,7 @@ async def _watch(
     zk: ZooKeeper,
     kafka: OffsetReader,
     options: DescribeOptions,
-    first: Look,
+    first: looks.Look,
 ) -> None:
     """Redraw ``describe`` in place every ``options.interval`` seconds until SIGINT or
     SIGTERM."""
@@ -296,7 +210,7 @@ async def _watch(
                 await stop.wait()
             if stop.is_set():
                 return
-            look = await _look(zk, kafka, options.group, options.topics)
+            look = await looks.look(zk, kafka, options.group, options.topics)
             live.update(_describe_view(options.group, look, members_only=options.members))
             live.refresh()
 
@@ -304,14 +218,14 @@ async def _watch(
 async def _check(connection: Connection, options: CheckOptions) -> int:
     window, count = options.window, options.samples
     samples: dict[tuple[str, int], list[Sample]] = {}
-    async with _zookeeper(connection) as zk, _kafka(connection) as kafka:
+    async with looks.open_zookeeper(connection) as zk, looks.open_kafka(connection) as kafka:
         await survey.require_group(zk, options.group)
         loop = asyncio.get_running_loop()
         start = loop.time()
         for number in range(count):
             # Evenly over the window: the first look at its start, the last at its end.
             await asyncio.sleep(max(start + window * number / (count - 1) - loop.time(), 0))
-            _members, rows, _unreadable = await _look(zk, kafka, options.group, options.topics)
+            _members, rows, _unreadable = await looks.look(zk, kafka, options.group, options.topics)
             for row in rows:
                 samples.setdefault((row.topic, row.partition), []).append(
                     Sample(row.owner, row.committed, row.lag)
@@ -347,17 +261,6 @@ _RESET_ATTEMPTS = 3
 """Plans a reset makes before it refuses, when members keep storing offsets meanwhile."""
 
 
-async def _refusable(path: str, write: Awaitable[T]) -> T:
-    """``write``, with ZooKeeper's ACL refusal said in the command's words."""
-    try:
-        return await write
-    except AccessDeniedError:
-        raise AccessDeniedError(
-            f"refused by ZooKeeper: the ACL of {path} does not let this session "
-            f"change it; pass the group's credentials (${AUTH_VAR} or --zookeeper-auth-file)"
-        ) from None
-
-
 async def _reset(connection: Connection, options: ResetOptions) -> int:
     """Plan a reset and, with ``--execute``, store it, every topic in one transaction. The write
     bumps every partition's claim fence, so a member that claimed before it (even between the
@@ -365,7 +268,7 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
     plan and the write, the plan is made again from what is stored now (refused after
     `_RESET_ATTEMPTS`)."""
     group, target, wanted = options.group, options.target, options.partitions
-    async with _zookeeper(connection) as zk, _kafka(connection) as kafka:
+    async with looks.open_zookeeper(connection) as zk, looks.open_kafka(connection) as kafka:
         await survey.require_group(zk, group)
         members = await survey.read_members(zk, group)
         held = await survey.group_topics(zk, group, members.values())
@@ -402,7 +305,7 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
             plans: dict[str, list[PlanRow]] = {}
             versions: dict[str, dict[int, int]] = {}
             for topic in topics:
-                plans[topic], versions[topic] = await _plan_topic(
+                plans[topic], versions[topic] = await looks.plan_topic(
                     zk, kafka, layouts[topic], target, wanted, execute=options.execute
                 )
             active = {
@@ -441,7 +344,7 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
                 layouts[topic]: ({row.partition: row.new for row in plan}, versions[topic])
                 for topic, plan in plans.items()
             }
-            if await _refusable(where, survey.write_offsets(zk, writes)):
+            if await looks.refusable(where, survey.write_offsets(zk, writes)):
                 break
             if attempt < _RESET_ATTEMPTS:
                 print(
@@ -462,33 +365,43 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
     return 0
 
 
-async def _plan_topic(
-    zk: ZooKeeper,
-    kafka: OffsetReader,
-    layout: GroupLayout,
-    target: ResetTarget,
-    wanted: Sequence[int] | None,
-    *,
-    execute: bool,
-) -> tuple[list[PlanRow], dict[int, int]]:
-    """One topic's plan, and the versions of the offset nodes it was made from. Before an
-    ``execute`` every fence exists, so that the write bumps it whatever claims come meanwhile."""
-    topic = layout.topic
-    partitions = select_partitions(await kafka.partitions(topic), wanted)
-    if execute:
-        await _refusable(layout.offsets, survey.ensure_fences(zk, layout, partitions))
-    bounds = _by_partition(await kafka.bounds({topic: partitions}))
-    at_time = None
-    if isinstance(target, ToTime):
-        at_time = _by_partition(
-            await kafka.offsets_for_time({topic: partitions}, target.timestamp_ms)
-        )
-    nodes = await survey.read_offset_nodes(zk, layout)
-    stored = {p: value for p, (value, _version) in nodes.items()}
-    return (
-        plan_reset(target, stored, bounds, at_time),
-        {p: version for p, (_value, version) in nodes.items()},
+async def _dashboard(connection: Connection, options: DashboardOptions) -> int:
+    """Serve the dashboard until SIGINT or SIGTERM (uvicorn handles both)."""
+    try:
+        import uvicorn  # noqa: PLC0415 - the dashboard extra's, only this command needs it
+
+        from ..dashboard import Dashboard  # noqa: PLC0415 - it needs Starlette, of that extra
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the dashboard needs the dashboard extra ({exc.name} is missing): "
+            "pip install 'aio-cluster[dashboard]'"
+        ) from None
+    dashboard = Dashboard(
+        connection.bootstrap_address(),
+        connection.zookeeper_address(),
+        groups=options.groups,
+        interval=options.interval,
+        keep=options.keep,
+        window=options.window,
+        lag_threshold=options.thresholds.lag,
+        max_lag=options.thresholds.max_lag,
+        timeout=connection.timeout,
+        kafka_options=connection.kafka,
+        zookeeper_security=connection.security,
+        write_token=options.token,
     )
+    config = uvicorn.Config(
+        dashboard.app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,  # the event streams never end by themselves
+    )
+    server = uvicorn.Server(config)
+    writes = "offset resets allowed with the token" if dashboard.writes else "read-only"
+    print(f"{PROG}: dashboard on http://{options.host}:{options.port}/ ({writes})", file=sys.stderr)
+    await server.serve()
+    return 0
 
 
 async def _consume(connection: Connection, options: ConsumeOptions) -> int:
@@ -548,7 +461,7 @@ async def _join(group: ConsumerGroup) -> None:
 async def _group_strategy(connection: Connection, options: ConsumeOptions) -> Strategy:
     """The strategy of the group's registered members, so that joining is never refused for
     a mismatch; sticky, the library's default, where none is registered."""
-    async with _zookeeper(connection) as zk:
+    async with looks.open_zookeeper(connection) as zk:
         members = await survey.read_members(zk, options.group)
     for info in members.values():
         if (

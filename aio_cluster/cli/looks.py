@@ -1,0 +1,161 @@
+"""What the ``aio-cluster`` command reads across both servers, shared by its subcommands and by
+the dashboard (`aio_cluster.dashboard`): the clients opened from a `Connection`, one look at a
+group (its members, a lag row per partition, notes on what is not shown), and the inputs of one
+topic's reset plan. ZooKeeper's single reads are `aio_cluster.cli.survey`'s; what is made of
+them is computed in `aio_cluster.cli.plans`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import TypeVar
+
+from ..errors import AccessDeniedError, ConfigurationError
+from ..kafka.offset_reader import OffsetReader
+from ..kafka.topics import TopicPartition
+from ..zookeeper.client import ZooKeeper
+from ..zookeeper.layout import GroupLayout, Registration
+from . import survey
+from .arguments import AUTH_VAR, PROG, Connection
+from .plans import (
+    LagRow,
+    PlanRow,
+    ResetTarget,
+    ToTime,
+    Unreadable,
+    lag_rows,
+    plan_reset,
+    select_partitions,
+)
+
+__all__ = [
+    "Look",
+    "by_partition",
+    "look",
+    "open_kafka",
+    "open_zookeeper",
+    "plan_topic",
+    "refusable",
+]
+
+T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def open_zookeeper(connection: Connection) -> AsyncIterator[ZooKeeper]:
+    security = connection.security
+    zk = ZooKeeper(
+        connection.zookeeper_address(),
+        request_timeout=connection.timeout,
+        auth=security.auth,
+        acl=security.acl,
+        tls=security.tls,
+    )
+    await zk.start()
+    try:
+        yield zk
+    finally:
+        await zk.close()
+
+
+@contextlib.asynccontextmanager
+async def open_kafka(connection: Connection) -> AsyncIterator[OffsetReader]:
+    reader = OffsetReader(
+        connection.bootstrap_address(),
+        client_id=PROG,
+        request_timeout_ms=int(connection.timeout * 1000),
+        options=connection.kafka,
+    )
+    await reader.start()
+    try:
+        yield reader
+    finally:
+        await reader.stop()
+
+
+Look = tuple[dict[str, Registration | None], list[LagRow], list[str]]
+"""One look at a group: its members, a row per partition, and notes on what is not shown."""
+
+
+async def look(
+    zk: ZooKeeper, kafka: OffsetReader, group: str, topics: Sequence[str] | None
+) -> Look:
+    """One look at a group: the named topics, else every topic it holds. A topic named that
+    Kafka does not have is an error; one only found in ZooKeeper (deleted since, say) is a
+    note, so that the others are still shown."""
+    members = await survey.read_members(zk, group)
+    shown = (
+        list(dict.fromkeys(topics))
+        if topics
+        else await survey.group_topics(zk, group, members.values())
+    )
+    rows: list[LagRow] = []
+    notes: list[str] = []
+    for name in shown:
+        layout = GroupLayout(group, name)
+        try:
+            partitions = await kafka.partitions(name)
+        except ConfigurationError:
+            if topics:
+                raise
+            notes.append(
+                f"topic {name} does not exist in Kafka: the group's nodes of it are not shown"
+            )
+            continue
+        bounds = by_partition(await kafka.bounds({name: partitions}))
+        stored = await survey.read_stored(zk, layout)
+        owners = await survey.read_owners(zk, layout)
+        rows += lag_rows(name, owners, stored, bounds)
+        notes += [
+            f"offset node {name}/{p} holds {value.data[:40]!r}, not an offset: repair it with "
+            "reset-offsets"
+            for p, value in sorted(stored.items())
+            if isinstance(value, Unreadable)
+        ]
+    return members, rows, notes
+
+
+def by_partition(found: Mapping[TopicPartition, T]) -> dict[int, T]:
+    """One topic's answer of the offset reader, by partition id."""
+    return {tp.partition: value for tp, value in found.items()}
+
+
+async def refusable(path: str, write: Awaitable[T]) -> T:
+    """``write``, with ZooKeeper's ACL refusal said in the command's words."""
+    try:
+        return await write
+    except AccessDeniedError:
+        raise AccessDeniedError(
+            f"refused by ZooKeeper: the ACL of {path} does not let this session "
+            f"change it; pass the group's credentials (${AUTH_VAR} or --zookeeper-auth-file)"
+        ) from None
+
+
+async def plan_topic(
+    zk: ZooKeeper,
+    kafka: OffsetReader,
+    layout: GroupLayout,
+    target: ResetTarget,
+    wanted: Sequence[int] | None,
+    *,
+    execute: bool,
+) -> tuple[list[PlanRow], dict[int, int]]:
+    """One topic's plan, and the versions of the offset nodes it was made from. Before an
+    ``execute`` every fence exists, so that the write bumps it whatever claims come meanwhile."""
+    topic = layout.topic
+    partitions = select_partitions(await kafka.partitions(topic), wanted)
+    if execute:
+        await refusable(layout.offsets, survey.ensure_fences(zk, layout, partitions))
+    bounds = by_partition(await kafka.bounds({topic: partitions}))
+    at_time = None
+    if isinstance(target, ToTime):
+        at_time = by_partition(
+            await kafka.offsets_for_time({topic: partitions}, target.timestamp_ms)
+        )
+    nodes = await survey.read_offset_nodes(zk, layout)
+    stored = {p: value for p, (value, _version) in nodes.items()}
+    return (
+        plan_reset(target, stored, bounds, at_time),
+        {p: version for p, (_value, version) in nodes.items()},
+    )

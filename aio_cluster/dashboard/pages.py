@@ -1,0 +1,392 @@
+"""The dashboard's HTML: whole pages, and the fragments the event stream replaces in them by
+``id``. Pure: each function takes what the last refresh recorded and returns text, every value
+escaped. The page works without JavaScript (a reload shows the same); ``static/dashboard.js``
+only swaps the fragments in as the event stream sends them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlencode
+
+from ..cli.health import Severity
+from ..cli.plans import PlanRow, Unreadable
+from . import charts
+from .history import UNOWNED, GroupHistory, LagPoint, Reachability
+from .resets import TARGETS, Plan
+from .views import (
+    NO_OWNER,
+    PAGE_SIZES,
+    Filters,
+    aggregate,
+    member_rows,
+    partition_page,
+    reasons,
+)
+
+__all__ = [
+    "CHART_WINDOWS",
+    "group_fragments",
+    "groups_fragments",
+    "message_page",
+    "page",
+    "plan_page",
+]
+
+CHART_WINDOWS = {"1m": 60.0, "5m": 300.0, "15m": 900.0, "1h": 3600.0}
+"""The time windows the lag charts and the timeline offer."""
+
+_MEMBER_LINES = 8
+"""Members drawn as lines of their own in the per-member lag chart; the rest are summed."""
+_TIMELINE_LANES = 50
+_REASONS_SHOWN = 20
+_CHANGES_SHOWN = 30
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _clock(at: float | None) -> str:
+    return "-" if at is None else dt.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+
+
+def _verdict(severity: Severity | None) -> str:
+    if severity is None:
+        return '<span class="verdict pending">collecting</span>'
+    name = severity.name.lower()
+    return f'<span class="verdict {name}">{name}</span>'
+
+
+def page(title: str, root: str, body: str, events: str | None) -> str:
+    """A whole page: ``body`` under the header, with the event stream at ``events`` (a URL)."""
+    stream = "" if events is None else f' data-events="{_e(events)}"'
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)} - aio_cluster</title>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="stylesheet" href="{_e(root)}/static/dashboard.css">'
+        f'<script defer src="{_e(root)}/static/dashboard.js"></script></head>'
+        f'<body><header><a href="{_e(root)}/">aio_cluster</a> <h1>{_e(title)}</h1>'
+        '<span id="live" class="live">static</span></header>'
+        f"<main{stream}>{body}</main></body></html>"
+    )
+
+
+def status(servers: Sequence[Reachability], refreshed_at: float | None, running: bool) -> str:
+    """The banner: what is down since when and why, or when the last refresh was."""
+    if not running:
+        return (
+            '<p class="down">The dashboard is not running: enter it (<code>async with '
+            "dashboard:</code>) in the lifespan of the application it is mounted in.</p>"
+        )
+    down = [s for s in servers if s.up is False]
+    if not down:
+        if refreshed_at is None:
+            return '<p class="ok">Looking at the servers for the first time...</p>'
+        return f'<p class="ok">ZooKeeper and Kafka answered; refreshed {_clock(refreshed_at)}.</p>'
+    lines = "".join(
+        f"<li><strong>{_e(s.name)} cannot be reached</strong> since {_clock(s.since)}: "
+        f"{_e(s.reason)}</li>"
+        for s in down
+    )
+    return (
+        f'<div class="down"><ul>{lines}</ul><p>What is shown is as of the last look that '
+        f"succeeded; trying again every refresh (last try {_clock(refreshed_at)}).</p></div>"
+    )
+
+
+def groups_fragments(
+    histories: Mapping[str, GroupHistory], root: str, status_html: str
+) -> dict[str, str]:
+    """The groups page's fragments: the banner and the table of groups."""
+    rows = []
+    for name, history in sorted(histories.items()):
+        link = f"{_e(root)}/groups/{_e(name)}"
+        rows.append(
+            f'<tr data-group="{_e(name)}"><td><a href="{link}">{_e(name)}</a></td>'
+            f'<td class="n">{len(history.members)}</td>'
+            f"<td>{_e(', '.join(history.topics()) or '-')}</td>"
+            f'<td class="n lag">{history.total_lag:,}</td>'
+            f"<td>{_verdict(history.verdict)}</td>"
+            f"<td>{_clock(history.looked_at)}</td></tr>"
+        )
+    table = (
+        '<table class="groups"><thead><tr><th>group</th><th>members</th><th>topics</th>'
+        "<th>total lag</th><th>verdict</th><th>looked at</th></tr></thead>"
+        f"<tbody>{''.join(rows) or '<tr><td colspan=6>no groups</td></tr>'}</tbody></table>"
+    )
+    return {"status": status_html, "groups": table}
+
+
+def _series(
+    points: Sequence[LagPoint], pick: str, names: Sequence[str] | None = None
+) -> dict[str, list[tuple[float, int]]]:
+    """Lag lines from the points: per topic, or per member (the ``names`` ones, and the others
+    summed as "others")."""
+    series: dict[str, list[tuple[float, int]]] = {}
+    for point in points:
+        values = point.by_topic if pick == "topic" else point.by_member
+        if names is None:
+            for name, lag in values.items():
+                series.setdefault(name, []).append((point.at, lag))
+            continue
+        others = 0
+        for name, lag in values.items():
+            if name in names:
+                series.setdefault(name, []).append((point.at, lag))
+            else:
+                others += lag
+        if len(values) > len(names):
+            series.setdefault("others", []).append((point.at, others))
+    return series
+
+
+def _members_html(history: GroupHistory) -> str:
+    lag_by_owner = {a.name: a.lag for a in aggregate(history, "owner")}
+    rows = []
+    for m in member_rows(history.group, history.members, history.claimed()):
+        member = str(m["member"])
+        link = f"?{urlencode({'owner': member})}"
+        rows.append(
+            f'<tr data-member="{_e(member)}"><td><a href="{_e(link)}">{_e(member)}</a></td>'
+            f"<td>{_e(m['name'] or '-')}</td><td>{_e(m['host'] or '-')}</td>"
+            f"<td>{_e(m['strategy'] or '-')}</td>"
+            f'<td class="n claimed">{_e(m["partitions"])}</td>'
+            f'<td class="n">{lag_by_owner.get(member, 0):,}</td>'
+            f"<td>{_e(m['since'] or '-')}</td></tr>"
+        )
+    unowned = lag_by_owner.get(NO_OWNER)
+    if unowned is not None:
+        count = sum(1 for r in history.rows if r.owner is None)
+        rows.append(
+            f'<tr class="unowned"><td><a href="?owner={NO_OWNER}">{UNOWNED}</a></td>'
+            f'<td></td><td></td><td></td><td class="n">{count}</td>'
+            f'<td class="n">{unowned:,}</td><td></td></tr>'
+        )
+    return (
+        f"<h2>Members ({len(history.members)})</h2>"
+        '<table class="members"><thead><tr><th>member</th><th>name</th><th>host</th>'
+        "<th>strategy</th><th>partitions</th><th>lag</th><th>joined at</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _summary_html(history: GroupHistory, window: float) -> str:
+    counts, worst = reasons(history.findings, _REASONS_SHOWN)
+    by_status = ", ".join(f"{count} {status.value}" for status, count in counts.items())
+    items = "".join(
+        f'<li data-status="{f.status.value}">{_e(f.topic)}/{f.partition}: '
+        f"<strong>{f.status.value}</strong> ({f.severity.name.lower()}; "
+        f"{_e(', '.join(r.value for r in f.reasons))}), lag {f.last.lag:,}, owner "
+        f"{_e(f.last.owner or 'none')}</li>"
+        for f in worst
+    )
+    notes = "".join(f"<li>{_e(note)}</li>" for note in history.notes)
+    topics = "".join(
+        f'<tr><td><a href="?{_e(urlencode({"topic": a.name}))}">{_e(a.name)}</a></td>'
+        f'<td class="n">{a.partitions:,}</td><td class="n">{a.lag:,}</td>'
+        f"<td>{_verdict(a.worst)}</td></tr>"
+        for a in aggregate(history, "topic")
+    )
+    return (
+        f'<p class="headline">Verdict {_verdict(history.verdict)} over the last {window:g} s '
+        f'(the rules of <code>aio-cluster check</code>); total lag <strong id="total-lag">'
+        f"{history.total_lag:,}</strong>; {len(history.rows):,} partitions; looked at "
+        f"{_clock(history.looked_at)}.</p>"
+        + (f"<p>{_e(by_status)}:</p><ul class=reasons>{items}</ul>" if items else "")
+        + (f"<ul class=notes>{notes}</ul>" if notes else "")
+        + '<table class="topics"><thead><tr><th>topic</th><th>partitions</th><th>lag</th>'
+        f"<th>worst</th></tr></thead><tbody>{topics}</tbody></table>"
+    )
+
+
+def _charts_html(history: GroupHistory, span: float, now: float) -> str:
+    points = list(history.points)
+    start = now - span
+    latest = points[-1].by_member if points else {}
+    top = sorted(latest, key=lambda m: (-latest[m], m))[:_MEMBER_LINES]
+    by_topic = charts.lag_chart(_series(points, "topic"), start, now, title="lag per topic")
+    by_member = charts.lag_chart(_series(points, "member", top), start, now, title="lag per member")
+    windows = " ".join(
+        f'<a href="?{_e(urlencode({"window": key}))}">{key}</a>' for key in CHART_WINDOWS
+    )
+    return (
+        f"<h2>Lag over time</h2><p>window: {windows}</p>"
+        f'<div class="charts"><figure>{by_topic}<figcaption>per topic</figcaption></figure>'
+        f"<figure>{by_member}<figcaption>per member</figcaption></figure></div>"
+    )
+
+
+def _partitions_html(history: GroupHistory, filters: Filters) -> str:
+    shown = partition_page(history, filters)
+    rows = "".join(
+        f'<tr data-partition="{_e(r.row.topic)}/{r.row.partition}"><td>{_e(r.row.topic)}</td>'
+        f'<td class="n">{r.row.partition}</td><td class="owner">{_e(r.row.owner or "-")}</td>'
+        f'<td class="n">{"-" if r.row.committed is None else f"{r.row.committed:,}"}</td>'
+        f'<td class="n">{r.row.end:,}</td><td class="n lag">{r.row.lag:,}</td>'
+        f"<td>{_verdict(r.severity) if r.status else _verdict(None)}"
+        f"{'' if r.status is None else ' ' + r.status.value}</td></tr>"
+        for r in shown.rows
+    )
+    nav = []
+    if shown.page > 1:
+        nav.append(f'<a href="?{_e(urlencode(filters.query(page=shown.page - 1)))}">previous</a>')
+    nav.append(f"page {shown.page} of {shown.pages} ({shown.matching:,} partitions)")
+    if shown.page < shown.pages:
+        nav.append(f'<a href="?{_e(urlencode(filters.query(page=shown.page + 1)))}">next</a>')
+    return (
+        f"<h2>Partitions</h2><p class=pager>{' '.join(nav)}</p>"
+        '<table class="partitions"><thead><tr><th>topic</th><th>partition</th><th>owner</th>'
+        "<th>stored offset</th><th>log end</th><th>lag</th><th>verdict</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _filters_form(history: GroupHistory, filters: Filters, window: str) -> str:
+    def options(values: Sequence[str], chosen: str, blank: str) -> str:
+        shown = [f'<option value="">{blank}</option>']
+        shown += [
+            f'<option value="{_e(v)}"{" selected" if v == chosen else ""}>{_e(v)}</option>'
+            for v in values
+        ]
+        return "".join(shown)
+
+    owners = [*sorted(history.members), NO_OWNER]
+    statuses = ["rewound", "unowned", "stalled", "lagging", "ok"]
+    sizes = "".join(
+        f"<option{' selected' if s == filters.size else ''}>{s}</option>" for s in PAGE_SIZES
+    )
+    return (
+        '<form class="filters" method="get">'
+        f'<label>topic <select name="topic">{options(history.topics(), filters.topic, "all")}'
+        f'</select></label> <label>owner <select name="owner">'
+        f"{options(owners, filters.owner, 'all')}</select></label> "
+        f'<label>verdict <select name="status">{options(statuses, filters.status, "all")}'
+        f'</select></label> <label>rows <select name="size">{sizes}</select></label>'
+        f'<input type="hidden" name="window" value="{_e(window)}">'
+        ' <button type="submit">show</button></form>'
+    )
+
+
+def _timeline_html(history: GroupHistory, filters: Filters, span: float, now: float) -> str:
+    shown = partition_page(history, filters).rows[:_TIMELINE_LANES]
+    keys = sorted((r.row.topic, r.row.partition) for r in shown)
+    spans = history.spans(keys)
+    several = len({topic for topic, _ in keys}) > 1
+    lanes = {(f"{t}/{p}" if several else str(p)): spans[(t, p)] for t, p in keys}
+    owners = sorted({s.owner for lane in lanes.values() for s in lane if s.owner is not None})
+    drawing = charts.timeline(lanes, owners, now - span, now, title="owner of each partition")
+    changes = [
+        c
+        for c in reversed(history.changes)
+        if (not filters.topic or c.topic == filters.topic)
+        and (not filters.owner or filters.owner in (c.before or NO_OWNER, c.after or NO_OWNER))
+    ][:_CHANGES_SHOWN]
+    items = "".join(
+        f'<li data-change="{_e(c.topic)}/{c.partition}">{_clock(c.at)} {_e(c.topic)}/'
+        f"{c.partition}: {_e(c.before or 'no owner')} &rarr; {_e(c.after or 'no owner')}</li>"
+        for c in changes
+    )
+    return (
+        "<h2>Ownership timeline</h2><p>The partitions of this page (at most "
+        f"{_TIMELINE_LANES}), coloured by owner; grey: no owner.</p>{drawing}"
+        f"<h3>Latest owner changes</h3><ol class=changes>{items or '<li>none yet</li>'}</ol>"
+    )
+
+
+def group_fragments(
+    history: GroupHistory,
+    filters: Filters,
+    window: str,
+    now: float,
+    status_html: str,
+) -> dict[str, str]:
+    """A group page's fragments, by element id (``window`` is a key of `CHART_WINDOWS`)."""
+    span = CHART_WINDOWS.get(window, CHART_WINDOWS["5m"])
+    return {
+        "status": status_html,
+        "summary": _summary_html(history, history.window),
+        "members": _members_html(history),
+        "charts": _charts_html(history, span, now),
+        "partitions": _partitions_html(history, filters),
+        "timeline": _timeline_html(history, filters, span, now),
+    }
+
+
+def group_body(
+    history: GroupHistory, filters: Filters, window: str, fragments: Mapping[str, str], reset: str
+) -> str:
+    """The body of a group page around its fragments; ``reset`` is the reset form's HTML."""
+    sections = "".join(
+        f'<section id="{key}">{fragments[key]}</section>'
+        for key in ("status", "summary", "members", "charts")
+    )
+    return (
+        sections
+        + _filters_form(history, filters, window)
+        + f'<section id="partitions">{fragments["partitions"]}</section>'
+        + f'<section id="timeline">{fragments["timeline"]}</section>'
+        + f'<section id="reset">{reset}</section>'
+    )
+
+
+def reset_form(group: str, topics: Sequence[str], root: str, writes: bool) -> str:
+    """The form that plans a reset, or why there is none (read-only)."""
+    if not writes:
+        return (
+            "<h2>Reset offsets</h2><p>Read-only: this dashboard was started without "
+            "<code>--allow-writes</code>.</p>"
+        )
+    topic_options = "".join(f"<option>{_e(t)}</option>" for t in topics)
+    targets = "".join(f'<option value="{k}">{_e(v)}</option>' for k, v in TARGETS.items())
+    return (
+        "<h2>Reset offsets</h2><p>Plans first, as <code>aio-cluster reset-offsets</code> does; "
+        "nothing is stored before you store the plan shown.</p>"
+        f'<form method="post" action="{_e(root)}/groups/{_e(group)}/reset" class="reset">'
+        f'<label>topic <select name="topic">{topic_options}</select></label> '
+        f'<label>to <select name="target">{targets}</select></label> '
+        '<label>N or time <input name="value" size="24"></label> '
+        '<label>partitions <input name="partitions" placeholder="all, or 0,3" size="10"></label> '
+        '<label>token <input type="password" name="token" autocomplete="off"></label> '
+        '<button type="submit">plan</button></form>'
+    )
+
+
+def _old(row: PlanRow) -> str:
+    if isinstance(row.old, Unreadable):
+        return f"unreadable {row.old.data[:40]!r}"
+    return "-" if row.old is None else f"{row.old:,}"
+
+
+def plan_page(plan: Plan, root: str) -> str:
+    """The body showing a plan, and the form that stores it."""
+    rows = "".join(
+        f'<tr data-partition="{row.partition}"><td class="n">{row.partition}</td>'
+        f'<td class="n">{_old(row)}</td><td class="n new">{row.new:,}</td></tr>'
+        for row in plan.rows
+    )
+    registered = (
+        f"<p class=warning>{len(plan.registered)} member(s) registered for this topic: they "
+        "would overwrite the new offsets. Stop them first, or force it.</p>"
+        if plan.registered
+        else ""
+    )
+    return (
+        f"<h2>Plan: reset {_e(plan.group)} / {_e(plan.topic)}</h2>"
+        '<table class="plan"><thead><tr><th>partition</th><th>stored now</th><th>new</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table>{registered}"
+        f'<form method="post" action="{_e(root)}/groups/{_e(plan.group)}/reset/{_e(plan.id)}">'
+        '<label>token <input type="password" name="token" autocomplete="off"></label> '
+        '<label><input type="checkbox" name="force" value="1"> even while members are '
+        'registered</label> <button type="submit" name="store" value="1">store this plan'
+        f'</button></form><p><a href="{_e(root)}/groups/{_e(plan.group)}">back</a></p>'
+    )
+
+
+def message_page(text: str, back: str, *, error: bool) -> str:
+    """A body of one message and a link back."""
+    kind = "down" if error else "ok"
+    return f'<p class="{kind}">{_e(text)}</p><p><a href="{_e(back)}">back</a></p>'

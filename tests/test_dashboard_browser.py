@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: Playwright drives the machine's Chromium against the
+dashboard served by uvicorn, on the real servers. The page follows the group live (event stream,
+no reload): members joining and leaving, lag falling to 0, partitions moving in the timeline, an
+unowned partition's verdict, and ZooKeeper going away and coming back. Screenshots go to
+``$TMPDIR/aio-cluster-dashboard/<test>/``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import pytest
+import pytest_asyncio
+
+from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
+
+from conftest import MakeTopic, Produce
+from dashboard_support import artifacts, chromium, consuming, dashboard_of, served
+from support import create_topic
+
+async_api = pytest.importorskip("playwright.async_api", reason="Playwright is not installed")
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+pytestmark = pytest.mark.asyncio
+
+SOON = 15_000
+"""Milliseconds a change may take to show: a few refreshes of the dashboard's 0.5 s."""
+
+
+@pytest_asyncio.fixture
+async def browser_page() -> AsyncIterator[Page]:
+    """A page of the machine's Chromium (skipped, saying why, where there is none)."""
+    executable = chromium()
+    async with async_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=executable)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+            yield page
+        finally:
+            await browser.close()
+
+
+async def test_the_page_follows_members_lag_and_owner_changes_live(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    browser_page: Page,
+) -> None:
+    page, expect = browser_page, async_api.expect
+    shots = artifacts("live")
+    topic = await make_topic(partitions=6)
+    await produce(topic, 60)
+    async with (
+        served(dashboard_of(cluster, group_name)) as url,
+        consuming(cluster, group_name, topic) as first,
+        consuming(cluster, group_name, topic) as second,
+    ):
+        await page.goto(url)
+        row = page.locator(f'tr[data-group="{group_name}"]')
+        await expect(row.locator("td").nth(1)).to_have_text("2", timeout=SOON)
+        await page.screenshot(path=shots / "groups.png", full_page=True)
+        await row.locator("a").click()
+        await expect(page.locator("#live")).to_have_text("live", timeout=SOON)
+        await expect(page.locator("tr[data-member]")).to_have_count(2, timeout=SOON)
+        await expect(page.locator("#total-lag")).to_have_text("0", timeout=SOON)
+        async with consuming(cluster, group_name, topic) as third:
+            joined = page.locator(f'tr[data-member="{third.id}"]')
+            await expect(joined).to_have_count(1, timeout=SOON)
+            await expect(joined.locator("td.claimed")).not_to_have_text("0", timeout=SOON)
+            await expect(page.locator("td.owner", has_text=third.id).first).to_be_visible()
+            # Lag that the page sees rise and then fall to 0: the members hold their
+            # partitions paused while records arrive, then read them.
+            members = (first, second, third)
+            for each in members:
+                each.pause(*each.claimed)
+            await produce(topic, 30, start=60)
+            await expect(page.locator("#total-lag")).not_to_have_text("0", timeout=SOON)
+            for each in members:
+                each.resume(*each.claimed)
+            await expect(page.locator("#total-lag")).to_have_text("0", timeout=SOON)
+            await page.screenshot(path=shots / "three-members.png", full_page=True)
+        moved = page.locator("ol.changes li", has_text=f"{third.id} →")
+        await expect(moved.first).to_be_visible(timeout=SOON)
+        await expect(page.locator(f'tr[data-member="{third.id}"]')).to_have_count(0)
+        owners = await page.locator("td.owner").all_inner_texts()
+        assert set(owners) <= {first.id, second.id}
+        await page.screenshot(path=shots / "member-left.png", full_page=True)
+
+
+async def test_an_unowned_partition_shows_that_verdict(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    browser_page: Page,
+) -> None:
+    page, expect = browser_page, async_api.expect
+    topic = await make_topic(partitions=1)
+    await produce(topic, 5)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    await zk.create(layout.offset(0), b"0")
+    async with served(dashboard_of(cluster, group_name)) as url:
+        await page.goto(f"{url}/groups/{group_name}")
+        await expect(page.locator(".headline .verdict")).to_have_text("error", timeout=SOON)
+        reason = page.locator('ul.reasons li[data-status="unowned"]')
+        await expect(reason).to_contain_text(f"{topic}/0: unowned")
+        await expect(page.locator(f'tr[data-partition="{topic}/0"]')).to_contain_text("unowned")
+        await page.screenshot(path=artifacts("unowned") / "unowned.png", full_page=True)
+
+
+@contextlib.asynccontextmanager
+async def zookeeper_stopped(cluster: LocalCluster) -> AsyncIterator[None]:
+    """ZooKeeper stopped for the block, started again after it (also when it fails)."""
+    await cluster.stop_zookeeper()
+    try:
+        yield
+    finally:
+        await cluster.start_zookeeper()
+
+
+@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
+async def test_the_page_says_zookeeper_is_down_and_recovers(
+    restartable: LocalCluster, browser_page: Page
+) -> None:
+    page, expect = browser_page, async_api.expect
+    cluster = restartable
+    topic = await create_topic(cluster.bootstrap, 1)
+    group = f"dashboard-{topic}"
+    zk = ZooKeeper(cluster.zookeeper)
+    await zk.start()
+    try:
+        layout = GroupLayout(group, topic)
+        await zk.ensure_path(layout.offsets)
+        await zk.create(layout.offset(0), b"0")
+    finally:
+        await zk.close()
+    status = page.locator("#status")
+    async with served(dashboard_of(cluster, group, timeout=2.0)) as url:
+        await page.goto(f"{url}/groups/{group}")
+        await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=SOON)
+        async with zookeeper_stopped(cluster):
+            await expect(status).to_contain_text("ZooKeeper cannot be reached", timeout=30_000)
+            await expect(page.locator(f'tr[data-partition="{topic}/0"]')).to_be_visible()
+            await page.screenshot(path=artifacts("zookeeper") / "down.png", full_page=True)
+        await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=60_000)
+        await page.screenshot(path=artifacts("zookeeper") / "recovered.png", full_page=True)
