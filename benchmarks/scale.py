@@ -11,10 +11,10 @@ complete, disjoint and balanced over exactly the live members (and, for the rang
 round-robin strategies, equal to their assignment). ZooKeeper's requests are the growth of its
 ``mntr`` ``zk_packets_received`` over the rebalance (the local ZooKeeper allows ``mntr``); it
 includes the sessions' pings, a few per second for the whole group. The CPU seconds are the
-growth of the workers' own resource usage (user + system, summed over them): on a loaded 2-core
+growth of the workers' own resource usage (user + system, summed over them), less what the settled
+group spends at rest in as long (measured over a second before each change): on a loaded 2-core
 machine a wall-clock figure mostly measures the load, while CPU seconds and requests are what a
-group of one member per machine would pay. The workers answer the controller's polls too (a few
-hundred a second while it waits), which every release measured pays alike.
+group of one member per machine would pay.
 
 ``--baseline DIR`` measures, in the same run and on the same cluster, the ``aio_cluster`` package
 found in DIR first (e.g. ``git archive <commit> aio_cluster | tar -x -C DIR``), then this one,
@@ -47,6 +47,7 @@ from common import (
     RESULTS,
     bar_chart,
     create_topic,
+    delete_topic,
     fresh,
     markdown_table,
     median,
@@ -59,6 +60,8 @@ from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
 
 SETTLE_TIMEOUT = 120.0
+IDLE_WINDOW = 1.0
+"""Seconds the settled group is watched before each change, for its idle CPU rate."""
 
 
 # -- the worker: hosts members, answers commands ------------------------------------------
@@ -210,6 +213,7 @@ class Change:
     moved: int
     packets: int
     cpu: float
+    """CPU seconds of the group above its idle rate (see `measure`)."""
     member: str
 
 
@@ -230,13 +234,21 @@ async def measure(
     partitions moved from live members, the ZooKeeper packets, the group's CPU seconds and the
     member's id."""
     before = await settle(workers, args.partitions, args.strategy)
+    # The settled group's own rate (its fetch loops, the sessions' pings, answering polls as
+    # often as `settle` polls): taken off, so that the figure is what the change cost.
+    idle = await cpu(workers)
+    watched = time.perf_counter()
+    while time.perf_counter() - watched < IDLE_WINDOW:
+        await claims(workers)
+        await asyncio.sleep(0.005)
+    idle = (await cpu(workers) - idle) / (time.perf_counter() - watched)
     packets = await zookeeper_packets(zookeeper)
     used = await cpu(workers)
     start = time.perf_counter()
     reply = await at.ask(action)
     after = await settle(workers, args.partitions, args.strategy)
     elapsed = time.perf_counter() - start
-    used = await cpu(workers) - used
+    used = await cpu(workers) - used - idle * elapsed
     packets = await zookeeper_packets(zookeeper) - packets
     member = reply[0] if isinstance(reply, list) else str(reply)
     gone = member if action.startswith("leave") else None
@@ -272,6 +284,7 @@ async def run(
     finally:
         for worker in workers:
             worker.stop()
+        await delete_topic(cluster.bootstrap, topic)
     return Run(label, build, joins, leaves)
 
 
@@ -298,6 +311,7 @@ def figures(changes: list[Change]) -> list[float]:
 
 def report(args: argparse.Namespace, runs: list[Run]) -> None:
     headers = ["release", "what", "settle ms (median)", "max", "moved", "ZK packets", "CPU ms"]
+    # CPU ms: the group's, above its idle rate (see `measure`).
     ratios = len(runs) > 1
     if ratios:
         headers += ["settle ratio", "packets ratio", "CPU ratio"]
