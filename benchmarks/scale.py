@@ -12,9 +12,9 @@ round-robin strategies, equal to their assignment). ZooKeeper's requests are the
 ``mntr`` ``zk_packets_received`` over the rebalance (the local ZooKeeper allows ``mntr``); it
 includes the sessions' pings, a few per second for the whole group. The CPU seconds are the
 growth of the workers' own resource usage (user + system, summed over them), less what the settled
-group spends at rest in as long (measured over a second before each change): on a loaded 2-core
-machine a wall-clock figure mostly measures the load, while CPU seconds and requests are what a
-group of one member per machine would pay.
+group spends at rest in as long (the median of its rate over a second before each change): on a
+loaded 2-core machine a wall-clock figure mostly measures the load, while CPU seconds and
+requests are what a group of one member per machine would pay.
 
 ``--baseline DIR`` measures, in the same run and on the same cluster, the ``aio_cluster`` package
 found in DIR first (e.g. ``git archive <commit> aio_cluster | tar -x -C DIR``), then this one,
@@ -213,7 +213,9 @@ class Change:
     moved: int
     packets: int
     cpu: float
-    """CPU seconds of the group above its idle rate (see `measure`)."""
+    """CPU seconds the group spent from the change until it settled."""
+    idle: float
+    """CPU seconds a second the settled group spent just before (see `measure`)."""
     member: str
 
 
@@ -248,12 +250,12 @@ async def measure(
     reply = await at.ask(action)
     after = await settle(workers, args.partitions, args.strategy)
     elapsed = time.perf_counter() - start
-    used = await cpu(workers) - used - idle * elapsed
+    used = await cpu(workers) - used
     packets = await zookeeper_packets(zookeeper) - packets
     member = reply[0] if isinstance(reply, list) else str(reply)
     gone = member if action.startswith("leave") else None
     moved = sum(1 for p, owner in before.items() if owner != gone and after[p] != owner)
-    return Change(elapsed, moved, packets, used, member)
+    return Change(elapsed, moved, packets, used, idle, member)
 
 
 async def run(
@@ -298,15 +300,22 @@ async def main(args: argparse.Namespace) -> None:
     report(args, runs)
 
 
-def figures(changes: list[Change]) -> list[float]:
-    """Settle ms (median and max), partitions moved, ZooKeeper packets, group CPU ms (medians)."""
+def figures(changes: list[Change], idle: float) -> list[float]:
+    """Settle ms (median and max), partitions moved, ZooKeeper packets, and the group's CPU ms
+    above ``idle`` (CPU seconds a second) over the settle time (medians)."""
     return [
         median([c.seconds for c in changes]) * 1000,
         max(c.seconds for c in changes) * 1000,
         median([c.moved for c in changes]),
         median([c.packets for c in changes]),
-        median([c.cpu for c in changes]) * 1000,
+        median([c.cpu - idle * c.seconds for c in changes]) * 1000,
     ]
+
+
+def idle_rate(result: Run) -> float:
+    """The settled group's CPU seconds a second, the median of those measured before each
+    change (one window alone varies too much with a hundred members' fetch loops)."""
+    return median([c.idle for c in [*result.joins, *result.leaves]])
 
 
 def report(args: argparse.Namespace, runs: list[Run]) -> None:
@@ -321,10 +330,10 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
             (f"member {args.members + 1} joins", result.joins, runs[0].joins),
             (f"member {args.members + 1} leaves", result.leaves, runs[0].leaves),
         ):
-            mine = figures(changes)
+            mine = figures(changes, idle_rate(result))
             row = [result.label, label, *(f"{f:.0f}" for f in mine)]
             if ratios:
-                theirs = figures(base)
+                theirs = figures(base, idle_rate(runs[0]))
                 row += [f"{mine[i] / theirs[i]:.2f}" if theirs[i] else "-" for i in (0, 3, 4)]
             rows.append(row)
     strategy = args.strategy or "the default"
@@ -333,9 +342,11 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
         f"strategy {strategy}, {args.rounds} rounds, medians"
     )
     builds = ", ".join(f"{r.label} {r.build:.1f} s" for r in runs)
+    idles = ", ".join(f"{r.label} {idle_rate(r) * 1000:.0f} ms/s" for r in runs)
     print(title)
     print(table(headers, rows))
     print(f"building the group: {builds}")
+    print(f"the settled group's idle CPU (taken off the CPU ms): {idles}")
     bound = -(-args.partitions // (args.members + 1))
     print(f"targets: a join moves <= {bound} and settles < 1000 ms; a leave settles < 1000 ms")
     command = "python benchmarks/scale.py " + " ".join(sys.argv[1:])
@@ -345,7 +356,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
     (RESULTS / f"{name}.md").write_text(
         f"# Scale\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
-        + f"\n\nBuilding the group: {builds}."
+        + f"\n\nBuilding the group: {builds}. The settled group's idle CPU, taken off the"
+        f" CPU ms over each settle time: {idles}."
         + f"\n\nTargets: a join moves <= {bound} partitions and settles in < 1000 ms;"
         " a graceful leave settles in < 1000 ms.\n"
     )
