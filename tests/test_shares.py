@@ -61,6 +61,7 @@ def test_shares_cover_the_target_and_changes_lead_from_one_to_the_next(
         given_out = [p for share in shares.values() for p in share.partitions]
         assert sorted(given_out) == sorted(target.owners)
         assert [m for m, s in shares.items() if s.deputy] == list(target.present[1:2])
+        assert {s.of for s in shares.values()} == {len(target.owners)}
     nodes: dict[str, Share | None] = dict(shares_of(one))
     apply(nodes, shares_of(one), shares_of(two))
     assert nodes == shares_of(two)
@@ -77,6 +78,15 @@ def test_a_join_rewrites_only_the_shares_that_change() -> None:
     # The newcomer takes the least a balance allows (one partition): one member gives it.
     assert len(changes.changed) == 1
     assert changes.deleted == []
+
+
+def test_a_topic_that_grows_rewrites_every_share() -> None:
+    one = next_target(None, range(8), ["a", "b", "c", "d"])
+    assert one is not None
+    grown = next_target(one, range(9), ["a", "b", "c", "d"])
+    assert grown is not None
+    changes = share_changes(shares_of(one), shares_of(grown))
+    assert set(changes.changed) == {"a", "b", "c", "d"}
 
 
 def test_shares_of_unknown_content_are_all_written_again() -> None:
@@ -118,7 +128,8 @@ def test_each_member_watches_the_one_before_it() -> None:
 
 
 def test_the_encodings_round_trip_and_older_registrations_are_protocol_1() -> None:
-    assert decode_share(encode_share(7, Share((3, 1), deputy=True))) == (7, Share((1, 3), True))
+    share = Share((3, 1), deputy=True, of=4)
+    assert decode_share(encode_share(7, share)) == (7, Share((1, 3), True, 4))
     assert decode_share(encode_share(0, Share(()))) == (0, Share(()))
     target = StickyTarget(version=2, members=("a", "b"), owners={0: "a", 1: "b"})
     assert decode_target_node(encode_target(target, shares=True)) == (target, True)

@@ -141,6 +141,9 @@ async def test_a_join_wakes_only_the_members_whose_share_changes(
             assert any(not moved(before, after, g.id) for (g, _r), _m in followers), (
                 "every follower moved: the test did not show a stayer"
             )
+            # A follower knows the topic's partitions from its share, asking Kafka nothing.
+            everyone = [group for group, _requests in members] + [newcomer]
+            assert all(group.partitions == list(range(PARTITIONS)) for group in everyone)
             again = await claim_zxids(zk, layout)
             kept = [p for p in range(PARTITIONS) if after.owners[p] == before.owners[p]]
             assert {p: again[p] for p in kept} == {p: claims[p] for p in kept}, (

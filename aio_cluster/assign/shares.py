@@ -40,10 +40,14 @@ class Share:
         deputy: the member is the second oldest the target counts (present): it watches the
             registrations too, to publish in a stuck leader's place and to lead at once when
             the leader goes.
+        of: how many partitions the target covers, numbered 0 to ``of - 1`` as Kafka numbers a
+            topic's: a member that follows its share knows the topic's partitions from it. A
+            topic that grows changes every share, so every member hears of it.
     """
 
     partitions: tuple[int, ...]
     deputy: bool = False
+    of: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,9 @@ def shares_of(target: StickyTarget) -> dict[str, Share]:
         lists.setdefault(owner, []).append(partition)
     present = target.present
     deputy = present[1] if len(present) > 1 else None
+    of = len(target.owners)
     return {
-        member: Share(tuple(sorted(partitions)), member == deputy)
+        member: Share(tuple(sorted(partitions)), member == deputy, of)
         for member, partitions in lists.items()
     }
 

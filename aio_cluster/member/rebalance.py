@@ -342,6 +342,7 @@ class Rebalancer:
             state.shared = False
             return {k for k in self._claims if self._keys.topic(k) == state.name}, False
         state.shared = True
+        state.partitions = list(range(share.of))
         if share.deputy:
             self._deputy = True
             self.request()

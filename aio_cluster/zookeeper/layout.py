@@ -384,10 +384,14 @@ def decode_target_node(data: bytes) -> tuple[StickyTarget, bool]:
 
 
 def encode_share(version: int, share: Share) -> bytes:
-    """A share node's data: the member's partitions, whether it deputizes, and the version of
-    the target that last changed them (for the logs; a share is rewritten only when it
-    changes)."""
-    doc: dict[str, object] = {"version": version, "partitions": list(share.partitions)}
+    """A share node's data: the member's partitions, how many the topic has, whether it
+    deputizes, and the version of the target that last changed them (for the logs; a share is
+    rewritten only when it changes)."""
+    doc: dict[str, object] = {
+        "version": version,
+        "partitions": list(share.partitions),
+        "of": share.of,
+    }
     if share.deputy:
         doc["deputy"] = True
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -403,15 +407,16 @@ def decode_share(data: bytes) -> tuple[int, Share]:
         doc = json.loads(data)
         version = doc["version"]
         partitions = doc["partitions"]
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise TypeError(version)
+        of = doc["of"]
+        if any(isinstance(n, bool) or not isinstance(n, int) for n in (version, of)):
+            raise TypeError(version, of)
         if not isinstance(partitions, list) or any(
             isinstance(p, bool) or not isinstance(p, int) for p in partitions
         ):
             raise TypeError(partitions)
     except (ValueError, KeyError, TypeError) as exc:
         raise CoordinationError(f"share {data[:80]!r} is not valid JSON") from exc
-    return version, Share(tuple(sorted(partitions)), doc.get("deputy") is True)
+    return version, Share(tuple(sorted(partitions)), doc.get("deputy") is True, of)
 
 
 def decode_offset(path: str, data: bytes) -> int:
