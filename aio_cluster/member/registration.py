@@ -260,9 +260,14 @@ class Registrar:
         after it, not the group."""
         self._on_predecessor = changed
         for member in sorted(set(members) - self._watched):
-            self._watched.add(member)
+            self._watched.add(member)  # before the watch is set: it may fire at once
             path = self._layout.member(member)
-            if await self._zk.exists(path, watch=self._predecessor_changed) is None:
+            try:
+                stat = await self._zk.exists(path, watch=self._predecessor_changed)
+            except CoordinationError:
+                self._watched.discard(member)  # set again at the next rebalance
+                raise
+            if stat is None:
                 self._predecessor_changed()
                 return
 
