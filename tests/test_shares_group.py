@@ -176,3 +176,29 @@ async def test_the_leaders_departure_wakes_its_deputy_and_names_the_next(
             "the youngest read the registrations or the whole target"
         )
         assert deputy.claimed, "the new leader holds nothing"
+
+
+async def test_a_share_deleted_by_hand_keeps_its_partitions_and_is_written_again(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(PARTITIONS)
+    layout = GroupLayout(group_name, topic)
+    async with group_of(cluster, group_name, topic, 4) as members:
+        ids = [group.id for group, _requests in members]
+        await wait_until(lambda: settled_on(zk, layout, ids), what="four settle")
+        third = members[2][0]
+        held = sorted(third.claimed)
+        claims = await claim_zxids(zk, layout)
+        rebalances = third._member.membership.rebalances
+        await zk.delete(layout.share(third.id))
+        await wait_until(
+            lambda: third._member.membership.rebalances > rebalances, what="the third rebalances"
+        )
+        assert sorted(third.claimed) == held, "a member lost its partitions with its share"
+        assert await claim_zxids(zk, layout) == claims
+        # The next change that touches the missing share (here its member's leave) fails the
+        # leader's transaction: it lists the shares and writes them all.
+        await third.close()
+        await wait_until(
+            lambda: settled_on(zk, layout, [ids[0], ids[1], ids[3]]), what="three settle"
+        )

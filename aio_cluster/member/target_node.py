@@ -161,10 +161,12 @@ class TargetNode:
                 try:
                     version = await self._write(target, read_version, published if shared else None)
                 except (BadVersionError, NodeExistsError, NoNodeError):
-                    # Another publisher wrote first, or a share node is not where the target
-                    # says: read again, and list the shares should the target be the same.
+                    # Another publisher wrote first, or a share node (or a parent) is not where
+                    # this member believed: read again, and list the shares (and make sure of
+                    # the parents) should the target be the same.
                     log.info("member %s: target changed while publishing", self._member)
                     self._doubted = read_version
+                    self._parents_made = False
                     continue
                 log.info(
                     "member %s published target version %d for %d members",
