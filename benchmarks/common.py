@@ -60,6 +60,17 @@ async def create_topic(bootstrap: str, partitions: int) -> str:
     return name
 
 
+async def delete_topic(bootstrap: str, name: str) -> None:
+    """Delete a topic a benchmark made: a shared cluster keeps a file open for each partition,
+    and a broker past its open-files limit dies."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
+    await admin.start()
+    try:
+        await admin.delete_topics([name], timeout_ms=120_000)
+    finally:
+        await admin.close()
+
+
 def _check(errors: Sequence[Sequence[object]], what: str) -> None:
     for error in errors:
         if error[1]:

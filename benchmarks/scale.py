@@ -1,6 +1,7 @@
 """Rebalancing at scale: P partitions, M members spread over several processes; the time until
 the group settles after one more member joins and after it leaves gracefully, the partitions
-that changed owner, and the requests ZooKeeper received meanwhile.
+that changed owner, the requests ZooKeeper received and the CPU seconds the group spent
+meanwhile, and the time to build the group.
 
 The members live in ``--processes`` worker processes (each an asyncio loop hosting its share of
 the members, driven by commands on its stdin), so the group coordinates across processes as it
@@ -9,14 +10,22 @@ ZooKeeper, so that its own reads do not count: the group has settled when the cl
 complete, disjoint and balanced over exactly the live members (and, for the range and
 round-robin strategies, equal to their assignment). ZooKeeper's requests are the growth of its
 ``mntr`` ``zk_packets_received`` over the rebalance (the local ZooKeeper allows ``mntr``); it
-includes the sessions' pings, a few per second for the whole group.
+includes the sessions' pings, a few per second for the whole group. The CPU seconds are the
+growth of the workers' own resource usage (user + system, summed over them), less what the settled
+group spends at rest in as long (the median of its rate over a second before each change): on a
+loaded 2-core machine a wall-clock figure mostly measures the load, while CPU seconds and
+requests are what a group of one member per machine would pay.
+
+``--baseline DIR`` measures, in the same run and on the same cluster, the ``aio_cluster`` package
+found in DIR first (e.g. ``git archive <commit> aio_cluster | tar -x -C DIR``), then this one,
+and gives each figure's ratio to the baseline's.
 
 Targets (issue 7): with 1,000 partitions and 20 members, the 21st member's join moves at most
 ceil(1000/21) = 48 partitions and settles in under 1 s; a graceful leave settles in under 1 s.
 Results go to ``benchmarks/results/scale.md`` and ``scale.png``.
 
     python benchmarks/scale.py [--partitions P] [--members M] [--processes N] [--rounds R]
-        [--strategy NAME] [--log FILE]
+        [--strategy NAME] [--log FILE] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -25,15 +34,20 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import resource
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from common import (
     RESULTS,
     bar_chart,
     create_topic,
+    delete_topic,
     fresh,
     markdown_table,
     median,
@@ -46,6 +60,8 @@ from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
 
 SETTLE_TIMEOUT = 120.0
+IDLE_WINDOW = 1.0
+"""Seconds the settled group is watched before each change, for its idle CPU rate."""
 
 
 # -- the worker: hosts members, answers commands ------------------------------------------
@@ -91,6 +107,9 @@ async def serve(args: argparse.Namespace) -> None:
                 answer(argument)
             elif command == "status":
                 answer({member_id: m.claimed for member_id, m in members.items()})
+            elif command == "cpu":
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                answer(usage.ru_utime + usage.ru_stime)
     finally:
         await asyncio.gather(*(member.close() for member in members.values()))
 
@@ -99,7 +118,14 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 class Worker:
-    def __init__(self, args: argparse.Namespace, cluster: LocalCluster, topic: str, group: str):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cluster: LocalCluster,
+        topic: str,
+        group: str,
+        release: Path | None,
+    ):
         command = [
             sys.executable,
             __file__,
@@ -117,8 +143,12 @@ class Worker:
             command += ["--strategy", args.strategy]
         if args.log:
             command += ["--log", args.log]
+        env = None
+        if release is not None:
+            paths = [str(release), *filter(None, [os.environ.get("PYTHONPATH")])]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env
         )
         self.members: list[str] = []
 
@@ -136,6 +166,12 @@ class Worker:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait(timeout=60)
+
+
+async def cpu(workers: Sequence[Worker]) -> float:
+    """The CPU seconds the workers used so far, summed."""
+    used = await asyncio.gather(*(w.ask("cpu") for w in workers))
+    return sum(float(str(seconds)) for seconds in used)
 
 
 async def claims(workers: Sequence[Worker]) -> dict[str, list[int]]:
@@ -169,78 +205,148 @@ async def settle(
         await asyncio.sleep(0.005)
 
 
+@dataclass(frozen=True)
+class Change:
+    """One join or leave, measured."""
+
+    seconds: float
+    moved: int
+    packets: int
+    cpu: float
+    """CPU seconds the group spent from the change until it settled."""
+    idle: float
+    """CPU seconds a second the settled group spent just before (see `measure`)."""
+    member: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One release's figures."""
+
+    label: str
+    build: float
+    joins: list[Change]
+    leaves: list[Change]
+
+
 async def measure(
     args: argparse.Namespace, workers: Sequence[Worker], zookeeper: str, action: str, at: Worker
-) -> tuple[float, int, int, str]:
+) -> Change:
     """Run ``action`` ("join 1" or "leave <id>") on a worker; return the seconds to settle, the
-    partitions moved from live members, the ZooKeeper packets, and the member's id."""
+    partitions moved from live members, the ZooKeeper packets, the group's CPU seconds and the
+    member's id."""
     before = await settle(workers, args.partitions, args.strategy)
+    # The settled group's own rate (its fetch loops, the sessions' pings, answering polls as
+    # often as `settle` polls): taken off, so that the figure is what the change cost.
+    idle = await cpu(workers)
+    watched = time.perf_counter()
+    while time.perf_counter() - watched < IDLE_WINDOW:
+        await claims(workers)
+        await asyncio.sleep(0.005)
+    idle = (await cpu(workers) - idle) / (time.perf_counter() - watched)
     packets = await zookeeper_packets(zookeeper)
+    used = await cpu(workers)
     start = time.perf_counter()
     reply = await at.ask(action)
     after = await settle(workers, args.partitions, args.strategy)
     elapsed = time.perf_counter() - start
+    used = await cpu(workers) - used
     packets = await zookeeper_packets(zookeeper) - packets
     member = reply[0] if isinstance(reply, list) else str(reply)
     gone = member if action.startswith("leave") else None
     moved = sum(1 for p, owner in before.items() if owner != gone and after[p] != owner)
-    return elapsed, moved, packets, member
+    return Change(elapsed, moved, packets, used, idle, member)
+
+
+async def run(
+    args: argparse.Namespace, cluster: LocalCluster, release: Path | None, label: str
+) -> Run:
+    """Build a group of the release in ``release`` (None: this one) on a fresh topic, then
+    measure its joins and leaves."""
+    topic = await create_topic(cluster.bootstrap, args.partitions)
+    group = fresh("scale")
+    workers = [Worker(args, cluster, topic, group, release) for _ in range(args.processes)]
+    try:
+        started = time.perf_counter()
+        for index in range(args.members):  # one after another: a realistic group's history
+            await workers[index % len(workers)].ask("join 1")
+        await settle(workers, args.partitions, args.strategy)
+        build = time.perf_counter() - started
+        joins: list[Change] = []
+        leaves: list[Change] = []
+        for round_ in range(args.rounds):
+            at = workers[round_ % len(workers)]
+            joins.append(await measure(args, workers, cluster.zookeeper, "join 1", at))
+            member = joins[-1].member
+            leaves.append(await measure(args, workers, cluster.zookeeper, f"leave {member}", at))
+            print(
+                f"{time.strftime('%H:%M:%S')} {label} round {round_ + 1}: "
+                f"join {joins[-1]} leave {leaves[-1]}"
+            )
+    finally:
+        for worker in workers:
+            worker.stop()
+        await delete_topic(cluster.bootstrap, topic)
+    return Run(label, build, joins, leaves)
 
 
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.ERROR)
     async with LocalCluster() as cluster:
-        topic = await create_topic(cluster.bootstrap, args.partitions)
-        group = fresh("scale")
-        workers = [Worker(args, cluster, topic, group) for _ in range(args.processes)]
-        try:
-            for index in range(args.members):  # one after another: a realistic group's history
-                await workers[index % len(workers)].ask("join 1")
-            await settle(workers, args.partitions, args.strategy)
-            joins, leaves = [], []
-            for round_ in range(args.rounds):
-                at = workers[round_ % len(workers)]
-                joins.append(await measure(args, workers, cluster.zookeeper, "join 1", at))
-                member = joins[-1][3]
-                leaves.append(
-                    await measure(args, workers, cluster.zookeeper, f"leave {member}", at)
-                )
-                print(
-                    f"{time.strftime('%H:%M:%S')} round {round_ + 1}: "
-                    f"join {joins[-1][:3]} leave {leaves[-1][:3]}"
-                )
-        finally:
-            for worker in workers:
-                worker.stop()
-    report(args, joins, leaves)
+        runs = []
+        if args.baseline:
+            runs.append(await run(args, cluster, Path(args.baseline), "baseline"))
+        runs.append(await run(args, cluster, None, "this version"))
+    report(args, runs)
 
 
-def report(
-    args: argparse.Namespace,
-    joins: list[tuple[float, int, int, str]],
-    leaves: list[tuple[float, int, int, str]],
-) -> None:
-    headers = ["what", "settle ms (median)", "max", "partitions moved", "ZooKeeper packets"]
-    rows = [
-        [
-            label,
-            f"{median([r[0] for r in runs]) * 1000:.0f}",
-            f"{max(r[0] for r in runs) * 1000:.0f}",
-            f"{median([r[1] for r in runs]):.0f}",
-            f"{median([r[2] for r in runs]):.0f}",
-        ]
-        for label, runs in (
-            (f"member {args.members + 1} joins", joins),
-            (f"member {args.members + 1} leaves", leaves),
-        )
+def figures(changes: list[Change], idle: float) -> list[float]:
+    """Settle ms (median and max), partitions moved, ZooKeeper packets, and the group's CPU ms
+    above ``idle`` (CPU seconds a second) over the settle time (medians)."""
+    return [
+        median([c.seconds for c in changes]) * 1000,
+        max(c.seconds for c in changes) * 1000,
+        median([c.moved for c in changes]),
+        median([c.packets for c in changes]),
+        median([c.cpu - idle * c.seconds for c in changes]) * 1000,
     ]
+
+
+def idle_rate(result: Run) -> float:
+    """The settled group's CPU seconds a second, the median of those measured before each
+    change (one window alone varies too much with a hundred members' fetch loops)."""
+    return median([c.idle for c in [*result.joins, *result.leaves]])
+
+
+def report(args: argparse.Namespace, runs: list[Run]) -> None:
+    headers = ["release", "what", "settle ms (median)", "max", "moved", "ZK packets", "CPU ms"]
+    # CPU ms: the group's, above its idle rate (see `measure`).
+    ratios = len(runs) > 1
+    if ratios:
+        headers += ["settle ratio", "packets ratio", "CPU ratio"]
+    rows = []
+    for result in runs:
+        for label, changes, base in (
+            (f"member {args.members + 1} joins", result.joins, runs[0].joins),
+            (f"member {args.members + 1} leaves", result.leaves, runs[0].leaves),
+        ):
+            mine = figures(changes, idle_rate(result))
+            row = [result.label, label, *(f"{f:.0f}" for f in mine)]
+            if ratios:
+                theirs = figures(base, idle_rate(runs[0]))
+                row += [f"{mine[i] / theirs[i]:.2f}" if theirs[i] else "-" for i in (0, 3, 4)]
+            rows.append(row)
     strategy = args.strategy or "the default"
     title = (
         f"{args.partitions} partitions, {args.members} members in {args.processes} processes, "
         f"strategy {strategy}, {args.rounds} rounds, medians"
     )
+    builds = ", ".join(f"{r.label} {r.build:.1f} s" for r in runs)
+    idles = ", ".join(f"{r.label} {idle_rate(r) * 1000:.0f} ms/s" for r in runs)
     print(title)
     print(table(headers, rows))
+    print(f"building the group: {builds}")
+    print(f"the settled group's idle CPU (taken off the CPU ms): {idles}")
     bound = -(-args.partitions // (args.members + 1))
     print(f"targets: a join moves <= {bound} and settles < 1000 ms; a leave settles < 1000 ms")
     command = "python benchmarks/scale.py " + " ".join(sys.argv[1:])
@@ -250,13 +356,15 @@ def report(
     (RESULTS / f"{name}.md").write_text(
         f"# Scale\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
+        + f"\n\nBuilding the group: {builds}. The settled group's idle CPU, taken off the"
+        f" CPU ms over each settle time: {idles}."
         + f"\n\nTargets: a join moves <= {bound} partitions and settles in < 1000 ms;"
         " a graceful leave settles in < 1000 ms.\n"
     )
     bar_chart(
         RESULTS / f"{name}.png",
-        [row[0] for row in rows],
-        [median([r[0] for r in runs]) * 1000 for runs in (joins, leaves)],
+        [f"{row[0]}: {row[1]}" for row in rows],
+        [float(row[2]) for row in rows],
         "milliseconds to settle (median)",
         title,
     )
@@ -273,6 +381,11 @@ def parse() -> argparse.Namespace:
         "--log",
         help="append the members' INFO logs, timestamped, to this file (to see where a "
         "rebalance spends its time)",
+    )
+    parser.add_argument(
+        "--baseline",
+        help="a directory holding another release's aio_cluster package: measured first, in "
+        "the same run, and each figure given as a ratio to it",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)

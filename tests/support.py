@@ -306,11 +306,18 @@ class Worker:
         name: str | None = None,
         grace: float = 0.0,
         zookeeper: str | None = None,
+        release: Path | None = None,
     ) -> None:
         """Start the member process and wait for it to join; ``name`` and ``grace`` make it a
         named member (``member_name``, ``rejoin_grace``); ``zookeeper`` is the address it is
-        given for ZooKeeper (a `aio_cluster.local.FaultProxy`'s; default the cluster's)."""
+        given for ZooKeeper (a `aio_cluster.local.FaultProxy`'s; default the cluster's);
+        ``release`` is a directory holding another release's ``aio_cluster`` to run instead of
+        this one (a mixed group)."""
         named = [] if name is None else [name, str(grace)]
+        env = None
+        if release is not None:
+            paths = [str(release), *filter(None, [os.environ.get("PYTHONPATH")])]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         self.mode = mode
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -324,6 +331,7 @@ class Worker:
             str(session),
             *named,
             stdout=asyncio.subprocess.PIPE,
+            env=env,
         )
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), 60)

@@ -84,6 +84,7 @@ PURE = [
     "config.py",
     "assign/strategies.py",
     "assign/subscription.py",
+    "assign/shares.py",
     "assign/target.py",
     "zookeeper/layout.py",
     "cli/plans.py",

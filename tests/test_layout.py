@@ -73,7 +73,7 @@ def test_bad_names_are_refused_with_the_name(bad: str) -> None:
         GroupLayout(bad, "topic")
 
 
-def test_member_data_is_the_classic_json_plus_strategy() -> None:
+def test_member_data_is_the_classic_json_plus_strategy_and_protocol() -> None:
     doc = json.loads(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert doc == {
         "version": 1,
@@ -81,6 +81,7 @@ def test_member_data_is_the_classic_json_plus_strategy() -> None:
         "pattern": "static",
         "timestamp": "1234",
         "assignment": "roundrobin",
+        "protocol": 2,
     }
     info = decode_registration(encode_registration("t", Strategy.ROUND_ROBIN, 1234))
     assert info.topics == {"t"}

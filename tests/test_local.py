@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import resource
 import signal
 import socket
 import sys
@@ -20,6 +21,7 @@ from kazoo.retry import KazooRetry
 
 from aio_cluster import ConfigurationError, LocalClusterError
 from aio_cluster.local import LocalCluster, docker, jars
+from aio_cluster.local import process as process_module
 
 from support import create_topic, fresh, running, wait_until
 
@@ -242,6 +244,8 @@ async def test_cli_up_and_down(own_cache: Path, monkeypatch: pytest.MonkeyPatch)
         assert await asyncio.wait_for(process.wait(), 30) == 0
         assert process.stdout is not None
         assert await process.stdout.read() == b"", "up printed more than the two export lines"
+        said = text_of(own_cache.parent / "up.err")
+        assert f"holds about {process_module.partitions_held():,} partitions" in said, said
         assert await closed(bootstrap)
         assert await closed(zookeeper)
     code, errors = await down(own_cache)
@@ -416,3 +420,17 @@ async def test_docker_where_no_java(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert await consume(bootstrap, topic, 1) == [b"in a container"]
         assert await port_open(cluster.zookeeper)
     assert await closed(bootstrap)
+
+
+@pytest.mark.asyncio
+async def test_a_server_may_open_as_many_files_as_the_hard_limit_allows(tmp_path: Path) -> None:
+    """Kafka keeps a file open per partition: the launcher raises each child's soft limit."""
+    log = tmp_path / "limit.log"
+    child = process_module.Child("shell", ["sh", "-c", "ulimit -Sn"], log)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))  # a low soft limit
+    try:
+        await child.run(asyncio.get_running_loop().time() + 30)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert int(log.read_text()) == hard == process_module.open_files_limit()

@@ -9,7 +9,7 @@ import contextlib
 import gc
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
-from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.client import Delete, Op, Stat, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
 
 from support import closable, fresh, topic_known, wait_until
@@ -168,8 +168,10 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
             await wait_until(lambda: sum(seen[(later, f"b{i}")] for i in range(3)) == 3)
             assert group.topics == sorted([first, later])
 
-            # A deleted topic's partitions are released, its target goes, without an error.
+            # A deleted topic's partitions are released, its target and shares go, without an
+            # error.
             target = GroupLayout(group_name, first).assignment
+            shares = GroupLayout(group_name, first).shares
             assert await zk.exists(target) is not None
             await admin.delete_topics([first])
             await wait_until(lambda: gone(admin, first), what="the topic deleted")
@@ -180,6 +182,7 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
             await wait_until(
                 lambda: _absent(zk, target), what="the deleted topic's target node removed"
             )
+            await wait_until(lambda: _absent(zk, shares), what="the deleted topic's shares removed")
             await send(producer, later, ["b3"])
             await wait_until(lambda: seen[(later, "b3")] == 1, what="reading on after the delete")
             assert not task.done()
@@ -458,19 +461,20 @@ async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
         data, _stat = await zk.get(target)
         written: list[int] = []
         tried = asyncio.Event()
-        delete = group._member.zk.delete
+        transaction = group._member.zk.transaction
 
-        async def written_first(path: str, *, version: int = -1) -> None:
-            if path != target:
-                return await delete(path, version=version)
-            # Another leader's write lands between this member's last read and its delete.
+        async def written_first(ops: Sequence[Op]) -> list[Stat | None]:
+            if not (ops and isinstance(ops[0], Delete) and ops[0].path == target):
+                return await transaction(ops)
+            # Another leader's write lands between this member's last read and its delete (of
+            # the target and its shares, in one transaction).
             written.append((await zk.set(target, data)).version)
             try:
-                await delete(path, version=version)
+                return await transaction(ops)
             finally:
                 tried.set()
 
-        monkeypatch.setattr(group._member.zk, "delete", written_first)
+        monkeypatch.setattr(group._member.zk, "transaction", written_first)
         await admin.delete_topics([topic])
         await wait_until(lambda: gone(admin, topic), what="the topic deleted")
         await wait_until(tried.is_set, what="the member deleting the deleted topic's target")

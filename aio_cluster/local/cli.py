@@ -121,6 +121,13 @@ async def _up(state: Path, kafka_port: int | None, zookeeper_port: int | None) -
             )
             print(f"export {env.BOOTSTRAP_VAR}={cluster.bootstrap}")
             print(f"export {env.ZOOKEEPER_VAR}={cluster.zookeeper}", flush=True)
+            if cluster.mode == "java":
+                print(
+                    f"aio-cluster-local: Kafka may open {process.open_files_limit():,} files: it "
+                    f"holds about {process.partitions_held():,} partitions (raise the hard "
+                    "limit, ulimit -Hn, for more)",
+                    file=sys.stderr,
+                )
             await asyncio.Event().wait()  # until a signal cancels this task
     except asyncio.CancelledError:
         pass  # Ctrl-C, SIGTERM or `down`: the cluster has stopped

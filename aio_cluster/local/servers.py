@@ -107,10 +107,13 @@ class JavaServers:
         kafka_jars = await jars.resolve_jars(cache_dir, "kafka")
         zookeeper_jars = await jars.resolve_jars(cache_dir, "zookeeper")
         _log.info(
-            "starting ZooKeeper on %s and Kafka on %s (data in %s)",
+            "starting ZooKeeper on %s and Kafka on %s (data in %s); each may open %d files: "
+            "a broker holds about %d partitions (it keeps one or two files open for each)",
             self._ports.connect,
             self._ports.bootstrap,
             self._data,
+            process.open_files_limit(),
+            process.partitions_held(),
         )
         self.zookeepers = [
             self._zookeeper(index, zookeeper_jars) for index in range(len(self._ports.zookeeper))

@@ -4,7 +4,10 @@ assignment gives it, releases the others and claims the new ones in ZooKeeper.
 Each topic is assigned on its own, among the members whose subscriptions read it, oldest first:
 with the sticky strategy each topic has its own published target and its own leader (the oldest
 member reading it), so joins and leaves move the fewest partitions per topic; a many-topic member
-computes the targets it leads in turns (`_Turns`), so that the members' totals balance.
+computes the targets it leads in turns (`_Turns`), so that the members' totals balance. A sticky
+member that neither leads nor deputizes any of its topics follows its shares instead: it reads
+no registration and no whole target, and wakes when its share changes or its predecessor goes
+(`aio_cluster.assign.shares`).
 Partitions are known by key (`aio_cluster.kafka.topics.TopicKeys`; a one-topic member's keys are
 its partition ids).
 
@@ -24,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..assign.shares import predecessor, watches_registrations
 from ..assign.strategies import Strategy, assign
 from ..assign.target import StickyTarget
 from ..errors import (
@@ -44,7 +48,7 @@ from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .partitions import PartitionStates
-from .registration import RETRY_DELAY, Registrar
+from .registration import RETRY_DELAY, Members, Registrar
 from .topics import Topics, TopicState
 
 if TYPE_CHECKING:
@@ -160,6 +164,13 @@ class Rebalancer:
         self._in_target = False
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
+        self._follows_shares = strategy is Strategy.STICKY
+        """Whether this member follows its shares (see the module): it then reads the
+        registrations without a watch, and only when they may be stale. A newcomer starts so,
+        and watches them from its first rebalance on when it leads or deputizes."""
+        self._deputy = False
+        """Whether a share read last named this member the deputy: it watches the
+        registrations from its next rebalance on."""
         self.lock = asyncio.Lock()
         """Held by a rebalance: one runs at a time, so claims and releases never interleave."""
         self._requested = asyncio.Event()
@@ -288,17 +299,54 @@ class Rebalancer:
     async def _target(self) -> set[PartitionKey]:
         """The keys of every partition the assignment gives this member now, over the topics
         it reads (and whether the assignment counts this member, in ``_in_target``)."""
-        members = await self._registration.check_in(self.request)
+        watching = not self._follows_shares
+        members = await self._registration.check_in(self.request if watching else None)
+        states = await self._topics.current()
+        readers = self._readers(members, states)
+        if self._strategy is Strategy.STICKY:
+            self._follows_shares = not self._deputy and not watches_registrations(
+                self._id,
+                [m for m, _ in sorted(members.items(), key=lambda item: item[1][1])],
+                {member: info.protocol for member, (info, _czxid) in members.items()},
+                [readers[s.name] for s in states],
+            )
+            self._deputy = False
+            if not self._follows_shares and not watching:
+                # It leads or deputizes now: read them again, watching from now on.
+                members = await self._registration.check_in(self.request)
+                readers = self._readers(members, states)
+        if self._follows_shares:
+            found = await asyncio.gather(*(self._share_of_topic(s) for s in states))
+            await self._registration.watch_predecessors(
+                {p for s in states if (p := predecessor(self._id, readers[s.name]))},
+                self.request,
+            )
+        else:
+            found = await self._targets(members, states, readers)
+        target: set[PartitionKey] = set()
+        self._in_target = True
+        for keys, counted in found:
+            target |= keys
+            self._in_target = self._in_target and counted
+        return target
+
+    def _readers(self, members: Members, states: list[TopicState]) -> dict[str, list[str]]:
+        """topic -> the members of this strategy that read it, oldest first."""
         ordered = [
             (member, info)
             for member, (info, _czxid) in sorted(members.items(), key=lambda item: item[1][1])
             if info.strategy == self._strategy
         ]
-        states = await self._topics.current()
-        readers = {
+        return {
             state.name: [member for member, info in ordered if info.subscribes(state.name)]
             for state in states
         }
+
+    async def _targets(
+        self, members: Members, states: list[TopicState], readers: Mapping[str, list[str]]
+    ) -> list[tuple[set[PartitionKey], bool]]:
+        """Each topic's keys for this member and whether it is counted, from the whole targets
+        (or the assignment of a strategy other than sticky)."""
         sticky = self._strategy is Strategy.STICKY
         led = [s.name for s in states if sticky and readers[s.name][:1] == [self._id]]
         read = self._topics.states
@@ -309,15 +357,27 @@ class Rebalancer:
             for member, (info, _czxid) in members.items()
             if info.rejoin_grace
         }
-        found = await asyncio.gather(
+        return await asyncio.gather(
             *(self._target_of_topic(s, readers[s.name], graces, turns) for s in states)
         )
-        target: set[PartitionKey] = set()
-        self._in_target = True
-        for keys, counted in found:
-            target |= keys
-            self._in_target = self._in_target and counted
-        return target
+
+    async def _share_of_topic(self, state: TopicState) -> tuple[set[PartitionKey], bool]:
+        """The keys of one topic this member should own by its share, and whether the target
+        counts it. With no share, it keeps what it owns (as with no target); a share that went
+        may mean its registration went behind its back, so the registrations are read again."""
+        state.leading = False
+        share = await state.target.follow_share(self.request)
+        if share is None:
+            if state.shared:
+                self._registration.stale()
+            state.shared = False
+            return {k for k in self._claims if self._keys.topic(k) == state.name}, False
+        state.shared = True
+        state.partitions = list(range(share.of))
+        if share.deputy:
+            self._deputy = True
+            self.request()
+        return set(self._keys.keys(state.name, share.partitions)), True
 
     async def _target_of_topic(
         self,

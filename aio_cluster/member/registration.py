@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from ..assign.strategies import Strategy
@@ -94,6 +94,12 @@ class Registrar:
         self._members: Members = {}
         self._ids_read: tuple[frozenset[str], int] | None = None
         """The registration names last listed, and the ``ids`` node's child version then."""
+        self._stale = True
+        """Whether the members known may miss a change no watch told of: a member that does
+        not watch the registrations reads them again at its next `check_in()` then."""
+        self._watched: set[str] = set()
+        """The members whose registration this member watches (its predecessors)."""
+        self._on_predecessor: Callable[[], None] | None = None
 
     async def prepare(self, also: Callable[[], Awaitable[object]]) -> None:
         """Before registering: the group's paths exist (and ``also``'s, made meanwhile: the
@@ -139,9 +145,13 @@ class Registrar:
                 log.warning("member %s: joining: %s; trying again", self._id, exc)
             await asyncio.sleep(RETRY_DELAY)
 
-    async def check_in(self, watch: Callable[[], None]) -> Members:
+    async def check_in(self, watch: Callable[[], None] | None) -> Members:
         """The live members, this one among them: registers it (again) where this session has
         no registration; ``watch`` is called at the next change of the members.
+
+        With no ``watch`` (a member that follows its share), the members known are returned
+        without a request unless they may be stale (`stale()`, a predecessor gone, a new
+        session): such a member learns of changes from its share and its predecessor.
 
         Raises:
             MemberReplacedError: another member holds this member's name now.
@@ -149,7 +159,10 @@ class Registrar:
         """
         if self._session != self._zk.session_id:
             await self.register()
+        if watch is None and not self._stale:
+            return self._members
         members = await self.read_members(watch)
+        self._stale = False
         mine = members.get(self._id)
         if self._named and mine is not None and mine[1] != self._czxid:
             # Another member took the name: its registration replaced ours. (One that is only
@@ -231,6 +244,37 @@ class Registrar:
     def lost(self) -> None:
         """The session expired, and this member's registration with it."""
         self._session = None
+        self.stale()
+
+    def stale(self) -> None:
+        """The members known may be out of date: the next `check_in()` reads them."""
+        self._stale = True
+        self._watched.clear()
+
+    async def watch_predecessors(
+        self, members: Collection[str], changed: Callable[[], None]
+    ) -> None:
+        """Watch the registrations of ``members`` (each once, until one changes): when one
+        goes, the members known are stale and ``changed`` runs. One already gone runs it at
+        once. As in ZooKeeper's leader-election recipe, a member's departure wakes the member
+        after it, not the group."""
+        self._on_predecessor = changed
+        for member in sorted(set(members) - self._watched):
+            self._watched.add(member)  # before the watch is set: it may fire at once
+            path = self._layout.member(member)
+            try:
+                stat = await self._zk.exists(path, watch=self._predecessor_changed)
+            except CoordinationError:
+                self._watched.discard(member)  # set again at the next rebalance
+                raise
+            if stat is None:
+                self._predecessor_changed()
+                return
+
+    def _predecessor_changed(self) -> None:
+        self.stale()
+        if self._on_predecessor is not None:
+            self._on_predecessor()
 
     async def delete(self) -> None:
         """Delete this member's registration, unless it is not this session's any more (a named

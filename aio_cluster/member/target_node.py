@@ -1,23 +1,41 @@
-"""The sticky strategy's I/O: reading the published target, and publishing the next one.
+"""The sticky strategy's I/O: reading the published target, publishing the next one with its
+members' shares, and reading one member's share.
 
-The design (why one member publishes and everyone follows, and why no partition can be owned
-twice) is in docs/concepts.md ("The published sticky target"); this module only moves targets
-in and out of their node.
+The design (why one member publishes and everyone follows, why most members read only their
+share, and why no partition can be owned twice) is in docs/concepts.md ("The published sticky
+target"); this module only moves targets and shares in and out of their nodes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
+from ..assign.shares import Share, share_changes, shares_of
 from ..assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
 from ..errors import CoordinationError
-from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
-from ..zookeeper.layout import GroupLayout, decode_target, encode_target
+from ..zookeeper.client import (
+    BadVersionError,
+    Create,
+    Delete,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetData,
+    ZooKeeper,
+)
+from ..zookeeper.layout import (
+    GroupLayout,
+    decode_share,
+    decode_target_node,
+    encode_share,
+    encode_target,
+)
 
 __all__ = ["Balance", "TargetNode"]
 
@@ -66,6 +84,11 @@ class TargetNode:
         self._timer: asyncio.TimerHandle | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
         """The publisher's wake-up at the end of the earliest grace of its target."""
+        self._parents_made = False
+        """Whether the parents of the target and share nodes were made sure of (on a write)."""
+        self._doubted: int | None = None
+        """The version of the target node whose share nodes a failed write found out of step
+        (a tool deleted one): the next write lists them instead of trusting the target."""
 
     async def follow(
         self,
@@ -107,7 +130,7 @@ class TargetNode:
             leading = leader(members) == self._member
             # The leader watches only after its own write, so that write wakes nobody but the
             # followers.
-            published, read_version = await self._read(None if leading else on_change)
+            published, read_version, shared = await self._read(None if leading else on_change)
             if published is not None:
                 self._last_version = max(self._last_version, published.version)
             if not leading:
@@ -136,9 +159,14 @@ class TargetNode:
             version = read_version
             if target is not None:
                 try:
-                    version = await self._write(target, read_version)
-                except (BadVersionError, NodeExistsError):
+                    version = await self._write(target, read_version, published if shared else None)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    # Another publisher wrote first, or a share node (or a parent) is not where
+                    # this member believed: read again, and list the shares (and make sure of
+                    # the parents) should the target be the same.
                     log.info("member %s: target changed while publishing", self._member)
+                    self._doubted = read_version
+                    self._parents_made = False
                     continue
                 log.info(
                     "member %s published target version %d for %d members",
@@ -205,9 +233,32 @@ class TargetNode:
             self._grace_timer.cancel()
             self._grace_timer = None
 
+    async def follow_share(self, on_change: Callable[[], None]) -> Share | None:
+        """This member's share of the published target; ``on_change`` runs once when it
+        changes (or appears). None while the target does not count this member (or the node
+        holds no readable share).
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        self.close()  # a member that follows its share publishes nothing, so waits for nothing
+        path = self._layout.share(self._member)
+        while True:
+            try:
+                data, _stat = await self._zk.get(path, watch=on_change)
+            except NoNodeError:
+                if await self._zk.exists(path, watch=on_change) is None:
+                    return None
+                continue  # made meanwhile: read it
+            try:
+                return decode_share(data)[1]
+            except CoordinationError as exc:
+                log.warning("member %s: %s", self._member, exc)
+                return None
+
     async def delete(self) -> bool:
-        """Delete the node of a topic gone from Kafka, only at the version this member last
-        followed; True when it was deleted.
+        """Delete the node of a topic gone from Kafka, with its shares, only at the version
+        this member last followed; True when it was deleted.
 
         Another leader may have written a target since (the topic was made again): that one
         stays.
@@ -217,10 +268,15 @@ class TargetNode:
         """
         if self._node_version is None:
             return False
+        shares = await self._listed_shares()
+        ops: list[Op] = [Delete(self._path, self._node_version)]
+        ops += [Delete(self._layout.share(member)) for member in shares]
         try:
-            await self._zk.delete(self._path, version=self._node_version)
+            await self._zk.transaction(ops)
         except (NoNodeError, BadVersionError):
             return False
+        with contextlib.suppress(CoordinationError):  # a share made meanwhile keeps it
+            await self._zk.delete(self._layout.shares)
         return True
 
     def close(self) -> None:
@@ -246,28 +302,71 @@ class TargetNode:
 
     async def _read(
         self, watch: Callable[[], None] | None
-    ) -> tuple[StickyTarget | None, int | None]:
+    ) -> tuple[StickyTarget | None, int | None, bool]:
+        """The published target, its node's version, and whether its shares were written with
+        it (see `decode_target_node`)."""
         try:
             data, stat = await self._zk.get(self._path, watch=watch)
         except NoNodeError:
             if watch is None:
-                return None, None
+                return None, None, False
             # Watch for its creation instead; if it appeared meanwhile, read it.
             if await self._zk.exists(self._path, watch=watch) is None:
-                return None, None
+                return None, None, False
             return await self._read(watch)
         try:
-            return decode_target(data), stat.version
+            target, shared = decode_target_node(data)
         except CoordinationError as exc:
             # Written by something else: the leader replaces it, from no history.
             log.warning("member %s: %s", self._member, exc)
-            return None, stat.version
+            return None, stat.version, False
+        return target, stat.version, shared
 
-    async def _write(self, target: StickyTarget, node_version: int | None) -> int:
-        """Publish ``target`` over the node at ``node_version`` (None: create it); returns the
-        node's new version."""
-        data = encode_target(target)
-        if node_version is None:
-            await self._zk.create(self._path, data, makepath=True)
-            return 0
-        return (await self._zk.set(self._path, data, version=node_version)).version
+    async def _write(
+        self, target: StickyTarget, node_version: int | None, shared: StickyTarget | None
+    ) -> int:
+        """Publish ``target`` over the node at ``node_version`` (None: create it), and its
+        members' shares, in one transaction; returns the node's new version.
+
+        ``shared`` is the published target when its shares were written with it: then only the
+        shares that differ are written (a join or a leave rewrites those of the members whose
+        partitions move, and so wakes only them). Otherwise (an older publisher's target, none,
+        or shares found out of step) the share nodes are listed and all of them written.
+        """
+        if not self._parents_made:
+            parent = self._path.rsplit("/", 1)[0]
+            await asyncio.gather(
+                self._zk.ensure_path(parent), self._zk.ensure_path(self._layout.shares)
+            )
+            self._parents_made = True
+        before: dict[str, Share | None]
+        if shared is not None and self._doubted != node_version:
+            before = dict(shares_of(shared))
+        else:
+            before = dict.fromkeys(await self._listed_shares())
+        changes = share_changes(before, shares_of(target))
+        data = encode_target(target, shares=True)
+        ops: list[Op] = [
+            Create(self._path, data)
+            if node_version is None
+            else SetData(self._path, data, node_version)
+        ]
+        share = self._layout.share
+        ops += [
+            Create(share(m), encode_share(target.version, s)) for m, s in changes.created.items()
+        ]
+        ops += [
+            SetData(share(m), encode_share(target.version, s)) for m, s in changes.changed.items()
+        ]
+        ops += [Delete(share(m)) for m in changes.deleted]
+        stats = await self._zk.transaction(ops)
+        self._doubted = None
+        first = stats[0]
+        return 0 if first is None else first.version
+
+    async def _listed_shares(self) -> list[str]:
+        """The members that have a share node now (none where the parent is missing)."""
+        try:
+            return await self._zk.get_children(self._layout.shares)
+        except NoNodeError:
+            return []

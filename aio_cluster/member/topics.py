@@ -51,6 +51,8 @@ class TopicState:
     """Whether this member was its sticky leader at the last rebalance."""
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     """member -> the partitions the target last followed gives it (sticky)."""
+    shared: bool = False
+    """Whether this member's share of the topic was there when it last read it."""
 
 
 class Topics:

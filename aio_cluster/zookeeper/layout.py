@@ -10,6 +10,7 @@ scripts) can read it::
 The sticky strategy adds one node per topic, beside them, that classic tools ignore::
 
     /consumers/<group>/assignment/<topic>          persistent, the published target (JSON)
+    /consumers/<group>/shares/<topic>/<member-id>  persistent, one member's share of it (JSON)
 
 And every claim bumps its partition's fence, which classic tools ignore too::
 
@@ -34,6 +35,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..assign.shares import SHARES_PROTOCOL, Share
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
 from ..assign.target import StickyTarget
@@ -47,8 +49,11 @@ __all__ = [
     "check_name",
     "decode_offset",
     "decode_registration",
+    "decode_share",
     "decode_target",
+    "decode_target_node",
     "encode_registration",
+    "encode_share",
     "encode_target",
     "group_path",
     "ids_path",
@@ -135,6 +140,15 @@ class GroupLayout:
         return f"{group_path(self.group)}/assignment/{self.topic}"
 
     @property
+    def shares(self) -> str:
+        """The parent of this topic's share nodes (see `aio_cluster.assign.shares`)."""
+        return f"{group_path(self.group)}/shares/{self.topic}"
+
+    def share(self, member_id: str) -> str:
+        """A member's share of this topic's published target."""
+        return f"{self.shares}/{member_id}"
+
+    @property
     def fences(self) -> str:
         """The parent of this topic's claim fences."""
         return f"{group_path(self.group)}/fences/{self.topic}"
@@ -181,6 +195,9 @@ class Registration:
     """The member's ``member_name``, for a named member."""
     rejoin_grace: float | None = None
     """How long, in seconds, a named member's partitions wait for it to come back."""
+    protocol: int = 1
+    """The group protocol the member follows (see `aio_cluster.assign.shares`): 1 where the
+    registration names none (an older release, or another tool)."""
 
     @functools.cached_property
     def subscription(self) -> Subscription:
@@ -225,8 +242,9 @@ def encode_registration(
     name: str | None = None,
     rejoin_grace: float | None = None,
 ) -> bytes:
-    """The registration data: the classic JSON, plus the member's assignment strategy and, for a
-    named member, its name and grace (classic tools ignore fields they do not know).
+    """The registration data: the classic JSON, plus the member's assignment strategy and group
+    protocol and, for a named member, its name and grace (classic tools ignore fields they do
+    not know).
 
     The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
     topics (or the one regex of a pattern) as the keys of ``subscription``, each with one stream,
@@ -240,6 +258,7 @@ def encode_registration(
         "pattern": subscription.kind,
         "timestamp": str(timestamp_ms),
         "assignment": strategy.value,
+        "protocol": SHARES_PROTOCOL,
     }
     if name is not None:
         doc["name"] = name
@@ -274,6 +293,7 @@ def decode_registration(data: bytes) -> Registration:
     stamp = str(doc.get("timestamp", ""))
     pattern = doc.get("pattern", "static")
     name = doc.get("name")
+    protocol = doc.get("protocol", 1)
     return Registration(
         entries=tuple(sorted(str(key) for key in subscription)),
         pattern=pattern if isinstance(pattern, str) else str(pattern),
@@ -281,6 +301,7 @@ def decode_registration(data: bytes) -> Registration:
         since_ms=int(stamp) if stamp.isascii() and stamp.isdigit() else None,
         name=name if isinstance(name, str) else None,
         rejoin_grace=_seconds(doc.get("rejoin_grace")),
+        protocol=protocol if isinstance(protocol, int) and not isinstance(protocol, bool) else 1,
     )
 
 
@@ -291,9 +312,11 @@ def _seconds(value: object) -> float | None:
     return float(value)
 
 
-def encode_target(target: StickyTarget) -> bytes:
+def encode_target(target: StickyTarget, *, shares: bool = False) -> bytes:
     """The target node's data: JSON with each member's partitions listed once under its id,
-    which keeps 1,000 partitions in a few kilobytes (well under ZooKeeper's 1 MB node limit)."""
+    which keeps 1,000 partitions in a few kilobytes (well under ZooKeeper's 1 MB node limit).
+    ``shares``: the share nodes were written with it, in the same transaction, so they say
+    exactly what it does (older releases ignore the field)."""
     by_member: dict[str, list[int]] = {member: [] for member in target.members}
     for partition, owner in sorted(target.owners.items()):
         by_member.setdefault(owner, []).append(partition)
@@ -306,11 +329,23 @@ def encode_target(target: StickyTarget) -> bytes:
         doc["graces"] = target.graces
     if target.absent:
         doc["absent"] = target.absent
+    if shares:
+        doc["shares"] = True
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_target(data: bytes) -> StickyTarget:
     """Read a target node.
+
+    Raises:
+        CoordinationError: the data is not a target, or gives a partition to two members.
+    """
+    return decode_target_node(data)[0]
+
+
+def decode_target_node(data: bytes) -> tuple[StickyTarget, bool]:
+    """Read a target node: the target, and whether its share nodes were written with it (by a
+    publisher of `SHARES_PROTOCOL`; see `encode_target`).
 
     Raises:
         CoordinationError: the data is not a target, or gives a partition to two members.
@@ -338,13 +373,50 @@ def decode_target(data: bytes) -> StickyTarget:
     owners = dict(pairs)
     if len(owners) != len(pairs):
         raise CoordinationError(f"assignment target version {version} gives a partition twice")
-    return StickyTarget(
+    target = StickyTarget(
         version=version,
         members=members,
         owners=owners,
         graces={m: g for m, g in graces.items() if g is not None},
         absent=absent,
     )
+    return target, doc.get("shares") is True
+
+
+def encode_share(version: int, share: Share) -> bytes:
+    """A share node's data: the member's partitions, how many the topic has, whether it
+    deputizes, and the version of the target that last changed them (for the logs; a share is
+    rewritten only when it changes)."""
+    doc: dict[str, object] = {
+        "version": version,
+        "partitions": list(share.partitions),
+        "of": share.of,
+    }
+    if share.deputy:
+        doc["deputy"] = True
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_share(data: bytes) -> tuple[int, Share]:
+    """Read a share node: the target version that wrote it, and the share.
+
+    Raises:
+        CoordinationError: the data is not a share.
+    """
+    try:
+        doc = json.loads(data)
+        version = doc["version"]
+        partitions = doc["partitions"]
+        of = doc["of"]
+        if any(isinstance(n, bool) or not isinstance(n, int) for n in (version, of)):
+            raise TypeError(version, of)
+        if not isinstance(partitions, list) or any(
+            isinstance(p, bool) or not isinstance(p, int) for p in partitions
+        ):
+            raise TypeError(partitions)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CoordinationError(f"share {data[:80]!r} is not valid JSON") from exc
+    return version, Share(tuple(sorted(partitions)), doc.get("deputy") is True, of)
 
 
 def decode_offset(path: str, data: bytes) -> int:
