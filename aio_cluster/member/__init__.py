@@ -5,6 +5,7 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 
 Modules::
 
+    assignment.py    which partitions the assignment gives this member: targets, shares, turns
     claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
     claims.py        the Claim record the parts of a member share
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
@@ -20,7 +21,7 @@ Modules::
     offsets.py       stored offsets and the fenced transaction
     partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
     processing.py    Processor: many records in flight, in key order, retries, dead letters
-    rebalance.py     the rebalance under the lock: a target per topic, releases and claims
+    rebalance.py     the rebalance under the lock: the loop, releases and claims
     registration.py  this member's node, the name it holds, the members seen, the strategy
     statistics.py    GroupStatistics: an immutable snapshot of a member
     target_node.py   the sticky target's node: reading it, publishing the next one

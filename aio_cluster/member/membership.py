@@ -4,11 +4,12 @@
   it sees and the strategy they share;
 - `aio_cluster.member.topics`: which topics and partitions it reads, and when they changed;
 - `aio_cluster.member.rebalance`: the rebalance under the lock, and the claims it makes and
-  releases.
+  releases, after its `aio_cluster.member.assignment` says which partitions are this member's.
 
-The rebalance asks the other two; neither of them knows the rebalance. This composition builds
-them from one set of arguments, and runs the few steps that need more than one of them (getting
-ready before registering, running the rebalances beside a named member's watch on its name).
+The rebalance (through its assignment) asks the other two; neither of them knows it. This
+composition builds them from one set of arguments, and runs the few steps that need more than
+one of them (getting ready before registering, running the rebalances beside a named member's
+watch on its name).
 """
 
 from __future__ import annotations

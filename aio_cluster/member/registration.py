@@ -5,7 +5,7 @@ who shares each topic, oldest (by creation zxid) first. This part owns those nod
 sees them: creating its own (and, for a named member, taking its name over from an older run),
 watching that nobody takes the name from it, the cache of the members' registrations, and the
 check that they all assign with the same strategy. It makes no claim and reads no topic: the
-rebalance (`aio_cluster.member.rebalance`) asks it who the members are.
+assignment (`aio_cluster.member.assignment`) asks it who the members are.
 """
 
 from __future__ import annotations
