@@ -38,6 +38,9 @@ __all__ = [
 CHART_WINDOWS = {"1m": 60.0, "5m": 300.0, "15m": 900.0, "1h": 3600.0}
 """The time windows the lag charts and the timeline offer."""
 
+_SHORTEST = 60.0
+"""The least time a chart spans, in seconds."""
+
 _MEMBER_LINES = 8
 """Members drawn as lines of their own in the per-member lag chart; the rest are summed."""
 _TIMELINE_LANES = 50
@@ -203,9 +206,19 @@ def _summary_html(history: GroupHistory, window: float) -> str:
     )
 
 
+def _start(span: float, now: float, first: float | None) -> float:
+    """Where a chart begins: the window's start, or the first look when the dashboard has
+    watched for less than the window (a chart of a minute's looks is not squeezed into the
+    right edge of an hour), a minute at least."""
+    start = now - span
+    if first is None:
+        return start
+    return min(max(start, first), now - _SHORTEST)
+
+
 def _charts_html(history: GroupHistory, span: float, now: float) -> str:
     points = list(history.points)
-    start = now - span
+    start = _start(span, now, points[0].at if points else None)
     latest = points[-1].by_member if points else {}
     top = sorted(latest, key=lambda m: (-latest[m], m))[:_MEMBER_LINES]
     by_topic = charts.lag_chart(_series(points, "topic"), start, now, title="lag per topic")
@@ -278,7 +291,10 @@ def _timeline_html(history: GroupHistory, filters: Filters, span: float, now: fl
     several = len({topic for topic, _ in keys}) > 1
     lanes = {(f"{t}/{p}" if several else str(p)): spans[(t, p)] for t, p in keys}
     owners = sorted({s.owner for lane in lanes.values() for s in lane if s.owner is not None})
-    drawing = charts.timeline(lanes, owners, now - span, now, title="owner of each partition")
+    first = min((lane[0].start for lane in lanes.values() if lane), default=None)
+    drawing = charts.timeline(
+        lanes, owners, _start(span, now, first), now, title="owner of each partition"
+    )
     changes = [
         c
         for c in reversed(history.changes)
