@@ -262,6 +262,7 @@ def report(
         "ratio",
         "paired ratio",
         "CPU s",
+        "CPU s per M records",
         "peak RSS MB",
         "runs failed",
     ]
@@ -281,6 +282,7 @@ def report(
                 f"{median(rates) / base:.2f}",
                 f"{paired(results[contender], results['raw']):.2f}",
                 f"{median([f['cpu'] for f in figures[contender]]):.2f}",
+                f"{cpu_per_million(figures[contender], args.messages):.2f}",
                 f"{median([f['rss_mb'] for f in figures[contender]]):.0f}",
                 f"{results[contender].count(None)} of {len(results[contender])}",
             ]
@@ -289,8 +291,11 @@ def report(
         f"{args.messages:,} messages of {args.size} B on {args.partitions} partitions, "
         f"{args.rounds} alternating rounds, medians, one process per contender"
     )
+    versus = cpu_versus_librdkafka(figures, args.messages)
     print(title)
     print(table(headers, rows))
+    if versus:
+        print(versus)
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
     RESULTS.mkdir(exist_ok=True)
     name = "throughput" if names == list(CONTENDERS) else "throughput-" + "-".join(names)
@@ -298,7 +303,7 @@ def report(
     (RESULTS / f"{name}.md").write_text(
         f"# Throughput\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
-        + "\n"
+        + (f"\n{versus}\n" if versus else "\n")
     )
     bar_chart(
         RESULTS / f"{name}.png",
@@ -306,6 +311,25 @@ def report(
         [median([f["rate"] for f in figures[contender]] or [0.0]) for contender in names],
         "msg/s (median)",
         title,
+    )
+
+
+def cpu_per_million(runs: list[dict[str, float]], messages: int) -> float:
+    """A contender's median CPU seconds (its creation to its close, the join included) per
+    million records read."""
+    return median([f["cpu"] for f in runs]) / messages * 1_000_000
+
+
+def cpu_versus_librdkafka(figures: dict[str, list[dict[str, float]]], messages: int) -> str:
+    """The member's CPU per record against librdkafka's (confluent-kafka's Consumer), in a
+    sentence; empty when either did not run."""
+    ours, theirs = figures.get("aio_cluster"), figures.get("confluent")
+    if not ours or not theirs:
+        return ""
+    ratio = cpu_per_million(ours, messages) / cpu_per_million(theirs, messages)
+    return (
+        f"aio_cluster spends {ratio:.2f}x the CPU per record of librdkafka "
+        "(confluent-kafka's Consumer), the join included."
     )
 
 
