@@ -22,7 +22,8 @@ and gives each figure's ratio to the baseline's.
 
 Targets (issue 7): with 1,000 partitions and 20 members, the 21st member's join moves at most
 ceil(1000/21) = 48 partitions and settles in under 1 s; a graceful leave settles in under 1 s.
-Results go to ``benchmarks/results/scale.md`` and ``scale.png``.
+Results go to ``benchmarks/results/scale-<strategy>.md`` and ``.png`` (``default`` for the
+default strategy), or ``scale-<P>x<M>[-<strategy>]`` at other sizes.
 
     python benchmarks/scale.py [--partitions P] [--members M] [--processes N] [--rounds R]
         [--strategy NAME] [--log FILE] [--baseline DIR]
@@ -59,6 +60,8 @@ from aio_cluster import ConsumerGroup, Strategy
 from aio_cluster.assign.strategies import assign
 from aio_cluster.local import LocalCluster
 
+DEFAULT_PARTITIONS = 1000
+DEFAULT_MEMBERS = 20
 SETTLE_TIMEOUT = 120.0
 IDLE_WINDOW = 1.0
 """Seconds the settled group is watched before each change, for its idle CPU rate."""
@@ -353,6 +356,10 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     RESULTS.mkdir(exist_ok=True)
     name = f"scale-{args.strategy or 'default'}"
+    if (args.partitions, args.members) != (DEFAULT_PARTITIONS, DEFAULT_MEMBERS):
+        name = f"scale-{args.partitions}x{args.members}"
+        if args.strategy:
+            name += f"-{args.strategy}"
     (RESULTS / f"{name}.md").write_text(
         f"# Scale\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
@@ -372,8 +379,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--partitions", type=int, default=1000)
-    parser.add_argument("--members", type=int, default=20)
+    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    parser.add_argument("--members", type=int, default=DEFAULT_MEMBERS)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--strategy", choices=[s.value for s in Strategy], default=None)

@@ -1,22 +1,25 @@
 """Members that follow their share, against the real servers: a join wakes only the members whose
 share it changes, and none of them reads the registrations or the whole target; the members that
 stay keep their claims; the leader's departure wakes its deputy, and the next member becomes
-deputy by its share."""
+deputy by its share; a newcomer reads the roster, not every registration, unless the roster is
+missing or no longer holds."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from aio_cluster import ConsumerGroup
-from aio_cluster.assign.shares import Share, shares_of
+from aio_cluster import ConsumerGroup, Strategy
+from aio_cluster.assign.shares import SHARES_PROTOCOL, Share, shares_of
 from aio_cluster.assign.target import StickyTarget
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_share, decode_target
+from aio_cluster.zookeeper.roster import Roster, decode_roster, encode_roster
 
 from conftest import MakeTopic
 from support import member, owners, wait_until
@@ -202,3 +205,63 @@ async def test_a_share_deleted_by_hand_keeps_its_partitions_and_is_written_again
         await wait_until(
             lambda: settled_on(zk, layout, [ids[0], ids[1], ids[3]]), what="three settle"
         )
+
+
+def registrations_read(paths: list[str], layout: GroupLayout, member_id: str) -> list[str]:
+    """The paths of ``paths`` that are other members' registrations."""
+    return [p for p in paths if p.startswith(f"{layout.ids}/") and p != layout.member(member_id)]
+
+
+async def test_a_newcomer_reads_the_roster_not_every_registration(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(PARTITIONS)
+    layout = GroupLayout(group_name, topic)
+    async with group_of(cluster, group_name, topic, 4) as members:
+        ids = [group.id for group, _requests in members]
+        await wait_until(lambda: settled_on(zk, layout, ids), what="four settle")
+        roster = decode_roster((await zk.get(layout.roster))[0])
+        assert [m for m, _ in sorted(roster.members.items(), key=lambda i: i[1][1])] == ids
+        assert all(info.protocol == SHARES_PROTOCOL for info, _ in roster.members.values())
+        joining = member(cluster, group_name, topic)
+        requests = Requests(joining._member.zk)
+        async with joining as newcomer:
+            await wait_until(
+                lambda: settled_on(zk, layout, [*ids, newcomer.id]), what="five settle"
+            )
+            # The roster, written before it registered, lacked only its own registration; of
+            # the others' it touched only its predecessor's (the watch).
+            read = registrations_read(requests.paths, layout, newcomer.id)
+            assert set(read) == {layout.member(ids[-1])}, read
+            assert layout.roster in requests.paths
+
+
+@pytest.mark.parametrize("roster", ["missing", "stale"])
+async def test_a_newcomer_reads_every_registration_without_a_roster_that_holds(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str, roster: str
+) -> None:
+    topic = await make_topic(PARTITIONS)
+    layout = GroupLayout(group_name, topic)
+    async with group_of(cluster, group_name, topic, 3) as members:
+        ids = [group.id for group, _requests in members]
+        await wait_until(lambda: settled_on(zk, layout, ids), what="three settle")
+        if roster == "missing":  # as an older leader leaves it
+            await zk.delete(layout.roster)
+        else:
+            # A roster whose child version says a registration was made again since: it must
+            # not be trusted, though here it would make the leader a range member (refused).
+            written = decode_roster((await zk.get(layout.roster))[0])
+            first, (info, czxid) = min(written.members.items(), key=lambda i: i[1][1])
+            lying = {**written.members, first: (replace(info, strategy=Strategy.RANGE), czxid)}
+            stale = Roster(written.ids_version - 2, written.names, lying)
+            data = encode_roster(stale)
+            assert data is not None
+            await zk.set(layout.roster, data)
+        joining = member(cluster, group_name, topic)
+        requests = Requests(joining._member.zk)
+        async with joining as newcomer:
+            await wait_until(
+                lambda: settled_on(zk, layout, [*ids, newcomer.id]), what="four settle"
+            )
+            read = registrations_read(requests.paths, layout, newcomer.id)
+            assert set(read) == {layout.member(m) for m in ids}, read

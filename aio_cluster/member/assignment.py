@@ -248,6 +248,7 @@ class Assignment:
             self.request,
             graces,
             None if turns is None else turns.of(state.name),
+            self._registration.roster,
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the

@@ -8,7 +8,7 @@ the paths of its topic's `GroupLayout`. Every path comes from `aio_cluster.zooke
 from __future__ import annotations
 
 from ..kafka.topics import PartitionKey, TopicKeys, TopicPartition
-from ..zookeeper.layout import ROOT, GroupLayout, ids_path, member_path
+from ..zookeeper.layout import ROOT, GroupLayout, ids_path, member_path, roster_path
 
 __all__ = ["KeyedLayout"]
 
@@ -51,6 +51,11 @@ class KeyedLayout:
     def member(self, member_id: str) -> str:
         """A member's registration node."""
         return member_path(self.group, member_id)
+
+    @property
+    def roster(self) -> str:
+        """The registrations the group's sticky leader last read (a newcomer starts there)."""
+        return roster_path(self.group)
 
     def owner(self, key: PartitionKey) -> str:
         """The claim node of the partition of ``key``."""

@@ -6,6 +6,10 @@ sees them: creating its own (and, for a named member, taking its name over from 
 watching that nobody takes the name from it, the cache of the members' registrations, and the
 check that they all assign with the same strategy. It makes no claim and reads no topic: the
 assignment (`aio_cluster.member.assignment`) asks it who the members are.
+
+A newcomer starts its cache from the group's roster (`aio_cluster.zookeeper.roster`), which
+the sticky leader writes from its own cache: it then reads only the registrations the roster
+lacks, not one per member.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..zookeeper.client import (
     ZooKeeper,
 )
 from ..zookeeper.layout import Registration, decode_registration, encode_registration
+from ..zookeeper.roster import Roster, decode_roster, encode_roster
 from .keyed_layout import KeyedLayout
 from .partitions import PartitionStates
 
@@ -112,11 +117,39 @@ class Registrar:
 
         async def nodes() -> Members:
             await self._zk.ensure_path(self._layout.root, shared=True)
-            await asyncio.gather(self._zk.ensure_path(self._layout.ids), also())
+            await asyncio.gather(self._zk.ensure_path(self._layout.ids), also(), self._start())
             return await self.read_members(watch=None)
 
         # Refuse before registering, so that the group never sees this member.
         self.check_strategy(await self._while_session_lives(nodes))
+
+    async def _start(self) -> None:
+        """A newcomer's cache starts from the roster, when there is a readable one: the next
+        `read_members()` then reads only the registrations it lacks (or all of them, should
+        the roster not hold any more; see `aio_cluster.zookeeper.roster`)."""
+        if self._ids_read is not None:
+            return
+        try:
+            data, _stat = await self._zk.get(self._layout.roster)
+        except NoNodeError:
+            return  # no sticky leader of this release wrote one: read every registration
+        if not data:
+            return  # made with its parents, not written yet
+        try:
+            roster = decode_roster(data)
+        except CoordinationError as exc:
+            log.info("member %s: reading every registration: %s", self._id, exc)
+            return
+        self._ids_read = (roster.names, roster.ids_version)
+        self._members = dict(roster.members)
+
+    def roster(self) -> bytes | None:
+        """The registrations last read, as the roster the sticky leader writes with its
+        target; None before any were read (or over `ROSTER_LIMIT`)."""
+        if self._ids_read is None:
+            return None
+        names, version = self._ids_read
+        return encode_roster(Roster(version, names, self._members))
 
     async def _while_session_lives(self, step: Callable[[], Awaitable[T]]) -> T:
         """Run ``step`` again after a retriable ZooKeeper error, while the session may still

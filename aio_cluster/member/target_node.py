@@ -97,6 +97,7 @@ class TargetNode:
         on_change: Callable[[], None],
         graces: Mapping[str, float] | None = None,
         balance: Balance | None = None,
+        roster: Callable[[], bytes | None] | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -118,6 +119,9 @@ class TargetNode:
                 when the grace ends (``on_change``).
             balance: the other topics' holdings: a target computed here balances the members'
                 totals too, and is told to it before it is written.
+            roster: the group's roster as this member read the registrations (see
+                `aio_cluster.zookeeper.roster`), written with each target it publishes; None
+                (or None returned): none written.
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -159,7 +163,12 @@ class TargetNode:
             version = read_version
             if target is not None:
                 try:
-                    version = await self._write(target, read_version, published if shared else None)
+                    version = await self._write(
+                        target,
+                        read_version,
+                        published if shared else None,
+                        None if roster is None else roster(),
+                    )
                 except (BadVersionError, NodeExistsError, NoNodeError):
                     # Another publisher wrote first, or a share node (or a parent) is not where
                     # this member believed: read again, and list the shares (and make sure of
@@ -323,10 +332,15 @@ class TargetNode:
         return target, stat.version, shared
 
     async def _write(
-        self, target: StickyTarget, node_version: int | None, shared: StickyTarget | None
+        self,
+        target: StickyTarget,
+        node_version: int | None,
+        shared: StickyTarget | None,
+        roster: bytes | None,
     ) -> int:
-        """Publish ``target`` over the node at ``node_version`` (None: create it), and its
-        members' shares, in one transaction; returns the node's new version.
+        """Publish ``target`` over the node at ``node_version`` (None: create it), its members'
+        shares and the ``roster`` (None: left as it is), in one transaction; returns the node's
+        new version.
 
         ``shared`` is the published target when its shares were written with it: then only the
         shares that differ are written (a join or a leave rewrites those of the members whose
@@ -336,7 +350,9 @@ class TargetNode:
         if not self._parents_made:
             parent = self._path.rsplit("/", 1)[0]
             await asyncio.gather(
-                self._zk.ensure_path(parent), self._zk.ensure_path(self._layout.shares)
+                self._zk.ensure_path(parent),
+                self._zk.ensure_path(self._layout.shares),
+                self._zk.ensure_path(self._layout.roster),
             )
             self._parents_made = True
         before: dict[str, Share | None]
@@ -359,6 +375,10 @@ class TargetNode:
             SetData(share(m), encode_share(target.version, s)) for m, s in changes.changed.items()
         ]
         ops += [Delete(share(m)) for m in changes.deleted]
+        if roster is not None:
+            # Whatever its version: any roster is a consistent snapshot (a newcomer checks it
+            # against the registrations), so the leaders of several topics may each write it.
+            ops.append(SetData(self._layout.roster, roster))
         stats = await self._zk.transaction(ops)
         self._doubted = None
         first = stats[0]

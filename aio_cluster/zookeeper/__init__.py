@@ -7,5 +7,6 @@ Modules::
 
     client.py       ZooKeeper: kazoo behind an asyncio facade, its errors translated
     layout.py       the paths of a group's nodes and the data kept in them (pure)
+    roster.py       the registrations a leader last read, in one node for newcomers (pure)
     security.py     credentials, ACLs and TLS settings; credentials masked in logs
 """

@@ -11,6 +11,8 @@ The sticky strategy adds one node per topic, beside them, that classic tools ign
 
     /consumers/<group>/assignment/<topic>          persistent, the published target (JSON)
     /consumers/<group>/shares/<topic>/<member-id>  persistent, one member's share of it (JSON)
+    /consumers/<group>/roster                      persistent, the registrations the leader
+                                                   last read (`aio_cluster.zookeeper.roster`)
 
 And every claim bumps its partition's fence, which classic tools ignore too::
 
@@ -60,6 +62,7 @@ __all__ = [
     "member_path",
     "offsets_path",
     "owners_path",
+    "roster_path",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -107,6 +110,11 @@ def offsets_path(group: str) -> str:
     return f"{group_path(group)}/offsets"
 
 
+def roster_path(group: str) -> str:
+    """A group's roster: the registrations its sticky leader last read, for newcomers."""
+    return f"{group_path(group)}/roster"
+
+
 @dataclass(frozen=True)
 class GroupLayout:
     """The paths of one group's coordination nodes for one topic (the group's own nodes, by
@@ -147,6 +155,11 @@ class GroupLayout:
     def share(self, member_id: str) -> str:
         """A member's share of this topic's published target."""
         return f"{self.shares}/{member_id}"
+
+    @property
+    def roster(self) -> str:
+        """The group's roster, written with this topic's target (one node for all topics)."""
+        return roster_path(self.group)
 
     @property
     def fences(self) -> str:
