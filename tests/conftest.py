@@ -40,6 +40,11 @@ start, or special ones, and the cache of ``python -m aio_cluster.local up`` (whi
 cluster). A parallel run sends the tests of one module to one worker (``--dist loadfile``), so
 that a module's cluster starts once and its tests use it one at a time."""
 
+RESTARTED = ("restartable", "multi_cluster")
+"""The fixtures whose servers the tests stop and start again: such a test waits for a JVM to
+restart within a session's time, which a machine whose cores the parallel workers (and a
+browser) share did not always give it, so it is marked ``serial`` and runs alone."""
+
 
 _SHARED = pytest.StashKey[shared_cluster.SharedCluster]()
 
@@ -63,12 +68,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`,
-    ``server_free`` for those that use no cluster fixture."""
+    """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`
+    (and ``serial`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
+    fixture."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
         if any(name in fixtures for name in OWN_CLUSTERS):
             item.add_marker(pytest.mark.own_cluster)
+        if any(name in fixtures for name in RESTARTED):
+            item.add_marker(pytest.mark.serial)
         elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
             item.add_marker(pytest.mark.server_free)
 

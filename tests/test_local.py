@@ -140,7 +140,6 @@ async def test_zookeeper_restart_keeps_data(restartable: LocalCluster) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.serial  # the restart must finish within the session: not beside Chromium and 3 workers
 async def test_short_zookeeper_restart_keeps_the_session(restartable: LocalCluster) -> None:
     # A session far longer than a restart, even on a loaded machine (the server grants up to 60 s).
     client = await kazoo(restartable.zookeeper, timeout=_RESTART_SESSION)
