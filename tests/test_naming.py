@@ -22,6 +22,7 @@ def names_of(topic: object) -> PartitionNames[object]:
 def test_a_one_topic_member_names_partitions_by_id() -> None:
     names = names_of("orders")
     assert names.key(3) == PartitionKey(3)
+    assert names.key(-5) == UNKNOWN, "a negative id names no partition, as with many topics"
     assert names.name(PartitionKey(3)) == 3
     assert names.names([PartitionKey(2), PartitionKey(0)]) == [0, 2]
     for wrong in (True, "3", TopicPartition("orders", 3)):

@@ -52,7 +52,8 @@ class PartitionNames(Generic[PartitionT]):
         given: object = partition
         if not self._subscription.many:
             if isinstance(given, int) and not isinstance(given, bool):
-                return PartitionKey(given)  # a one-topic member's keys are its partition ids
+                # A one-topic member's keys are its partition ids.
+                return PartitionKey(given) if given >= 0 else UNKNOWN
             raise ConfigurationError(
                 f"partition {given!r}: a member on one topic names a partition by its id (int)"
             )
