@@ -12,9 +12,12 @@ means is marked so by hand). A test that uses no cluster at all is marked ``serv
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
+import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
         elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
             item.add_marker(pytest.mark.server_free)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def session_loop() -> asyncio.AbstractEventLoop:
+    """The loop the async tests and the session's fixtures run on."""
+    return asyncio.get_running_loop()
+
+
+@pytest.fixture(autouse=True)
+def tasks_shown_before_the_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Ten seconds before pytest-timeout fails an async test, print the stack of every task of
+    its loop: what a rare hang waits on, which the timeout's own dump (threads only) cannot show.
+    The stacks are read from a timer thread, so that a blocked loop shows them too."""
+    if request.node.get_closest_marker("asyncio") is None:
+        yield
+        return
+    loop: asyncio.AbstractEventLoop = request.getfixturevalue("session_loop")
+    marker = request.node.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else request.config.getini("timeout"))
+    timer = threading.Timer(max(timeout - 10, 1), _show_tasks, (loop, request.node.nodeid))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _show_tasks(loop: asyncio.AbstractEventLoop, test: str) -> None:
+    print(f"--- {test}: about to time out; the loop's tasks:", file=sys.stderr)
+    for task in asyncio.all_tasks(loop):
+        task.print_stack(limit=12, file=sys.stderr)
 
 
 @pytest_asyncio.fixture(scope="session")
