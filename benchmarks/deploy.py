@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import anyio
 from aiokafka import AIOKafkaProducer
 from common import RESULTS, create_topic, fresh, markdown_table, table
 
@@ -141,7 +142,8 @@ async def rollout(cluster: LocalCluster, topic: str, named: bool, args: argparse
         for pod, group in pods.items():
             await group.register()
             tasks[pod] = asyncio.ensure_future(consume(group))
-        await asyncio.wait_for(settled(), 60)
+        with anyio.fail_after(60):
+            await settled()
         await asyncio.sleep(1.0)
         first_stop = time.perf_counter()
         run.began = first_stop - begun
@@ -152,7 +154,8 @@ async def rollout(cluster: LocalCluster, topic: str, named: bool, args: argparse
             pods[pod] = start(pod)
             await pods[pod].register()
             tasks[pod] = asyncio.ensure_future(consume(pods[pod]))
-            await asyncio.wait_for(settled(), 60)
+            with anyio.fail_after(60):
+                await settled()
         run.rollout = time.perf_counter() - first_stop
         await asyncio.sleep(1.0)
     finally:

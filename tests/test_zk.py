@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 
@@ -107,3 +108,31 @@ async def test_bad_configuration() -> None:
         ZooKeeper("127.0.0.1")
     with pytest.raises(ConfigurationError, match="positive"):
         ZooKeeper("127.0.0.1:2181", session_timeout=0)
+
+
+async def test_a_cancelled_call_ends_cancelled_even_as_its_answer_arrives(zk: ZooKeeper) -> None:
+    """The caller's cancellation is never swallowed: a call cancelled at any moment, the moment
+    its answer arrives included, raises CancelledError. (``asyncio.wait_for`` before Python 3.12
+    returned the answer instead when both came in one loop pass, and the cancelled task went on:
+    a test's sampler of ``group.offset()`` ran on for ever after its cancel.)"""
+    path = fresh_path()
+    await zk.create(path, b"x", makepath=True)
+    went_on = []
+    cancelled = 0
+    # The answer comes 20 to 300 loop passes after the call here: cancel after each of these,
+    # a few times, and some cancels land in the two passes between the answer and the caller.
+    for passes in [n for n in range(20, 300) for _ in range(4)]:
+        call = asyncio.create_task(zk.get(path))
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        if call.done():
+            continue
+        call.cancel()
+        try:
+            await call
+        except asyncio.CancelledError:
+            cancelled += 1
+        else:
+            went_on.append(passes)
+    assert cancelled > 0
+    assert went_on == [], f"{len(went_on)} cancelled calls returned their answer instead"

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -99,8 +100,9 @@ class KafkaGroupOffsets:
             self._consumer.pause(*tps)
         wanted = {self._tp(key): offset for key, offset in offsets.items()}
         try:
-            await asyncio.wait_for(self._consumer.commit(wanted), timeout)
-        except asyncio.TimeoutError:
+            with anyio.fail_after(timeout):
+                await self._consumer.commit(wanted)
+        except TimeoutError:
             raise BrokerError(
                 f"Kafka took no commit of group {self.group!r} within {timeout:g} s"
             ) from None
@@ -120,10 +122,9 @@ class KafkaGroupOffsets:
         asked = sorted(partitions)
         tps = [self._tp(key) for key in asked]
         try:
-            found = await asyncio.wait_for(
-                asyncio.gather(*(self._consumer.committed(tp) for tp in tps)), timeout
-            )
-        except asyncio.TimeoutError:
+            with anyio.fail_after(timeout):
+                found = await asyncio.gather(*(self._consumer.committed(tp) for tp in tps))
+        except TimeoutError:
             raise BrokerError(
                 f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"
             ) from None

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
@@ -48,8 +49,9 @@ def free_ports(*wanted: int | None) -> list[int]:
 
 async def port_open(host: str, port: int, timeout: float) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+        with anyio.fail_after(timeout):
+            _, writer = await asyncio.open_connection(host, port)
+    except OSError:  # TimeoutError is one
         return False
     writer.close()
     with contextlib.suppress(OSError):
@@ -113,10 +115,11 @@ async def zookeeper_answers(connect: str, timeout: float) -> bool:
     """Whether a ZooKeeper server of ``connect`` serves: ``srvr`` names the version only then."""
     for host, port in servers(connect):
         try:
-            answer = await asyncio.wait_for(_four_letter_word(host, port, b"srvr"), timeout)
+            with anyio.fail_after(timeout):
+                answer = await _four_letter_word(host, port, b"srvr")
             if b"Zookeeper version" in answer:
                 return True
-        except (OSError, asyncio.TimeoutError):
+        except OSError:  # TimeoutError is one
             continue
     return False
 
@@ -140,9 +143,11 @@ async def kafka_answers(
         bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), **(options or {})
     )
     try:
-        await asyncio.wait_for(admin.start(), timeout)
-        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
-    except (KafkaError, OSError, asyncio.TimeoutError):
+        with anyio.fail_after(timeout):
+            await admin.start()
+        with anyio.fail_after(timeout):
+            cluster = await admin.describe_cluster()
+    except (KafkaError, OSError):  # TimeoutError is an OSError
         return False
     finally:
         await admin.close()
@@ -161,9 +166,11 @@ async def partition_leader(
     """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
     try:
-        await asyncio.wait_for(admin.start(), timeout)
-        (described,) = await asyncio.wait_for(admin.describe_topics([topic]), timeout)
-    except (KafkaError, OSError, asyncio.TimeoutError):
+        with anyio.fail_after(timeout):
+            await admin.start()
+        with anyio.fail_after(timeout):
+            (described,) = await admin.describe_topics([topic])
+    except (KafkaError, OSError):  # TimeoutError is an OSError
         return -1
     finally:
         await admin.close()

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import anyio
+
 from ..errors import LocalClusterError
 from . import config, probes
 
@@ -82,8 +84,9 @@ class Child:
         assert self._process is not None
         left = deadline - asyncio.get_running_loop().time()
         try:
-            code = await asyncio.wait_for(self._process.wait(), max(left, 0.1))
-        except asyncio.TimeoutError:
+            with anyio.fail_after(max(left, 0.1)):
+                code = await self._process.wait()
+        except TimeoutError:
             raise self._failure("did not finish in time") from None
         if code != 0:
             raise self._failure(f"failed with exit code {code}")
@@ -95,8 +98,9 @@ class Child:
             return
         _signal_group(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), STOP_GRACE)
-        except asyncio.TimeoutError:
+            with anyio.fail_after(STOP_GRACE):
+                await process.wait()
+        except TimeoutError:
             _log.warning("%s ignored SIGTERM for %g s: killing it", self.name, STOP_GRACE)
             _signal_group(process.pid, signal.SIGKILL)
             await process.wait()

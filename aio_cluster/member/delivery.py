@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol, cast
 
+import anyio
+
 from ..errors import BrokerError, NotOwnedError, OffsetsOutOfRange
 from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
@@ -157,8 +159,8 @@ class Delivery:
                     # broker's long poll is the wait, so fetch again at once.
                     continue
                 timeout = self._loop_delay
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+            with anyio.move_on_after(timeout):
+                await self._changed.wait()
 
     async def _fetch(self, partitions: list[PartitionKey]) -> bool:
         """Fetch into the claims' buffers; False when the fetch failed (the caller pauses

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+import anyio
+
 from ..assign.strategies import Strategy
 from ..errors import (
     AioClusterError,
@@ -146,8 +148,8 @@ class Rebalancer:
         retry: float | None = 0.0
         loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._requested.wait(), retry)
+            with anyio.move_on_after(retry):
+                await self._requested.wait()
             self._requested.clear()
             await handover.report_lost()
             if self._zk.state is not SessionState.CONNECTED:

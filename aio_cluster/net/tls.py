@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+import anyio
+
 __all__ = ["handshake_error", "speaks_tls"]
 
 
@@ -21,9 +23,10 @@ async def handshake_error(
         OSError, TimeoutError: no connection at all.
     """
     try:
-        _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context, server_hostname=host), timeout
-        )
+        with anyio.fail_after(timeout):
+            _reader, writer = await asyncio.open_connection(
+                host, port, ssl=context, server_hostname=host
+            )
     except ssl.SSLError as exc:
         return exc
     # Abort, not close: a TLS close waits for the server's close_notify, which may never come.

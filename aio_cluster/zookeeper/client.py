@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     AuthFailedError,
@@ -508,8 +509,9 @@ class ZooKeeper:
         except KazooException as exc:
             raise _translate(exc, what) from exc
         try:
-            return await asyncio.wait_for(future, self._request_timeout)
-        except asyncio.TimeoutError as exc:
+            with anyio.fail_after(self._request_timeout):
+                return await future
+        except TimeoutError as exc:
             raise CoordinationTimeout(
                 f"{what}: no answer within {self._request_timeout:g} s"
             ) from exc
@@ -690,6 +692,7 @@ async def expire_session(
         other.close()
 
     try:
-        await asyncio.wait_for(asyncio.to_thread(join_and_close), timeout * 2)
+        with anyio.fail_after(timeout * 2):
+            await asyncio.to_thread(join_and_close)
     except KazooTimeoutError as exc:
         raise CoordinationTimeout(f"could not join session {session_id:#x} to expire it") from exc
