@@ -439,3 +439,29 @@ async def test_a_lost_session_gives_up_the_work_in_flight() -> None:
         await wait_until(lambda: processor.in_flight == 0, what="cancelled and ended")
         assert member.delivery.suspended
         assert member.pending(0) is None
+
+
+async def test_fresh_follows_the_silence_and_a_new_connections_timeout() -> None:
+    """`Liveness.fresh()` (asked before every record) keeps the moment the silence stops being
+    LIVE; a reconnection with a shorter timeout moves that moment earlier."""
+    member = Member({0: [record(0, 0, b"a")]})
+    await member.start()
+    zk = FakeZooKeeper(6.0)
+    zk.heard_at = 100.0
+    now = [100.0]
+    liveness = Liveness(
+        zk,  # type: ignore[arg-type]
+        member.delivery,
+        member_id="m",
+        on_back=lambda: None,
+        clock=lambda: now[0],
+    )
+    now[0] = 102.9
+    assert liveness.fresh()
+    zk.heard_at = 102.0  # an answer: LIVE until 105
+    now[0] = 104.9
+    assert liveness.fresh()
+    zk.negotiated_timeout = 2.0  # reconnected: the server granted less
+    liveness.on_state(SessionState.CONNECTED)
+    assert not liveness.fresh(), "102 + 2 / 2 passed"
+    assert member.delivery.suspended

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -101,6 +102,8 @@ class Liveness:
         """True while this suspended the delivery."""
         self._let_go = False
         """True once the batches in flight were given up in this silence."""
+        self._live_until = -math.inf
+        """Until when (the clock's time) the phase is LIVE, as last worked out by `fresh()`."""
         delivery.fresh = self.fresh
 
     def silence(self) -> float:
@@ -111,13 +114,21 @@ class Liveness:
         """Whether something may start now: the session is connected and was heard from within
         half its timeout. When not, the delivery is suspended at once (a frozen process that
         wakes up starts nothing before the next look)."""
-        if self._connected and phase(self.silence(), self._zk.negotiated_timeout) is Phase.LIVE:
-            return True
+        # phase() is LIVE until half the timeout after heard_at; the moment is kept, since
+        # process() asks before every record, and found again only once it passed.
+        if self._connected:
+            now = self._clock()
+            if now < self._live_until:
+                return True
+            self._live_until = self._zk.heard_at + self._zk.negotiated_timeout / 2
+            if now < self._live_until:
+                return True
         self._hold()
         return False
 
     def on_state(self, state: SessionState) -> None:
         """The session's state changed (kazoo's report)."""
+        self._live_until = -math.inf  # a new connection may have a shorter timeout
         if state is SessionState.CONNECTED:
             self._connected = True
             self._step()

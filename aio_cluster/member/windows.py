@@ -29,7 +29,7 @@ _ONE_KEY = object()
 """The key all records share with ``ordering="partition"``."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entry:
     """One record of a running batch that may start (or has started)."""
 
@@ -55,6 +55,8 @@ class Window:
     done: bytearray = field(init=False)
     keys: dict[Hashable, deque[int]] = field(default_factory=dict)
     """Key -> the indices of its unfinished records in order; the first may run."""
+    key_of: list[Hashable] = field(default_factory=list)
+    """Index -> its record's key (computed once, in `first()`)."""
     prefix: int = 0
     """The index of the first unfinished record."""
     furthest: int = -1
@@ -87,18 +89,21 @@ class Window:
         if self.ordering == "none":
             return [Entry(self, index) for index in range(len(self.batch))]
         first = []
-        for index, record in enumerate(self.batch):
-            key = self._key(record)
-            queue = self.keys.get(key)
+        keys = self.keys
+        key_of: list[Hashable] = (
+            [raw_key(record) for record in self.batch]
+            if self.ordering == "key"
+            else [_ONE_KEY] * len(self.batch)
+        )
+        self.key_of = key_of
+        for index, key in enumerate(key_of):
+            queue = keys.get(key)
             if queue is None:
-                self.keys[key] = deque((index,))
+                keys[key] = deque((index,))
                 first.append(Entry(self, index))
             else:
                 queue.append(index)
         return first
-
-    def _key(self, record: Record) -> Hashable:
-        return raw_key(record) if self.ordering == "key" else _ONE_KEY
 
     def may_start(self, index: int) -> bool:
         """Whether the record at ``index`` may (still) start."""
@@ -119,7 +124,7 @@ class Window:
         self.furthest = max(self.furthest, index)
         following = None
         if self.ordering != "none":
-            key = self._key(self.batch[index])
+            key = self.key_of[index]
             queue = self.keys[key]
             queue.popleft()
             if not queue:
