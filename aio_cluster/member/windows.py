@@ -14,7 +14,6 @@ nothing more.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -24,9 +23,6 @@ from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 
 __all__ = ["Entry", "Window"]
-
-_ONE_KEY = object()
-"""The key all records share with ``ordering="partition"``."""
 
 
 @dataclass(eq=False, slots=True)
@@ -53,10 +49,9 @@ class Window:
     batch: Batch
     ordering: Ordering
     done: bytearray = field(init=False)
-    keys: dict[Hashable, deque[int]] = field(default_factory=dict)
-    """Key -> the indices of its unfinished records in order; the first may run."""
-    key_of: list[Hashable] = field(default_factory=list)
-    """Index -> its record's key (computed once, in `first()`)."""
+    next_of: list[int] = field(default_factory=list)
+    """Index -> the index of the next record of the same key (-1: none), set by `first()`: a
+    key's records run one after another, so a record that finished hands on to this one."""
     prefix: int = 0
     """The index of the first unfinished record."""
     furthest: int = -1
@@ -88,21 +83,21 @@ class Window:
         each key."""
         if self.ordering == "none":
             return [Entry(self, index) for index in range(len(self.batch))]
+        size = len(self.batch)
+        if self.ordering == "partition":
+            self.next_of = [*range(1, size), -1]
+            return [Entry(self, 0)] if size else []
         first = []
-        keys = self.keys
-        key_of: list[Hashable] = (
-            [raw_key(record) for record in self.batch]
-            if self.ordering == "key"
-            else [_ONE_KEY] * len(self.batch)
-        )
-        self.key_of = key_of
-        for index, key in enumerate(key_of):
-            queue = keys.get(key)
-            if queue is None:
-                keys[key] = deque((index,))
+        self.next_of = next_of = [-1] * size
+        last: dict[Hashable, int] = {}
+        for index, record in enumerate(self.batch):
+            key = raw_key(record)
+            before = last.get(key)
+            if before is None:
                 first.append(Entry(self, index))
             else:
-                queue.append(index)
+                next_of[before] = index
+            last[key] = index
         return first
 
     def may_start(self, index: int) -> bool:
@@ -121,16 +116,13 @@ class Window:
             completed prefix grew by.
         """
         self.done[index] = 1
-        self.furthest = max(self.furthest, index)
+        if index > self.furthest:
+            self.furthest = index
         following = None
         if self.ordering != "none":
-            key = self.key_of[index]
-            queue = self.keys[key]
-            queue.popleft()
-            if not queue:
-                del self.keys[key]
-            elif self.may_start(queue[0]):
-                following = Entry(self, queue[0])
+            after = self.next_of[index]
+            if after >= 0 and self.may_start(after):
+                following = Entry(self, after)
         if index != self.prefix:
             return following, 0
         done, prefix, size = self.done, self.prefix + 1, len(self.batch)
