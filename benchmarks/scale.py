@@ -271,8 +271,14 @@ async def run(
     workers = [Worker(args, cluster, topic, group, release) for _ in range(args.processes)]
     try:
         started = time.perf_counter()
-        for index in range(args.members):  # one after another: a realistic group's history
-            await workers[index % len(workers)].ask("join 1")
+        if args.build == "together":  # a deploy: every member starts at once
+            shares = [len(range(i, args.members, len(workers))) for i in range(len(workers))]
+            await asyncio.gather(
+                *(worker.ask(f"join {n}") for worker, n in zip(workers, shares, strict=True) if n)
+            )
+        else:
+            for index in range(args.members):  # one after another: a group's long history
+                await workers[index % len(workers)].ask("join 1")
         await settle(workers, args.partitions, args.strategy)
         build = time.perf_counter() - started
         joins: list[Change] = []
@@ -348,7 +354,7 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
     idles = ", ".join(f"{r.label} {idle_rate(r) * 1000:.0f} ms/s" for r in runs)
     print(title)
     print(table(headers, rows))
-    print(f"building the group: {builds}")
+    print(f"building the group ({args.build}): {builds}")
     print(f"the settled group's idle CPU (taken off the CPU ms): {idles}")
     bound = -(-args.partitions // (args.members + 1))
     print(f"targets: a join moves <= {bound} and settles < 1000 ms; a leave settles < 1000 ms")
@@ -363,8 +369,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
     (RESULTS / f"{name}.md").write_text(
         f"# Scale\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
-        + f"\n\nBuilding the group: {builds}. The settled group's idle CPU, taken off the"
-        f" CPU ms over each settle time: {idles}."
+        + f"\n\nBuilding the group ({args.build}): {builds}. The settled group's idle CPU,"
+        f" taken off the CPU ms over each settle time: {idles}."
         + f"\n\nTargets: a join moves <= {bound} partitions and settles in < 1000 ms;"
         " a graceful leave settles in < 1000 ms.\n"
     )
@@ -384,6 +390,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--strategy", choices=[s.value for s in Strategy], default=None)
+    parser.add_argument(
+        "--build",
+        choices=["one-by-one", "together"],
+        default="one-by-one",
+        help="how the group is built before the measured changes: its members joining one "
+        "after another, or all starting at once (a deploy)",
+    )
     parser.add_argument(
         "--log",
         help="append the members' INFO logs, timestamped, to this file (to see where a "
