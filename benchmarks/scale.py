@@ -366,6 +366,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
         name = f"scale-{args.partitions}x{args.members}"
         if args.strategy:
             name += f"-{args.strategy}"
+    if args.build == "together":
+        name += "-together"
     (RESULTS / f"{name}.md").write_text(
         f"# Scale\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
