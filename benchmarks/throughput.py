@@ -131,6 +131,35 @@ async def confluent_sync(run: Run, clock: Clock) -> None:
         consumer.close()
 
 
+async def confluent_assign(run: Run, clock: Clock) -> None:
+    """librdkafka's fetch as a member would drive it, under ZooKeeper's coordination: the
+    partitions assigned from given offsets (here the beginning), no Kafka group: the prototype
+    of an optional librdkafka data path."""
+    from confluent_kafka import (  # noqa: PLC0415 (only its own client, for its RSS)
+        OFFSET_BEGINNING,
+        Consumer,
+        TopicPartition,
+    )
+
+    # librdkafka wants a group.id even unsubscribed; nothing is committed to it.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": run.bootstrap,
+            "group.id": fresh("bench"),
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(run.topic, p, OFFSET_BEGINNING) for p in range(run.partitions)])
+    try:
+        clock.add(0)  # assigned: the first read starts here
+        while not clock.add(
+            sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.1) if not m.error())
+        ):
+            pass
+    finally:
+        consumer.close()
+
+
 async def confluent_aio(run: Run, clock: Clock) -> None:
     from confluent_kafka.aio import AIOConsumer  # noqa: PLC0415 (only its own client, for its RSS)
 
@@ -171,6 +200,7 @@ CONTENDERS: dict[str, tuple[str, Callable[[Run, Clock], Awaitable[None]]]] = {
     "aiokafka": ("aiokafka group", aiokafka_group),
     "confluent": ("confluent-kafka Consumer group", confluent_sync),
     "confluent_aio": ("confluent-kafka AIOConsumer group", confluent_aio),
+    "confluent_assign": ("confluent-kafka Consumer assign()", confluent_assign),
     "kafka_python": ("kafka-python group", kafka_python),
 }
 
