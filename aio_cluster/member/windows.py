@@ -116,8 +116,7 @@ class Window:
             completed prefix grew by.
         """
         self.done[index] = 1
-        if index > self.furthest:
-            self.furthest = index
+        self.furthest = max(self.furthest, index)
         following = None
         if self.ordering != "none":
             after = self.next_of[index]
