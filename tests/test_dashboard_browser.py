@@ -1,7 +1,7 @@
 """The dashboard in a real browser: Playwright drives the machine's Chromium against the
 dashboard served by uvicorn, on the real servers. The page follows the group live (event stream,
 no reload): members joining and leaving, lag falling to 0, partitions moving in the timeline, an
-unowned partition's verdict, and ZooKeeper going away and coming back. Screenshots go to
+unowned partition's verdict, and ZooKeeper or Kafka going away and coming back. Screenshots go to
 ``$TMPDIR/aio-cluster-dashboard/<test>/``."""
 
 from __future__ import annotations
@@ -157,3 +157,47 @@ async def test_the_page_says_zookeeper_is_down_and_recovers(
             await page.screenshot(path=artifacts("zookeeper") / "down.png", full_page=True)
         await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=60_000)
         await page.screenshot(path=artifacts("zookeeper") / "recovered.png", full_page=True)
+
+
+@contextlib.asynccontextmanager
+async def kafka_stopped(cluster: LocalCluster) -> AsyncIterator[None]:
+    """Kafka stopped for the block, started again after it (also when it fails)."""
+    await cluster.stop_kafka()
+    try:
+        yield
+    finally:
+        await cluster.start_kafka()
+
+
+@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
+async def test_the_page_says_kafka_is_down_and_recovers(
+    restartable: LocalCluster, browser_page: Page
+) -> None:
+    """Kafka away: the banner names it with its reason, what was last seen stays on the page
+    (the partition's row, its stored offset), and the page comes back by itself once Kafka is
+    back."""
+    page, expect = browser_page, async_api.expect
+    cluster = restartable
+    topic = await create_topic(cluster.bootstrap, 1)
+    group = f"dashboard-{topic}"
+    zk = ZooKeeper(cluster.zookeeper)
+    await zk.start()
+    try:
+        layout = GroupLayout(group, topic)
+        await zk.ensure_path(layout.offsets)
+        await zk.create(layout.offset(0), b"0")
+    finally:
+        await zk.close()
+    status = page.locator("#status")
+    row = page.locator(f'tr[data-partition="{topic}/0"]')
+    async with served(dashboard_of(cluster, group, timeout=2.0)) as url:
+        await page.goto(f"{url}/groups/{group}")
+        await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=SOON)
+        await expect(row).to_be_visible()
+        async with kafka_stopped(cluster):
+            await expect(status).to_contain_text("Kafka cannot be reached", timeout=30_000)
+            await expect(status).not_to_contain_text("ZooKeeper cannot be reached")
+            await expect(row).to_be_visible()
+            await page.screenshot(path=artifacts("kafka") / "down.png", full_page=True)
+        await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=60_000)
+        await page.screenshot(path=artifacts("kafka") / "recovered.png", full_page=True)
