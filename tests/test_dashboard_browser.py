@@ -7,7 +7,7 @@ unowned partition's verdict, and ZooKeeper or Kafka going away and coming back. 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -122,21 +122,20 @@ async def test_an_unowned_partition_shows_that_verdict(
 
 
 @contextlib.asynccontextmanager
-async def zookeeper_stopped(cluster: LocalCluster) -> AsyncIterator[None]:
-    """ZooKeeper stopped for the block, started again after it (also when it fails)."""
-    await cluster.stop_zookeeper()
+async def stopped(
+    stop: Callable[[], Awaitable[None]], start: Callable[[], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """A server stopped for the block, started again after it (also when it fails)."""
+    await stop()
     try:
         yield
     finally:
-        await cluster.start_zookeeper()
+        await start()
 
 
-@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
-async def test_the_page_says_zookeeper_is_down_and_recovers(
-    restartable: LocalCluster, browser_page: Page
-) -> None:
-    page, expect = browser_page, async_api.expect
-    cluster = restartable
+async def a_stored_offset(cluster: LocalCluster) -> tuple[str, str]:
+    """A fresh topic of one partition and a group with an offset stored for it and no member:
+    what the page shows while a server is away. Returns the topic and the group."""
     topic = await create_topic(cluster.bootstrap, 1)
     group = f"dashboard-{topic}"
     zk = ZooKeeper(cluster.zookeeper)
@@ -147,26 +146,26 @@ async def test_the_page_says_zookeeper_is_down_and_recovers(
         await zk.create(layout.offset(0), b"0")
     finally:
         await zk.close()
+    return topic, group
+
+
+@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
+async def test_the_page_says_zookeeper_is_down_and_recovers(
+    restartable: LocalCluster, browser_page: Page
+) -> None:
+    page, expect = browser_page, async_api.expect
+    cluster = restartable
+    topic, group = await a_stored_offset(cluster)
     status = page.locator("#status")
     async with served(dashboard_of(cluster, group, timeout=2.0)) as url:
         await page.goto(f"{url}/groups/{group}")
         await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=SOON)
-        async with zookeeper_stopped(cluster):
+        async with stopped(cluster.stop_zookeeper, cluster.start_zookeeper):
             await expect(status).to_contain_text("ZooKeeper cannot be reached", timeout=30_000)
             await expect(page.locator(f'tr[data-partition="{topic}/0"]')).to_be_visible()
             await page.screenshot(path=artifacts("zookeeper") / "down.png", full_page=True)
         await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=60_000)
         await page.screenshot(path=artifacts("zookeeper") / "recovered.png", full_page=True)
-
-
-@contextlib.asynccontextmanager
-async def kafka_stopped(cluster: LocalCluster) -> AsyncIterator[None]:
-    """Kafka stopped for the block, started again after it (also when it fails)."""
-    await cluster.stop_kafka()
-    try:
-        yield
-    finally:
-        await cluster.start_kafka()
 
 
 @pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
@@ -178,23 +177,14 @@ async def test_the_page_says_kafka_is_down_and_recovers(
     back."""
     page, expect = browser_page, async_api.expect
     cluster = restartable
-    topic = await create_topic(cluster.bootstrap, 1)
-    group = f"dashboard-{topic}"
-    zk = ZooKeeper(cluster.zookeeper)
-    await zk.start()
-    try:
-        layout = GroupLayout(group, topic)
-        await zk.ensure_path(layout.offsets)
-        await zk.create(layout.offset(0), b"0")
-    finally:
-        await zk.close()
+    topic, group = await a_stored_offset(cluster)
     status = page.locator("#status")
     row = page.locator(f'tr[data-partition="{topic}/0"]')
     async with served(dashboard_of(cluster, group, timeout=2.0)) as url:
         await page.goto(f"{url}/groups/{group}")
         await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=SOON)
         await expect(row).to_be_visible()
-        async with kafka_stopped(cluster):
+        async with stopped(cluster.stop_kafka, cluster.start_kafka):
             await expect(status).to_contain_text("Kafka cannot be reached", timeout=30_000)
             await expect(status).not_to_contain_text("ZooKeeper cannot be reached")
             await expect(row).to_be_visible()
