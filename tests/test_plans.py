@@ -24,6 +24,7 @@ from aio_cluster.cli.plans import (
     parse_partitions,
     parse_timestamp,
     plan_reset,
+    readers,
     reset_topics,
     select_partitions,
     subscription_text,
@@ -180,6 +181,8 @@ def test_a_reset_counts_a_member_it_cannot_rule_out() -> None:
         assert may_read(unread, "orders")
     assert not Registration(("(",), "white_list").subscribes("(")  # the member reads nothing
     assert Registration(("x",), "regex_v2").subscribes("x")  # the member reads the names
+    members = {"m2": Registration(("orders",)), "m1": None, "m3": Registration(("refunds",))}
+    assert readers(members, "orders") == ["m1", "m2"]
 
 
 def test_a_reset_takes_the_topics_named_every_one_or_the_only_one() -> None:

@@ -527,16 +527,12 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
         window = parse_duration(args.window, "--window")
         if args.samples < 2:
             raise ConfigurationError(f"--samples must be at least 2, not {args.samples}")
-        if args.lag_threshold < 0:
-            raise ConfigurationError(
-                f"--lag-threshold must not be negative, not {args.lag_threshold}"
-            )
         return CheckOptions(
             group=args.group,
             topics=topics,
             window=window,
             samples=args.samples,
-            thresholds=Thresholds(args.lag_threshold, args.max_lag),
+            thresholds=_thresholds(args),
             json=args.json,
             verbose=args.verbose,
         )
@@ -565,9 +561,15 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
     )
 
 
-def _dashboard_options(args: argparse.Namespace) -> DashboardOptions:
+def _thresholds(args: argparse.Namespace) -> Thresholds:
+    """The verdicts' thresholds, as ``check`` and ``dashboard`` take them."""
     if args.lag_threshold < 0:
         raise ConfigurationError(f"--lag-threshold must not be negative, not {args.lag_threshold}")
+    return Thresholds(args.lag_threshold, args.max_lag)
+
+
+def _dashboard_options(args: argparse.Namespace) -> DashboardOptions:
+    thresholds = _thresholds(args)
     if not 0 <= args.port <= 65535:
         raise ConfigurationError(f"--port must be a port number, not {args.port}")
     token = _env(TOKEN_VAR) if args.allow_writes else None
@@ -582,7 +584,7 @@ def _dashboard_options(args: argparse.Namespace) -> DashboardOptions:
         interval=parse_duration(args.interval, "--interval"),
         keep=parse_duration(args.keep, "--keep"),
         window=parse_duration(args.window, "--window"),
-        thresholds=Thresholds(args.lag_threshold, args.max_lag),
+        thresholds=thresholds,
         token=token,
     )
 

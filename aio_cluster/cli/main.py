@@ -66,9 +66,9 @@ from .health import PartitionHealth, Sample, judge, verdict
 from .plans import (
     LagRow,
     PlanRow,
-    may_read,
     member_host,
     member_json,
+    readers,
     reset_topics,
 )
 
@@ -308,10 +308,7 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
                 plans[topic], versions[topic] = await looks.plan_topic(
                     zk, kafka, layouts[topic], target, wanted, execute=options.execute
                 )
-            active = {
-                topic: sorted(m for m, info in members.items() if may_read(info, topic))
-                for topic in topics
-            }
+            active = {topic: readers(members, topic) for topic in topics}
             registered = sorted({m for ids in active.values() for m in ids})
             if not options.json:
                 tables.show(tables.plan_table(plans))

@@ -119,6 +119,12 @@ def may_read(info: Registration | None, topic: str) -> bool:
     return info is None or not info.understood or info.subscribes(topic)
 
 
+def readers(members: Mapping[str, Registration | None], topic: str) -> list[str]:
+    """The registered members a reset of ``topic`` must count as reading it (`may_read`),
+    sorted."""
+    return sorted(member for member, info in members.items() if may_read(info, topic))
+
+
 def subscription_text(info: Registration) -> str:
     """A registration's subscription in one cell: ``a, b`` or ``white_list events\\..*``."""
     listed = ", ".join(info.entries) or "-"

@@ -26,9 +26,9 @@ from ..cli.plans import (
     ToLatest,
     ToOffset,
     ToTime,
-    may_read,
     parse_partitions,
     parse_timestamp,
+    readers,
 )
 from ..errors import ConfigurationError, CoordinationError
 from ..kafka.offset_reader import OffsetReader
@@ -122,7 +122,7 @@ class Resets:
             zk, kafka, GroupLayout(group, topic), target, wanted, execute=False
         )
         members = await survey.read_members(zk, group)
-        registered = sorted(m for m, info in members.items() if may_read(info, topic))
+        registered = readers(members, topic)
         made = Plan(secrets.token_hex(8), group, topic, rows, versions, registered)
         self._plans[made.id] = made
         while len(self._plans) > self.KEPT:
@@ -152,7 +152,7 @@ class Resets:
         plan = self.get(group, plan_id)
         layout = GroupLayout(group, plan.topic)
         members = await survey.read_members(zk, group)
-        registered = sorted(m for m, info in members.items() if may_read(info, plan.topic))
+        registered = readers(members, plan.topic)
         if registered and not force:
             raise ConfigurationError(
                 f"refused: group {group!r} has {len(registered)} member(s) registered for "
