@@ -98,10 +98,15 @@ async def group_of(
     async with contextlib.AsyncExitStack() as stack:
         members = []
         for _ in range(count):
-            joining = member(cluster, group, topic)
-            requests = Requests(joining._member.zk)
+            joining, requests = noted(cluster, group, topic)
             members.append((await stack.enter_async_context(joining), requests))
         yield members
+
+
+def noted(cluster: LocalCluster, group: str, topic: str) -> tuple[ConsumerGroup, Requests]:
+    """A member not started yet, and its ZooKeeper requests, noted from its start."""
+    joining = member(cluster, group, topic)
+    return joining, Requests(joining._member.zk)
 
 
 def moved(before: StickyTarget, after: StickyTarget, member_id: str) -> bool:
@@ -223,8 +228,7 @@ async def test_a_newcomer_reads_the_roster_not_every_registration(
         roster = decode_roster((await zk.get(layout.roster))[0])
         assert [m for m, _ in sorted(roster.members.items(), key=lambda i: i[1][1])] == ids
         assert all(info.protocol == SHARES_PROTOCOL for info, _ in roster.members.values())
-        joining = member(cluster, group_name, topic)
-        requests = Requests(joining._member.zk)
+        joining, requests = noted(cluster, group_name, topic)
         async with joining as newcomer:
             await wait_until(
                 lambda: settled_on(zk, layout, [*ids, newcomer.id]), what="five settle"
@@ -257,8 +261,7 @@ async def test_a_newcomer_reads_every_registration_without_a_roster_that_holds(
             data = encode_roster(stale)
             assert data is not None
             await zk.set(layout.roster, data)
-        joining = member(cluster, group_name, topic)
-        requests = Requests(joining._member.zk)
+        joining, requests = noted(cluster, group_name, topic)
         async with joining as newcomer:
             await wait_until(
                 lambda: settled_on(zk, layout, [*ids, newcomer.id]), what="four settle"
