@@ -90,5 +90,5 @@ class KeyedLayout:
     def labels(self, keys: list[PartitionKey]) -> str:
         """Partitions in a log line."""
         if not self.many:
-            return str([self.keys.split(key).partition for key in keys])
+            return str(list(keys))  # a one-topic group's keys are its partition ids
         return str([tuple(self.keys.split(key)) for key in keys])
