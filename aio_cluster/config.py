@@ -152,7 +152,11 @@ class Fetching:
             Python objects take somewhat more. None: no budget, only ``max_bytes`` per
             partition (memory then grows with the partitions owned).
         max_wait: how long the broker may wait for ``min_bytes`` before it answers a fetch, in
-            seconds (``max_wait_ms``, in milliseconds, is deprecated).
+            seconds (``max_wait_ms``, in milliseconds, is deprecated). Kafka's own default:
+            with ``min_bytes`` 1 the broker answers as soon as a record arrives, so a longer
+            wait delays no record; it only makes an idle member ask less often (twice a second,
+            each asking for every partition it owns). A partition claimed while a fetch waits
+            at the broker is first fetched once that fetch is answered.
         min_bytes: the least data a fetch should return; the broker waits up to ``max_wait``.
         isolation_level: ``"read_uncommitted"`` (as Kafka's own consumer) hands out every
             record, those of aborted transactions too; ``"read_committed"`` hands out no record
@@ -167,7 +171,7 @@ class Fetching:
 
     max_bytes: int = 1_048_576
     max_buffered_bytes: int | None = DEFAULT_BUFFERED_BYTES
-    max_wait: float = 0.1
+    max_wait: float = 0.5
     min_bytes: int = 1
     isolation_level: IsolationLevel = "read_uncommitted"
     trail: bool = False

@@ -48,7 +48,7 @@ def test_values_are_kept_in_one_form() -> None:
     assert Membership(strategy="range").strategy is Strategy.RANGE
     auth = ZooKeeperSecurity(auth=[("digest", "a:b")], acl="creator").auth
     assert auth == (("digest", "a:b"),)
-    assert milliseconds(Fetching().max_wait) == 100, "Kafka takes the wait in milliseconds"
+    assert milliseconds(Fetching().max_wait) == 500, "Kafka takes the wait in milliseconds"
     assert milliseconds(0.0001) == 1
 
 

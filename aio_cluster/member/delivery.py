@@ -84,6 +84,13 @@ class Watcher(Protocol):
         returns what still runs, as `lingering()`."""
 
 
+FETCH_HOLD_MS = 100
+"""The longest one fetch waits for records while it holds the fetch lock: a rebalance's
+`Delivery.reassign` waits for that lock, so a fetch must not wait out the broker's whole
+``max_wait`` (half a second by default). The broker's long poll goes on in aiokafka meanwhile,
+and the next fetch takes its answer."""
+
+
 class Delivery:
     """Hands out the batches of the claimed partitions, one in flight per partition."""
 
@@ -103,7 +110,7 @@ class Delivery:
         states: the member's partition states.
         member_id: named in log messages.
         loop_delay: seconds to pause after a fetch that failed.
-        max_wait_ms: how long a fetch may wait for records.
+        max_wait_ms: how long a fetch may wait for records (at most `FETCH_HOLD_MS`).
         trail: where no offset is stored, start at the latest offset instead of the earliest.
         label: names a partition key in log messages (its topic too, of many topics).
         """
@@ -111,7 +118,7 @@ class Delivery:
         self._states = states
         self._id = member_id
         self._loop_delay = loop_delay
-        self._max_wait_ms = max_wait_ms
+        self._max_wait_ms = min(max_wait_ms, FETCH_HOLD_MS)
         self._trail = trail
         self._label = label
         self._fetch_lock = asyncio.Lock()
