@@ -17,7 +17,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.offset import OffsetRequest
 from confluent_kafka import Producer
 
-from aio_cluster import BrokerError, ConfigurationError
+from aio_cluster import BrokerError, ConfigurationError, ConsumerGroup, TopicPartition
 from aio_cluster.kafka.fetcher import Fetcher, IsolationLevel
 from aio_cluster.kafka.offset_reader import OffsetReader
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
@@ -113,6 +113,30 @@ async def test_a_members_start_reads_its_topics_metadata_once(
         assert asked.count([]) == 1, "one bootstrap"
         assert [topics for topics in asked if topics] == [[topic]]
         assert None not in asked, "a metadata request for every topic"
+
+
+async def test_a_member_of_many_topics_reads_their_metadata_in_one_request(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str, wire: KafkaWire
+) -> None:
+    """A member that may not wait for its topics asks their partitions before it joins: at once,
+    so that one refresh of its client's metadata answers them all."""
+    topics = [await make_topic(partitions=2) for _ in range(3)]
+    for topic in topics:
+        await ready(cluster, topic, 2)
+    everything = sorted(TopicPartition(topic, p) for topic in topics for p in (0, 1))
+    group: ConsumerGroup[TopicPartition] = ConsumerGroup(
+        group_name,
+        cluster.bootstrap,
+        cluster.zookeeper,
+        topics,
+        wait_for_topic=False,
+        metadata_interval=600.0,
+        loop_delay=0.1,
+    )
+    async with group:
+        await wait_until(lambda: sorted(group.claimed) == everything, what="all claimed")
+        asked = [sorted(names) for names in wire.metadata(group.id) if names]
+        assert asked == [sorted(topics)]
 
 
 async def test_an_offset_look_up_does_not_wait_behind_a_long_polling_fetch(
