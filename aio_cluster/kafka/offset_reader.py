@@ -209,8 +209,9 @@ class OffsetReader:
                 raise BrokerError(f"metadata request failed: {reason}")
 
     async def _described(self, topic: str) -> tuple[int, list[int]]:
-        """``topic``'s error code and sorted partition ids, asked on its own: a topic the client's
-        metadata leaves out has an error code, so the answer has no partitions to parse.
+        """``topic``'s error code and sorted partition ids, asked on its own: one topic to parse
+        (none for a topic answered with an error code, which the client's metadata leaves out),
+        on the client's second connection to the broker, so not behind a fetch.
 
         Raises:
             BrokerError: the request failed (after one retry on fresh metadata).
@@ -221,7 +222,6 @@ class OffsetReader:
                 node = self._client.get_random_node()
                 if node is None:
                     raise NoBrokersAvailable()
-                # On the second connection, so as not to wait behind a fetch.
                 answer = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
                 break
             except KafkaError as exc:
