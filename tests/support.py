@@ -24,12 +24,16 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.conn import AIOKafkaConnection
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import Batch, ConsumerGroup, Record
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
@@ -129,6 +133,95 @@ async def create_topic(
         return await add_topic(admin, partitions, replicas=replicas, prefix=prefix)
     finally:
         await admin.close()
+
+
+@dataclass
+class Sent:
+    """One request an aiokafka connection sent (see `KafkaWire`)."""
+
+    client_id: str
+    request: Any
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once its answer came (or it failed)."""
+
+    @property
+    def metadata_topics(self) -> list[str] | None:
+        """The topics a metadata request asks (None: every topic of the cluster)."""
+        topics: list[str] | None = self.request._topics  # aiokafka has no public attribute for it
+        return topics
+
+
+class KafkaWire:
+    """Every request aiokafka's connections send to the real server, as it goes out, for a test to
+    count what its clients ask Kafka (told apart by client id) and when each answer came; the
+    test may also refuse some (`refuse`) or change the answers (`answer`). Installed on every
+    aiokafka connection of the process by ``KafkaWire(monkeypatch)``, until the test ends."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[Sent] = []
+        self.refuse: Callable[[Sent], bool] | None = None
+        """A request it says True of fails as a broken connection would."""
+        self.answer: Callable[[Any, Any], None] | None = None
+        """Called with each request and its answer, which it may change in place."""
+        original = AIOKafkaConnection.send
+        wire = self
+
+        def send(conn: Any, request: Any, expect_response: bool = True) -> Awaitable[Any]:
+            sent = Sent(conn._client_id, request)  # aiokafka has no public attribute for it
+            wire.sent.append(sent)
+            try:
+                if wire.refuse is not None and wire.refuse(sent):
+                    raise KafkaConnectionError(f"refused by the test: {type(request).__name__}")
+                pending = original(conn, request, expect_response)
+            except BaseException:
+                sent.answered.set()
+                raise
+
+            async def answered() -> Any:
+                try:
+                    response = await pending
+                    if wire.answer is not None and response is not None:
+                        wire.answer(request, response)
+                    return response
+                finally:
+                    sent.answered.set()
+
+            return answered()
+
+        monkeypatch.setattr(AIOKafkaConnection, "send", send)
+
+    def of(self, client_id: str, kind: type | None = None) -> list[Sent]:
+        """The requests of the clients whose id starts with ``client_id``, of ``kind``."""
+        return [
+            sent
+            for sent in self.sent
+            if sent.client_id.startswith(client_id)
+            and (kind is None or isinstance(sent.request, kind))
+        ]
+
+    def metadata(self, client_id: str) -> list[list[str] | None]:
+        """The topics each metadata request of those clients asked, in order (None: every
+        topic; an empty list: none, as a bootstrap asks)."""
+        return [sent.metadata_topics for sent in self.of(client_id, MetadataRequest)]
+
+
+LEADER_NOT_AVAILABLE = 5
+"""Kafka's error code LEADER_NOT_AVAILABLE: the topic is there, its leader is moving."""
+
+
+def leaderless(topic: str) -> Callable[[Any, Any], None]:
+    """An answer changer for `KafkaWire.answer`: Kafka answers ``topic``'s metadata with
+    LEADER_NOT_AVAILABLE and no partitions, in a listing and asked on its own, as while its
+    leader moves."""
+
+    def answer(request: Any, response: Any) -> None:
+        if isinstance(request, MetadataRequest):
+            response.topics = [
+                (LEADER_NOT_AVAILABLE, topic, *entry[2:-1], []) if entry[1] == topic else entry
+                for entry in response.topics
+            ]
+
+    return answer
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.metadata import MetadataRequest
 from prometheus_client import CollectorRegistry
 
 from aio_cluster import Batch, ConsumerGroup, RebalanceListener, Record, TopicPartition
@@ -25,7 +26,7 @@ from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import Delete, Op, Stat, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
 
-from support import closable, fresh, topic_known, wait_until
+from support import KafkaWire, closable, fresh, leaderless, topic_known, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -382,10 +383,6 @@ async def test_pattern_members_share_a_topic_created_later(
         assert sorted(first.claimed + second.claimed) == [TP(topic, p) for p in range(4)]
 
 
-_LEADER_NOT_AVAILABLE = 5
-"""Kafka's error code LEADER_NOT_AVAILABLE: the topic is there, its leader is moving."""
-
-
 async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
     cluster: LocalCluster,
     admin: AIOKafkaAdminClient,
@@ -393,8 +390,9 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
     group_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Kafka answers a topic with LEADER_NOT_AVAILABLE, in the listing and asked on its own: the
-    topic exists, so a pattern member keeps it, its claims and its target."""
+    """Kafka answers a topic with LEADER_NOT_AVAILABLE, in the listing and asked on its own (every
+    metadata answer, the member's client's refreshes too): the topic exists, so a pattern member
+    keeps it, its claims and its target."""
     base = fresh("blip")
     topic = await new_topic(admin, f"{base}.t", 2)
     steady = await new_topic(admin, f"{base}.steady", 1)  # listed as ever
@@ -411,21 +409,14 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
         assert sorted(group.claimed) == claimed
         target = GroupLayout(group_name, topic).assignment
         assert await zk.exists(target) is not None
-        kafka = group._member.fetcher._reader._admin
-        describe = kafka.describe_topics
-        listings = 0
+        wire = KafkaWire(monkeypatch)
+        wire.answer = leaderless(topic)
 
-        async def leaderless(topics: list[str] | None = None) -> list[dict[str, Any]]:
-            nonlocal listings
-            described = [dict(found) for found in await describe(topics)]
-            for found in described:
-                if found["topic"] == topic:
-                    found.update(error_code=_LEADER_NOT_AVAILABLE, partitions=[])
-            listings += topics is None
-            return described
+        def listings() -> int:
+            asked = wire.of(group.id, MetadataRequest)
+            return sum(1 for s in asked if s.metadata_topics is None and s.answered.is_set())
 
-        monkeypatch.setattr(kafka, "describe_topics", leaderless)
-        await wait_until(lambda: listings >= 2, what="the topic listed without a leader twice")
+        await wait_until(lambda: listings() >= 2, what="the topic listed without a leader twice")
         membership = group._member.membership
 
         async def rebalanced() -> None:

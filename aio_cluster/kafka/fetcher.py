@@ -3,9 +3,13 @@
 The partitions are given by key (`aio_cluster.kafka.topics.TopicKeys`): for one topic the
 partition ids themselves.
 
-One aiokafka consumer in manual ``assign()`` mode fetches; the offset look-ups go through an
-[OffsetReader][aio_cluster.kafka.offset_reader.OffsetReader] of their own: on the fetching
-connection they would queue behind long-polling fetches (the broker answers a connection in order).
+One aiokafka consumer in manual ``assign()`` mode fetches, and its client serves the whole member:
+the metadata and the offset look-ups go through an
+[OffsetReader][aio_cluster.kafka.offset_reader.OffsetReader] over that same client. So a member
+bootstraps once, holds one client's connections, and reads a topic's metadata once: the reader's
+first look-up follows the topic, and the partitions assigned afterwards find it followed. The
+look-ups ride the client's second connection to each broker: on the fetching one they would queue
+behind long-polling fetches (the broker answers a connection in order).
 
 A fetch error that retrying cannot mend (a codec this machine lacks, a corrupt batch, a topic not
 authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition and the first
@@ -145,7 +149,20 @@ class Fetcher:
             isolation_level=isolation_level,
             **connection,
         )
-        self._reader = OffsetReader(servers, client_id=f"{client_id}-offsets", options=connection)
+        client = self._consumer._client  # aiokafka has no public call for its client
+        self._reader = OffsetReader(
+            client=client,
+            client_id=client_id,
+            request_timeout_ms=int(connection["request_timeout_ms"]),
+            isolation_level=isolation_level,
+        )
+        # aiokafka's assign() makes the client follow exactly the topics of the partitions
+        # assigned (set_topics()), which drops those the look-ups follow (a refresh for them
+        # again at the next look-up) and, when nothing is assigned, follows no topic at all: the
+        # client then asks every topic of the cluster at once and at each refresh. The reader
+        # keeps the assigned topics followed besides its own instead, and refreshes only for a
+        # topic new to the client. aiokafka has no public call for this.
+        client.set_topics = self._reader.hold
         self._assigned: frozenset[PartitionKey] = frozenset()
         self._positions: dict[PartitionKey, int] = {}
         """Partition -> the next offset to read: past every record returned, and past the
@@ -154,38 +171,31 @@ class Fetcher:
         self._value_deserializer = value_deserializer
 
     async def start(self) -> None:
-        """Connect to the cluster: the fetching consumer and the offset reader at once.
-
-        Whatever fails, both are closed again before the error is raised.
+        """Connect to the cluster: the fetching consumer, whose client the look-ups share. No
+        topic's metadata is read yet: the first look-up (`partitions()`, `topics()`) or
+        assignment reads it.
 
         Raises:
             AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
             BrokerError: no broker answered.
         """
-        fetching, reading = await asyncio.gather(
-            self._start_consumer(),
-            self._reader.start(track=next(iter(self.keys.names), None)),
-            return_exceptions=True,
-        )
-        failure = fetching if isinstance(fetching, BaseException) else reading
-        if isinstance(failure, BaseException):
-            await self.stop()
-            raise failure
-
-    async def _start_consumer(self) -> None:
         try:
             await self._consumer.start()
         except KafkaError as exc:
             await self._consumer.stop()
             raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
+        except BaseException:
+            await self._consumer.stop()
+            raise
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
         await self._consumer.stop()
-        await self._reader.stop()
 
     async def partitions(self, topic: str) -> list[int]:
-        """Every partition id of ``topic``, sorted, fresh from the metadata API.
+        """Every partition id of ``topic``, sorted, fresh from the metadata API: the first time
+        one refresh of the client's metadata, which follows the topic from now (so assigning its
+        partitions asks nothing more); afterwards the topic asked on its own.
 
         Raises:
             ConfigurationError: the topic does not exist.
@@ -194,8 +204,8 @@ class Fetcher:
         return await self._reader.partitions(topic)
 
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
-        """Topic -> its sorted partition ids, of ``names`` that exist (None: every topic of the
-        cluster but Kafka's internal ones), in one metadata request.
+        """Topic -> its sorted partition ids, of ``names`` that exist (followed from now; None:
+        every topic of the cluster but Kafka's internal ones), in one metadata request.
 
         Raises:
             BrokerError: the metadata request failed.
@@ -270,7 +280,8 @@ class Fetcher:
         return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
     async def ends(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
-        """For each partition, its next-to-be-written offset: one ListOffsets round trip.
+        """For each partition, its next-to-be-written offset (with read_committed, its last
+        stable offset): one ListOffsets round trip.
 
         Raises:
             BrokerError: the request failed.

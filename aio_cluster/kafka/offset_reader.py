@@ -1,8 +1,26 @@
 """OffsetReader: topics' partitions, log bounds and offsets at a time, without reading records.
 
-The one place that asks Kafka's metadata and ListOffsets APIs: the member's fetcher reads through
-one (so its look-ups never queue behind its long-polling fetches on the same connection), and the
-command reads through another. Both therefore refresh stale metadata alike after a broker died.
+The one place that asks Kafka's metadata and ListOffsets APIs, through one aiokafka client: a
+member's [Fetcher][aio_cluster.kafka.fetcher.Fetcher] lends it the client it fetches with, so that
+a member bootstraps once, holds one client's connections and reads a topic's metadata once for its
+fetches and its look-ups alike; the command and the dead-letter check give it a client of its own.
+
+Metadata: the client follows the topics asked about (besides those its fetcher reads). The first
+`partitions()` of a topic, and `topics(names)`, follow it and read the client's metadata after one
+refresh, so that a fetcher assigned the topic afterwards finds it followed and asks nothing more.
+A topic followed already is asked on its own: a refresh asks every topic followed, so a member of
+many topics checking each in turn would parse them all each time. The client's metadata leaves
+out a topic answered with an error code, so such a topic is asked on its own too (a small answer:
+no partitions to parse) to tell "it does not exist" from a passing error. A topic that does not
+exist is no longer followed (aiokafka logs an error for it at each refresh) and is asked on its
+own until it exists. `topics()` of the whole cluster reads a metadata of its own, which the
+client's does not replace.
+
+ListOffsets: sent from here, one request per partition leader at once, on the client's second
+connection to each broker (aiokafka's coordination group): on the first one the broker answers the
+fetches, in order, so a look-up there would wait behind a fetch long-polling for records. Stale
+leadership refreshes the metadata and asks again, within the request timeout.
+
 Each offset question takes the partitions of any number of topics (topic -> partition ids) and
 answers by `TopicPartition`, in the same round trips as for one topic.
 """
@@ -10,13 +28,23 @@ answers by `TopicPartition`, in the same round trips as for one topic.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from aiokafka import AIOKafkaConsumer
+import anyio
 from aiokafka import TopicPartition as KafkaPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.errors import (
+    KafkaError,
+    LeaderNotAvailableError,
+    NoBrokersAvailable,
+    StaleMetadata,
+    UnsupportedForMessageFormatError,
+    for_code,
+)
+from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.protocol.offset import OffsetRequest
 
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
@@ -28,6 +56,20 @@ __all__ = ["OffsetReader"]
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
 
+_OFFSET_NOT_AVAILABLE = 78
+"""Kafka's error code OFFSET_NOT_AVAILABLE (a new leader does not know its log end yet): Kafka
+calls it retriable; aiokafka does not know the code."""
+
+_EARLIEST = -2
+_LATEST = -1
+"""ListOffsets' timestamps for a partition's first offset and its log end."""
+
+_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+"""ListOffsets' isolation levels: read_committed's log end is the last stable offset."""
+
+_Found = tuple[int, int | None]
+"""A ListOffsets answer for one partition: its offset (-1: none), and the record's timestamp."""
+
 
 class OffsetReader:
     """Reads offsets without fetching records: topics' partitions and log bounds, and the first
@@ -35,140 +77,256 @@ class OffsetReader:
 
     def __init__(
         self,
-        bootstrap: str | Sequence[str],
+        bootstrap: str | Sequence[str] | None = None,
         *,
         client_id: str,
         request_timeout_ms: int = 30_000,
         options: Mapping[str, Any] | None = None,
+        client: Any = None,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     ) -> None:
-        """Configure the clients; nothing connects before `start()`.
+        """Configure the reader; nothing connects before `start()`.
 
         Args:
-            bootstrap: Kafka servers as ``"host:port"``.
-            client_id: shown in the broker's logs.
-            request_timeout_ms: the bound on each request (an option ``request_timeout_ms``
-                overrides it).
-            options: connection options (TLS, SASL), see [KafkaOptions][aio_cluster.KafkaOptions].
+            bootstrap: Kafka servers as ``"host:port"``, for a client of the reader's own.
+            client_id: shown in the broker's logs (a client of the reader's own).
+            request_timeout_ms: the bound on each request, and on the retries of a look-up (an
+                option ``request_timeout_ms`` overrides it).
+            options: connection options (TLS, SASL) of a client of its own, see
+                [KafkaOptions][aio_cluster.KafkaOptions].
+            client: instead of ``bootstrap``, the aiokafka client (``AIOKafkaClient``) to read
+                through, started and stopped by its owner (a fetching consumer's).
+            isolation_level: ``"read_committed"`` makes a partition's log end its last stable
+                offset (the end of what a read_committed consumer reads).
 
         Raises:
-            ConfigurationError: malformed bootstrap servers or options.
+            ConfigurationError: malformed bootstrap servers or options, or neither (or both)
+                ``bootstrap`` and ``client``.
         """
-        self.servers = servers = parse_bootstrap(bootstrap)
+        if (bootstrap is None) == (client is None):
+            raise ConfigurationError("an OffsetReader reads through bootstrap servers or a client")
         self.client_id = client_id
         self.options = connection = KafkaOptions(
             {"request_timeout_ms": request_timeout_ms, **(options or {})}
         )
-        self._admin = AIOKafkaAdminClient(
-            bootstrap_servers=servers, client_id=client_id, **connection
-        )
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=servers,
-            client_id=client_id,
-            group_id=None,
-            enable_auto_commit=False,
-            **connection,
-        )
+        self._timeout = int(connection["request_timeout_ms"]) / 1000
+        self._isolation = _ISOLATION[isolation_level]
+        self.servers: list[str] = []
+        self._owned = client is None
+        if bootstrap is not None:
+            self.servers = servers = parse_bootstrap(bootstrap)
+            client = AIOKafkaClient(bootstrap_servers=servers, client_id=client_id, **connection)
+        self._client = client
+        self._held: frozenset[str] = frozenset()
+        """The topics the client's fetcher reads now: followed whatever the look-ups learn."""
+        self._absent: set[str] = set()
+        """The topics Kafka said last that it does not have: asked on their own, not followed."""
 
     async def start(self, track: str | None = None) -> None:
-        """Connect to the cluster.
+        """Connect to the cluster (a client of the reader's own; a lent one its owner starts).
 
         Args:
-            track: a topic whose metadata to follow from the start: an offset request for a
-                topic the client does not track yet waits a retry back-off (100 ms) for a refresh.
+            track: a topic whose metadata to follow from the start (one refresh).
 
         Raises:
             AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
             BrokerError: no broker answered.
         """
-        try:
-            # Both at once: each bootstraps on a connection of its own.
-            started = await asyncio.gather(
-                self._start_consumer(track), self._admin.start(), return_exceptions=True
-            )
-            for result in started:
-                if isinstance(result, BaseException):
-                    raise result
-        except KafkaError as exc:
-            await self.stop()
-            raise await connect_failure(self.servers, self.options, self.client_id, exc) from exc
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def _start_consumer(self, track: str | None) -> None:
-        await self._consumer.start()
+        if self._owned:
+            try:
+                await self._client.bootstrap()
+            except KafkaError as exc:
+                await self.stop()
+                raise await connect_failure(
+                    self.servers, self.options, self.client_id, exc
+                ) from exc
+            except BaseException:
+                await self.stop()
+                raise
         if track is not None:
-            # aiokafka has no public call for this in assign() mode.
-            await self._consumer._client.add_topic(track)
+            await self._refreshed({track})
 
     async def stop(self) -> None:
-        """Close every connection."""
-        await self._consumer.stop()
-        await self._admin.close()
+        """Close every connection of a client of the reader's own (a lent one stays open)."""
+        if self._owned:
+            await self._client.close()
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def hold(self, topics: Collection[str]) -> asyncio.Future[bool]:
+        """Keep ``topics`` followed (those the client's fetcher reads now, instead of those held
+        before), besides the topics the look-ups follow; a topic new to the client makes it
+        refresh at once. Made to stand in for aiokafka's ``AIOKafkaClient.set_topics()``.
+
+        Returns:
+            Resolved when the client's metadata knows the topics: at once when none was new.
+        """
+        self._held = frozenset(topics)
+        if self._follow(self._held):
+            return self._client.force_metadata_update()  # type: ignore[no-any-return]
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
+
+    def _follow(self, topics: Collection[str]) -> bool:
+        """Make the client follow ``topics`` too; True when one of them is new to it (then its
+        next refresh asks it)."""
+        # aiokafka has no public call that adds topics without replacing those followed. A new
+        # set, not the old one changed: a refresh under way tells a change by comparing them.
+        followed: set[str] = self._client._topics
+        new = set(topics) - followed
+        if new:
+            self._client._topics = followed | new
+        return bool(new)
+
+    def _unfollow(self, topic: str) -> None:
+        """Stop following ``topic``, unless the fetcher reads it or the client would follow no
+        topic at all: aiokafka then asks the metadata of every topic at each refresh."""
+        followed: set[str] = self._client._topics  # see _follow()
+        if topic in followed and topic not in self._held and len(followed) > 1:
+            self._client._topics = followed - {topic}
+
+    async def _refreshed(self, topics: Collection[str]) -> None:
+        """Follow ``topics`` too, and refresh the client's metadata: one request for every topic
+        followed (a refresh already under way serves, or goes on to ask a topic new to it).
+
+        A failed refresh is tried once more: the client asks its brokers in turn, a dead one's
+        connection dropped for the next.
+
+        Raises:
+            BrokerError: no broker answered, twice.
+        """
+        self._follow(topics)
+        for attempt in (1, 2):
+            try:
+                with anyio.fail_after(self._timeout):
+                    if await self._client.force_metadata_update():
+                        return
+                reason = "no broker answered"
+            except TimeoutError:
+                reason = f"no answer within {self._timeout:g} s"
+            if attempt == 2:
+                raise BrokerError(f"metadata request failed: {reason}")
+
+    async def _described(self, topic: str) -> tuple[int, list[int]]:
+        """``topic``'s error code and sorted partition ids, asked on its own: one topic to parse
+        (none for a topic answered with an error code, which the client's metadata leaves out),
+        on the client's second connection to the broker, so not behind a fetch.
+
+        Raises:
+            BrokerError: the request failed (after one retry on fresh metadata).
+        """
+        request = MetadataRequest([topic])
+        for attempt in (1, 2):
+            try:
+                node = self._client.get_random_node()
+                if node is None:
+                    raise NoBrokersAvailable()
+                answer = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
+                break
+            except KafkaError as exc:
+                if attempt == 2 or not exc.retriable:
+                    raise BrokerError(f"metadata request failed: {exc}") from exc
+                # The broker asked may have died: the refreshed metadata names the live ones.
+                await self._refreshed(())
+        for entry in answer.topics:
+            if answer.API_VERSION == 0:
+                code, name, partitions = entry
+            else:
+                code, name, _internal, partitions = entry
+            if name == topic:
+                return int(code), sorted(int(partition[1]) for partition in partitions)
+        return _UNKNOWN_TOPIC, []
 
     async def partitions(self, topic: str) -> list[int]:
-        """Every partition id of ``topic``, sorted, fresh from the metadata API.
+        """Every partition id of ``topic``, sorted, fresh from the metadata API: the first time,
+        the client follows the topic and one refresh of its metadata answers; afterwards (and
+        while the topic does not exist) the topic is asked on its own, one topic to parse
+        however many the client follows, and not behind a fetch.
 
         Raises:
             ConfigurationError: the topic does not exist.
-            BrokerError: the metadata request failed.
+            BrokerError: the metadata request failed, or Kafka answered the topic with an error
+                code (its leader moving, say).
         """
-        try:
-            described = await self._describe(topic)
-        except KafkaError as exc:
-            raise BrokerError(f"metadata request failed: {exc}") from exc
+        if topic in self._absent or topic in self._client._topics:  # see _follow()
+            code, partitions = await self._described(topic)
+            if code == _UNKNOWN_TOPIC or topic not in self._absent:
+                return self._found(topic, code, partitions)
+            self._absent.discard(topic)  # made since: followed from now
+        await self._refreshed({topic})
+        found = self._client.cluster.partitions_for_topic(topic)
+        if found:
+            return sorted(found)
+        return self._found(topic, *await self._described(topic))
+
+    def _found(self, topic: str, code: int, partitions: list[int]) -> list[int]:
+        """``partitions``, unless Kafka answered ``topic`` with error ``code``.
+
+        Raises:
+            ConfigurationError: the topic does not exist (then it is no longer followed).
+            BrokerError: another error code.
+        """
         # Only "unknown topic" says it does not exist: with another code (its leader moving,
         # say) it exists, and its partitions may be missing from the answer for that moment.
-        if described["error_code"] == _UNKNOWN_TOPIC:
+        if code == _UNKNOWN_TOPIC:
+            self._unfollow(topic)
+            self._absent.add(topic)
             raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
-        if described["error_code"]:
-            raise BrokerError(
-                f"metadata of topic {topic!r} has error code {described['error_code']}"
-            )
-        if not described["partitions"]:
+        if code:
+            raise BrokerError(f"metadata of topic {topic!r} has error code {code}")
+        if not partitions:
             raise ConfigurationError(f"topic {topic!r} does not exist in Kafka")
-        return sorted(int(partition["partition"]) for partition in described["partitions"])
+        return partitions
 
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, in one metadata request: of ``names`` (those that
-        exist), or of every topic of the cluster but Kafka's internal ones (None). A topic the
-        answer names with an error code is left out: ask `partitions()` whether it is gone.
+        exist; the client follows them from now), or of every topic of the cluster but Kafka's
+        internal ones (None). A topic the answer names with an error code is left out: ask
+        `partitions()` whether it is gone.
 
         Raises:
             BrokerError: the metadata request failed.
         """
-        asked = None if names is None else sorted(set(names))
-        if asked == []:
+        if names is None:
+            return await self._listed()
+        asked = set(names)
+        if not asked:
             return {}
+        new = asked - set(self._client._topics)  # see _follow()
+        await self._refreshed(asked)
+        cluster = self._client.cluster
+        found: dict[str, list[int]] = {}
+        for topic in sorted(asked):
+            partitions = cluster.partitions_for_topic(topic)
+            if partitions and topic not in cluster.internal_topics:
+                found[topic] = sorted(partitions)
+            elif topic in new or topic in self._absent:
+                self._unfollow(topic)
+        return found
+
+    async def _listed(self) -> dict[str, list[int]]:
+        """Every topic of the cluster but Kafka's internal ones, in a metadata of its own (the
+        client's follows its topics only)."""
         try:
             try:
-                described = await self._admin.describe_topics(asked)
+                listing = await self._client.fetch_all_metadata()
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
-                await self._admin._client.force_metadata_update()  # see _describe()
-                described = await self._admin.describe_topics(asked)
+                # No broker known answered: the refreshed metadata names the live ones.
+                await self._refreshed(())
+                listing = await self._client.fetch_all_metadata()
         except KafkaError as exc:
             raise BrokerError(f"metadata request failed: {exc}") from exc
         found: dict[str, list[int]] = {}
-        for topic in described:
-            if topic.get("error_code") or topic.get("is_internal") or not topic["partitions"]:
-                continue
-            found[str(topic["topic"])] = sorted(int(p["partition"]) for p in topic["partitions"])
+        for topic in sorted(listing.topics(exclude_internal_topics=True)):
+            partitions = listing.partitions_for_topic(topic)
+            if partitions:
+                found[str(topic)] = sorted(partitions)
         return found
 
-    async def _describe(self, topic: str) -> dict[str, Any]:
-        try:
-            (described,) = await self._admin.describe_topics([topic])
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            # The admin client asks a random broker of its metadata, which keeps a broker that
-            # died for minutes (metadata_max_age_ms): refreshed (the brokers asked in turn), it
-            # names the live ones only. aiokafka has no public call for this.
-            await self._admin._client.force_metadata_update()
-            (described,) = await self._admin.describe_topics([topic])
-        return dict(described)
+    # -- offsets -------------------------------------------------------------------------------
 
     async def bounds(
         self, wanted: Mapping[str, Collection[int]]
@@ -182,17 +340,16 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
-        try:
-            first, last = await asyncio.gather(
-                self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps)
-            )
-        except KafkaError as exc:
-            raise BrokerError(f"offset request failed: {exc}") from exc
-        return {TopicPartition(*tp): (first[tp], last[tp]) for tp in tps}
+        first, last = await asyncio.gather(
+            self._offsets(dict.fromkeys(tps, _EARLIEST)),
+            self._offsets(dict.fromkeys(tps, _LATEST)),
+        )
+        return {TopicPartition(*tp): (_known(first, tp), _known(last, tp)) for tp in tps}
 
     async def ends(self, wanted: Mapping[str, Collection[int]]) -> dict[TopicPartition, int]:
         """For each partition of ``wanted`` (topic -> partition ids), its next-to-be-written
-        offset: one ListOffsets round trip however many topics there are.
+        offset (with read_committed, its last stable offset): one ListOffsets round trip however
+        many topics there are.
 
         Raises:
             BrokerError: the request failed.
@@ -200,24 +357,8 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
-        try:
-            last = await self._consumer.end_offsets(tps)
-        except KafkaError as exc:
-            raise BrokerError(f"offset request failed: {exc}") from exc
-        return {TopicPartition(*tp): last[tp] for tp in tps}
-
-    async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[KafkaPartition]:
-        """The partitions of ``wanted``, their topics' metadata followed first: in one refresh
-        for the topics not followed yet (an offset request for an unknown topic waits a retry
-        back-off, 100 ms, per topic)."""
-        topics = {topic for topic, partitions in wanted.items() if partitions}
-        client = self._consumer._client  # aiokafka has no public call for this in assign() mode
-        if not topics <= set(client._topics):
-            try:
-                await client.set_topics(set(client._topics) | topics)
-            except KafkaError as exc:
-                raise BrokerError(f"metadata request failed: {exc}") from exc
-        return [KafkaPartition(t, p) for t, partitions in wanted.items() for p in partitions]
+        last = await self._offsets(dict.fromkeys(tps, _LATEST))
+        return {TopicPartition(*tp): _known(last, tp) for tp in tps}
 
     async def offsets_for_time(
         self, wanted: Mapping[str, Collection[int]], timestamp_ms: int
@@ -232,10 +373,131 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
+        found = await self._offsets(dict.fromkeys(tps, timestamp_ms))
+        answers = {tp: found.get(tp, (-1, None))[0] for tp in tps}
+        return {TopicPartition(*tp): None if at < 0 else at for tp, at in answers.items()}
+
+    async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[KafkaPartition]:
+        """The partitions of ``wanted``, their topics' metadata followed first: in one refresh
+        for the topics not followed yet (their leaders are needed).
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        topics = {topic for topic, partitions in wanted.items() if partitions}
+        if not topics <= set(self._client._topics):  # see _follow()
+            await self._refreshed(topics)
+        return [KafkaPartition(t, p) for t, partitions in wanted.items() for p in partitions]
+
+    async def _offsets(self, timestamps: Mapping[KafkaPartition, int]) -> dict[Any, _Found]:
+        """ListOffsets of ``timestamps`` (partition -> timestamp, or -2 / -1 for the first offset
+        and the log end); a partition Kafka has no answer for is left out.
+
+        Stale leadership (a leader unknown or moved, a topic the metadata does not have yet)
+        refreshes the metadata and asks again; any retriable error is asked again, within the
+        request timeout.
+
+        Raises:
+            BrokerError: a partition's error that asking again does not mend, or no answer within
+                the request timeout.
+        """
+        backoff = float(self._client._retry_backoff)  # aiokafka has no public call for this
+        last: KafkaError | None = None
         try:
-            found = await self._consumer.offsets_for_times(dict.fromkeys(tps, timestamp_ms))
-        except KafkaError as exc:
-            raise BrokerError(f"offset request failed: {exc}") from exc
-        return {
-            TopicPartition(*tp): None if at is None else int(at.offset) for tp, at in found.items()
-        }
+            with anyio.fail_after(self._timeout):
+                while True:
+                    try:
+                        return await self._offsets_once(timestamps)
+                    except KafkaError as exc:
+                        if not exc.retriable:
+                            raise BrokerError(f"offset request failed: {exc}") from exc
+                        last = exc
+                        if exc.invalid_metadata:
+                            try:
+                                await self._refreshed({tp.topic for tp in timestamps})
+                            except BrokerError as failed:
+                                last = KafkaError(str(failed))
+                    await asyncio.sleep(backoff)
+        except TimeoutError:
+            raise BrokerError(
+                f"offset request failed: no answer within {self._timeout:g} s"
+                + ("" if last is None else f" (last: {last})")
+            ) from last
+
+    async def _offsets_once(self, timestamps: Mapping[KafkaPartition, int]) -> dict[Any, _Found]:
+        """One ListOffsets request per leader, at once.
+
+        Raises:
+            KafkaError: the first failure, a stale leadership before any other.
+        """
+        cluster = self._client.cluster
+        by_leader: dict[int, dict[str, list[tuple[int, int]]]] = collections.defaultdict(
+            lambda: collections.defaultdict(list)
+        )
+        for tp, timestamp in timestamps.items():
+            leader = cluster.leader_for_partition(tp)
+            if leader is None:
+                raise StaleMetadata(_name(tp.topic, tp.partition) + " is not in the metadata")
+            if leader == -1:
+                raise LeaderNotAvailableError(_name(tp.topic, tp.partition) + " has no leader")
+            by_leader[leader][tp.topic].append((tp.partition, timestamp))
+        answers = await asyncio.gather(
+            *(self._offsets_from(node, asked) for node, asked in by_leader.items()),
+            return_exceptions=True,
+        )
+        failures = [answer for answer in answers if isinstance(answer, BaseException)]
+        if failures:
+            stale = [f for f in failures if getattr(f, "invalid_metadata", False)]
+            raise (stale or failures)[0]
+        found: dict[Any, _Found] = {}
+        for answer in answers:
+            assert not isinstance(answer, BaseException)
+            found.update(answer)
+        return found
+
+    async def _offsets_from(
+        self, node: int, asked: Mapping[str, list[tuple[int, int]]]
+    ) -> dict[Any, _Found]:
+        """One ListOffsets request to ``node``, on its second connection (not behind a fetch).
+
+        Raises:
+            KafkaError: the request failed, or a partition's error (the first one).
+        """
+        request = OffsetRequest(-1, self._isolation, list(asked.items()))
+        answer = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
+        found: dict[Any, _Found] = {}
+        for topic, partitions in answer.topics:
+            for partition, code, *rest in partitions:
+                if code == _OFFSET_NOT_AVAILABLE:
+                    raise StaleMetadata(_name(topic, partition) + ": OFFSET_NOT_AVAILABLE")
+                error = for_code(code)
+                if error is UnsupportedForMessageFormatError:
+                    continue  # no timestamps in this log: no offset found (as aiokafka does)
+                if code:
+                    raise error(_name(topic, partition))
+                if answer.API_VERSION == 0:
+                    offsets = rest[0]
+                    found[KafkaPartition(topic, partition)] = (
+                        int(offsets[0]) if offsets else -1,
+                        None,
+                    )
+                else:
+                    timestamp, offset = rest[:2]
+                    found[KafkaPartition(topic, partition)] = (int(offset), int(timestamp))
+        return found
+
+
+def _name(topic: str, partition: int) -> str:
+    return f"partition {partition} of topic {topic!r}"
+
+
+def _known(found: Mapping[Any, _Found], tp: KafkaPartition) -> int:
+    """The offset Kafka answered for ``tp``.
+
+    Raises:
+        BrokerError: it gave none.
+    """
+    offset = found.get(tp, (-1, None))[0]
+    if offset < 0:
+        raise BrokerError(f"offset request failed: no offset of {_name(tp.topic, tp.partition)}")
+    return offset

@@ -149,8 +149,17 @@ class Topics:
             ConfigurationError: a topic does not exist.
         """
         if not self._wait_for_topic:
-            for state in list(self._topics.values()):
-                state.partitions = await self._partitions_of(state)
+            # Asked at once: each topic's first look-up makes the member's Kafka client follow
+            # it, and asked together they share one metadata refresh (asked in turn, each refresh
+            # would ask every topic before it again). The first failure in order is raised.
+            states = list(self._topics.values())
+            found = await asyncio.gather(
+                *(self._partitions_of(state) for state in states), return_exceptions=True
+            )
+            for state, partitions in zip(states, found, strict=True):
+                if isinstance(partitions, BaseException):
+                    raise partitions
+                state.partitions = partitions
 
     async def current(self) -> list[TopicState]:
         """The states of the topics this member reads now (a pattern's follow the cluster's),
