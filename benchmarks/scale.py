@@ -12,8 +12,8 @@ round-robin strategies, equal to their assignment). ZooKeeper's requests are the
 ``mntr`` ``zk_packets_received`` over the rebalance (the local ZooKeeper allows ``mntr``); it
 includes the sessions' pings, a few per second for the whole group. The CPU seconds are the
 growth of the workers' own resource usage (user + system, summed over them), raw and less what
-the settled group spends at rest in as long (the median of its rate over three seconds left
-alone before each change): on a loaded 2-core machine a wall-clock figure mostly measures the
+the settled group spends at rest in as long (the median of its rate over three seconds
+watched before each change): on a loaded 2-core machine a wall-clock figure mostly measures the
 load, while CPU seconds and requests are what a group of one member per machine would pay. The
 controller does not poll the workers for their claims: each answers when its claims change, so
 that watching the group costs it almost nothing.
@@ -42,7 +42,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +67,8 @@ DEFAULT_PARTITIONS = 1000
 DEFAULT_MEMBERS = 20
 SETTLE_TIMEOUT = 120.0
 IDLE_WINDOW = 3.0
-"""Seconds the settled group is left alone before each change, for its idle CPU rate."""
-WATCH_MS = 100
+"""Seconds the settled group is watched before each change, for its idle CPU rate."""
+WATCH_MS = 250
 """How long a worker holds a claims question when nothing changed (see `settle`)."""
 CHECK_INTERVAL = 0.01
 """How often a worker holding a claims question looks at its members' claims."""
@@ -86,8 +86,8 @@ async def serve(args: argparse.Namespace) -> None:
             datefmt="%H:%M:%S",
         )
     members: dict[str, ConsumerGroup] = {}
-    answered: dict[str, list[int]] | None = None
-    """The claims the last ``claims`` command answered."""
+    answered: list[object] | None = None
+    """What `held` saw when the last ``claims`` command answered."""
     strategy = {} if args.strategy is None else {"strategy": args.strategy}
 
     def answer(value: object) -> None:
@@ -118,22 +118,34 @@ async def serve(args: argparse.Namespace) -> None:
                 await members.pop(argument).close()
                 answer(argument)
             elif command == "claims":
-                # The members' claims as soon as they differ from the last answer, or after
-                # ``argument`` ms anyway: the controller waits here rather than polling, so that
-                # watching costs the group a look at its claims every 10 ms, not a round trip.
+                # The members' claims as soon as they change, or None after ``argument`` ms
+                # without a change ("claims 0": the claims at once):
+                # the controller waits here rather than polling, so that watching costs the
+                # group a cheap look every 10 ms, not a round trip.
                 deadline = time.perf_counter() + int(argument) / 1000
                 while True:
-                    claims = {member_id: m.claimed for member_id, m in members.items()}
-                    if claims != answered or time.perf_counter() >= deadline:
+                    looked = [held(m) for m in members.values()]
+                    if looked != answered or time.perf_counter() >= deadline:
                         break
                     await asyncio.sleep(CHECK_INTERVAL)
-                answered = claims
-                answer(claims)
+                if looked == answered and argument != "0":
+                    answer(None)  # unchanged: the controller keeps the last answer
+                    continue
+                answered = looked
+                answer({member_id: m.claimed for member_id, m in members.items()})
             elif command == "cpu":
                 usage = resource.getrusage(resource.RUSAGE_SELF)
                 answer(usage.ru_utime + usage.ru_stime)
     finally:
         await asyncio.gather(*(member.close() for member in members.values()))
+
+
+def held(member: ConsumerGroup) -> object:
+    """What ``member`` holds, cheaply: its claims' keys, read from the member's inside (a
+    release without them: ``claimed``). ``claimed`` names and sorts every partition, which
+    looked at every 10 ms by ten members costs more than the rebalance measured."""
+    states = getattr(getattr(member, "_member", None), "states", None)
+    return member.claimed if states is None else frozenset(states.claims)
 
 
 # -- the controller --------------------------------------------------------------------------
@@ -209,10 +221,10 @@ def settled(found: dict[str, list[int]], partitions: int, strategy: str | None) 
     return max(sizes) - min(sizes) <= 1
 
 
-async def settle(
-    workers: Sequence[Worker], partitions: int, strategy: str | None
-) -> tuple[dict[int, str], float]:
-    """The owner of each partition once the group has settled, and when it was seen settled.
+async def watch(
+    workers: Sequence[Worker], enough: Callable[[dict[str, list[int]]], bool]
+) -> tuple[dict[str, list[int]], float]:
+    """Watch the members' claims until ``enough(claims)``; return them and when it was seen.
 
     Each worker is asked for its members' claims and answers when they change (or every
     `WATCH_MS` anyway), so the group is watched without being polled: polling ten workers every
@@ -222,27 +234,36 @@ async def settle(
     changed = asyncio.Event()
     seen = False
 
-    async def watch(worker: Worker, wait_ms: int) -> None:
+    async def ask(worker: Worker, wait_ms: int) -> None:
         while not seen:
             claims = await worker.ask(f"claims {wait_ms}")
-            assert isinstance(claims, dict)
-            found[worker] = claims
+            if claims is not None:  # None: unchanged since the worker's last answer
+                assert isinstance(claims, dict)
+                found[worker] = claims
             changed.set()
             wait_ms = WATCH_MS
 
     async with anyio.create_task_group() as watching:
         for worker in workers:
-            watching.start_soon(watch, worker, 0)
+            watching.start_soon(ask, worker, 0)
         with anyio.fail_after(SETTLE_TIMEOUT):
             while True:
                 await changed.wait()
                 changed.clear()
                 everyone = {m: ps for claims in found.values() for m, ps in claims.items()}
-                if len(found) == len(workers) and settled(everyone, partitions, strategy):
+                if len(found) == len(workers) and enough(everyone):
                     at = time.perf_counter()
                     seen = True
                     break
-    return {p: member for member, ps in everyone.items() for p in ps}, at
+    return everyone, at
+
+
+async def settle(
+    workers: Sequence[Worker], partitions: int, strategy: str | None
+) -> tuple[dict[int, str], float]:
+    """The owner of each partition once the group has settled, and when it was seen settled."""
+    found, at = await watch(workers, lambda claims: settled(claims, partitions, strategy))
+    return {p: member for member, ps in found.items() for p in ps}, at
 
 
 @dataclass(frozen=True)
@@ -278,11 +299,11 @@ async def measure(
     partitions moved from live members, the ZooKeeper packets, the group's CPU seconds and the
     member's id."""
     before, _ = await settle(workers, args.partitions, args.strategy)
-    # The settled group's own rate (its fetch loops, the sessions' pings): taken off, so that
-    # the figure is what the change cost.
+    # The settled group's own rate (its fetch loops, the sessions' pings, and the watching as
+    # `settle` watches): taken off, so that the figure is what the change cost.
     idle = await cpu(workers)
     watched = time.perf_counter()
-    await asyncio.sleep(IDLE_WINDOW)
+    await watch(workers, lambda _claims: time.perf_counter() - watched >= IDLE_WINDOW)
     idle = (await cpu(workers) - idle) / (time.perf_counter() - watched)
     packets = await zookeeper_packets(zookeeper)
     used = await cpu(workers)

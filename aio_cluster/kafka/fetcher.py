@@ -164,6 +164,9 @@ class Fetcher:
         # topic new to the client. aiokafka has no public call for this.
         client.set_topics = self._reader.hold
         self._assigned: frozenset[PartitionKey] = frozenset()
+        self._tps: dict[PartitionKey, Any] = {}
+        self._keys_of: dict[Any, PartitionKey] = {}
+        """Keys and aiokafka's names of the partitions met, both ways (see `_tp`)."""
         self._positions: dict[PartitionKey, int] = {}
         """Partition -> the next offset to read: past every record returned, and past the
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
@@ -213,10 +216,18 @@ class Fetcher:
         return await self._reader.topics(names)
 
     def _tp(self, key: PartitionKey) -> Any:
-        return TopicPartition(*self.keys.split(key))
+        """aiokafka's name of the partition of ``key``, made once: every assignment names each
+        partition owned (a rebalance of a member owning 100 partitions made 200), and every
+        fetch each partition fetched."""
+        tp = self._tps.get(key)
+        if tp is None:
+            tp = self._tps[key] = TopicPartition(*self.keys.split(key))
+            self._keys_of[tp] = key
+        return tp
 
     def _key(self, tp: Any) -> PartitionKey:
-        return self.keys.key(tp.topic, tp.partition)
+        key = self._keys_of.get(tp)
+        return self.keys.key(tp.topic, tp.partition) if key is None else key
 
     @property
     def assigned(self) -> frozenset[PartitionKey]:
