@@ -11,6 +11,7 @@ Modules::
     diagnosis.py      why a client could not connect: a refused handshake or credentials, or away
     fetcher.py        Fetcher: records of one or many topics, from the partitions it is told
     group_offsets.py  KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
+    list_offsets.py   ListOffsets: offsets asked of the partitions' leaders, never behind a fetch
     offset_reader.py  OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py        KafkaOptions: the validated connection options (TLS, SASL), secrets masked
     records.py        Record: one record as the library hands it out

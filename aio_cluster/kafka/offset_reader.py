@@ -16,10 +16,9 @@ exist is no longer followed (aiokafka logs an error for it at each refresh) and 
 own until it exists. `topics()` of the whole cluster reads a metadata of its own, which the
 client's does not replace.
 
-ListOffsets: sent from here, one request per partition leader at once, on the client's second
-connection to each broker (aiokafka's coordination group): on the first one the broker answers the
-fetches, in order, so a look-up there would wait behind a fetch long-polling for records. Stale
-leadership refreshes the metadata and asks again, within the request timeout.
+Offsets: asked through [ListOffsets][aio_cluster.kafka.list_offsets.ListOffsets] over the same
+client, on its second connection to each broker, so never behind a fetch long-polling for
+records.
 
 Each offset question takes the partitions of any number of topics (topic -> partition ids) and
 answers by `TopicPartition`, in the same round trips as for one topic.
@@ -28,7 +27,6 @@ answers by `TopicPartition`, in the same round trips as for one topic.
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
@@ -37,17 +35,13 @@ from aiokafka import TopicPartition as KafkaPartition
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import (
     KafkaError,
-    LeaderNotAvailableError,
     NoBrokersAvailable,
-    StaleMetadata,
-    UnsupportedForMessageFormatError,
-    for_code,
 )
 from aiokafka.protocol.metadata import MetadataRequest
-from aiokafka.protocol.offset import OffsetRequest
 
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
+from .list_offsets import EARLIEST, LATEST, ListOffsets, known
 from .options import KafkaOptions, parse_bootstrap
 from .topics import TopicPartition
 
@@ -56,19 +50,8 @@ __all__ = ["OffsetReader"]
 _UNKNOWN_TOPIC = 3
 """Kafka's error code UNKNOWN_TOPIC_OR_PARTITION."""
 
-_OFFSET_NOT_AVAILABLE = 78
-"""Kafka's error code OFFSET_NOT_AVAILABLE (a new leader does not know its log end yet): Kafka
-calls it retriable; aiokafka does not know the code."""
-
-_EARLIEST = -2
-_LATEST = -1
-"""ListOffsets' timestamps for a partition's first offset and its log end."""
-
 _ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
 """ListOffsets' isolation levels: read_committed's log end is the last stable offset."""
-
-_Found = tuple[int, int | None]
-"""A ListOffsets answer for one partition: its offset (-1: none), and the record's timestamp."""
 
 
 class OffsetReader:
@@ -110,7 +93,6 @@ class OffsetReader:
             {"request_timeout_ms": request_timeout_ms, **(options or {})}
         )
         self._timeout = int(connection["request_timeout_ms"]) / 1000
-        self._isolation = _ISOLATION[isolation_level]
         self.servers: list[str] = []
         self._owned = client is None
         if bootstrap is not None:
@@ -121,6 +103,12 @@ class OffsetReader:
         """The topics the client's fetcher reads now: followed whatever the look-ups learn."""
         self._absent: set[str] = set()
         """The topics Kafka said last that it does not have: asked on their own, not followed."""
+        self._list = ListOffsets(
+            client,
+            isolation=_ISOLATION[isolation_level],
+            timeout=self._timeout,
+            refresh=self._refreshed,
+        )
 
     async def start(self, track: str | None = None) -> None:
         """Connect to the cluster (a client of the reader's own; a lent one its owner starts).
@@ -341,10 +329,10 @@ class OffsetReader:
         if not tps:
             return {}
         first, last = await asyncio.gather(
-            self._offsets(dict.fromkeys(tps, _EARLIEST)),
-            self._offsets(dict.fromkeys(tps, _LATEST)),
+            self._list.ask(dict.fromkeys(tps, EARLIEST)),
+            self._list.ask(dict.fromkeys(tps, LATEST)),
         )
-        return {TopicPartition(*tp): (_known(first, tp), _known(last, tp)) for tp in tps}
+        return {TopicPartition(*tp): (known(first, tp), known(last, tp)) for tp in tps}
 
     async def ends(self, wanted: Mapping[str, Collection[int]]) -> dict[TopicPartition, int]:
         """For each partition of ``wanted`` (topic -> partition ids), its next-to-be-written
@@ -357,8 +345,8 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
-        last = await self._offsets(dict.fromkeys(tps, _LATEST))
-        return {TopicPartition(*tp): _known(last, tp) for tp in tps}
+        last = await self._list.ask(dict.fromkeys(tps, LATEST))
+        return {TopicPartition(*tp): known(last, tp) for tp in tps}
 
     async def offsets_for_time(
         self, wanted: Mapping[str, Collection[int]], timestamp_ms: int
@@ -373,7 +361,7 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
-        found = await self._offsets(dict.fromkeys(tps, timestamp_ms))
+        found = await self._list.ask(dict.fromkeys(tps, timestamp_ms))
         answers = {tp: found.get(tp, (-1, None))[0] for tp in tps}
         return {TopicPartition(*tp): None if at < 0 else at for tp, at in answers.items()}
 
@@ -388,116 +376,3 @@ class OffsetReader:
         if not topics <= set(self._client._topics):  # see _follow()
             await self._refreshed(topics)
         return [KafkaPartition(t, p) for t, partitions in wanted.items() for p in partitions]
-
-    async def _offsets(self, timestamps: Mapping[KafkaPartition, int]) -> dict[Any, _Found]:
-        """ListOffsets of ``timestamps`` (partition -> timestamp, or -2 / -1 for the first offset
-        and the log end); a partition Kafka has no answer for is left out.
-
-        Stale leadership (a leader unknown or moved, a topic the metadata does not have yet)
-        refreshes the metadata and asks again; any retriable error is asked again, within the
-        request timeout.
-
-        Raises:
-            BrokerError: a partition's error that asking again does not mend, or no answer within
-                the request timeout.
-        """
-        backoff = float(self._client._retry_backoff)  # aiokafka has no public call for this
-        last: KafkaError | None = None
-        try:
-            with anyio.fail_after(self._timeout):
-                while True:
-                    try:
-                        return await self._offsets_once(timestamps)
-                    except KafkaError as exc:
-                        if not exc.retriable:
-                            raise BrokerError(f"offset request failed: {exc}") from exc
-                        last = exc
-                        if exc.invalid_metadata:
-                            try:
-                                await self._refreshed({tp.topic for tp in timestamps})
-                            except BrokerError as failed:
-                                last = KafkaError(str(failed))
-                    await asyncio.sleep(backoff)
-        except TimeoutError:
-            raise BrokerError(
-                f"offset request failed: no answer within {self._timeout:g} s"
-                + ("" if last is None else f" (last: {last})")
-            ) from last
-
-    async def _offsets_once(self, timestamps: Mapping[KafkaPartition, int]) -> dict[Any, _Found]:
-        """One ListOffsets request per leader, at once.
-
-        Raises:
-            KafkaError: the first failure, a stale leadership before any other.
-        """
-        cluster = self._client.cluster
-        by_leader: dict[int, dict[str, list[tuple[int, int]]]] = collections.defaultdict(
-            lambda: collections.defaultdict(list)
-        )
-        for tp, timestamp in timestamps.items():
-            leader = cluster.leader_for_partition(tp)
-            if leader is None:
-                raise StaleMetadata(_name(tp.topic, tp.partition) + " is not in the metadata")
-            if leader == -1:
-                raise LeaderNotAvailableError(_name(tp.topic, tp.partition) + " has no leader")
-            by_leader[leader][tp.topic].append((tp.partition, timestamp))
-        answers = await asyncio.gather(
-            *(self._offsets_from(node, asked) for node, asked in by_leader.items()),
-            return_exceptions=True,
-        )
-        failures = [answer for answer in answers if isinstance(answer, BaseException)]
-        if failures:
-            stale = [f for f in failures if getattr(f, "invalid_metadata", False)]
-            raise (stale or failures)[0]
-        found: dict[Any, _Found] = {}
-        for answer in answers:
-            assert not isinstance(answer, BaseException)
-            found.update(answer)
-        return found
-
-    async def _offsets_from(
-        self, node: int, asked: Mapping[str, list[tuple[int, int]]]
-    ) -> dict[Any, _Found]:
-        """One ListOffsets request to ``node``, on its second connection (not behind a fetch).
-
-        Raises:
-            KafkaError: the request failed, or a partition's error (the first one).
-        """
-        request = OffsetRequest(-1, self._isolation, list(asked.items()))
-        answer = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
-        found: dict[Any, _Found] = {}
-        for topic, partitions in answer.topics:
-            for partition, code, *rest in partitions:
-                if code == _OFFSET_NOT_AVAILABLE:
-                    raise StaleMetadata(_name(topic, partition) + ": OFFSET_NOT_AVAILABLE")
-                error = for_code(code)
-                if error is UnsupportedForMessageFormatError:
-                    continue  # no timestamps in this log: no offset found (as aiokafka does)
-                if code:
-                    raise error(_name(topic, partition))
-                if answer.API_VERSION == 0:
-                    offsets = rest[0]
-                    found[KafkaPartition(topic, partition)] = (
-                        int(offsets[0]) if offsets else -1,
-                        None,
-                    )
-                else:
-                    timestamp, offset = rest[:2]
-                    found[KafkaPartition(topic, partition)] = (int(offset), int(timestamp))
-        return found
-
-
-def _name(topic: str, partition: int) -> str:
-    return f"partition {partition} of topic {topic!r}"
-
-
-def _known(found: Mapping[Any, _Found], tp: KafkaPartition) -> int:
-    """The offset Kafka answered for ``tp``.
-
-    Raises:
-        BrokerError: it gave none.
-    """
-    offset = found.get(tp, (-1, None))[0]
-    if offset < 0:
-        raise BrokerError(f"offset request failed: no offset of {_name(tp.topic, tp.partition)}")
-    return offset
