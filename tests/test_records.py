@@ -407,9 +407,16 @@ class RefusingConsumer:
 
     def __init__(self) -> None:
         self.positions: dict[int, int] = {}
+        self.assigned: set[TopicPartition] = set()
 
-    def assign(self, _tps: list[TopicPartition]) -> None:
-        pass
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = set(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def paused(self) -> set[TopicPartition]:
+        return set()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.positions[tp.partition] = offset

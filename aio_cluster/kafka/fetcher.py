@@ -245,8 +245,12 @@ class Fetcher:
     def assign(self, positions: Mapping[PartitionKey, int]) -> None:
         """Fetch from exactly these partitions, each from the given next offset.
 
-        Records fetched earlier but not yet returned are dropped; reading resumes at ``positions``.
+        Reading resumes at ``positions``: what was fetched ahead from another offset, or of a
+        partition no longer assigned, is dropped; a partition whose position is unchanged keeps
+        what aiokafka fetched ahead of it.
         """
+        before = self._positions
+        wanted = {partition: self._tp(partition) for partition in sorted(positions)}
         self._assigned = frozenset(positions)
         self._positions = dict(positions)
         # The share of the budget changes with the partitions; aiokafka reads it for every fetch
@@ -254,9 +258,35 @@ class Fetcher:
         inner = getattr(self._consumer, "_fetcher", None)
         if inner is not None and hasattr(inner, "_max_partition_fetch_bytes"):
             inner._max_partition_fetch_bytes = self.partition_fetch_bytes
-        self._consumer.assign([self._tp(partition) for partition in sorted(positions)])
+        tps = set(wanted.values())
+        held: set[Any] = self._consumer.assignment()
+        topics = {tp.topic for tp in tps}
+        if not tps <= held or any(tp.topic not in topics for tp in held):
+            # A partition new to aiokafka comes only with a whole new assignment, which makes
+            # every partition's state again: each is sought, and fetched again.
+            self._consumer.assign(list(wanted.values()))
+            for partition, offset in positions.items():
+                self._consumer.seek(wanted[partition], offset)
+            return
+        # Only partitions gone: a new assignment would drop what every other partition fetched
+        # ahead, and make each one's state again (at a join, each of a hundred members gives up
+        # one partition of a hundred). The partitions gone stay in aiokafka's assignment,
+        # paused, their records dropped, until the next new assignment names the exact set;
+        # only while their topics are still read (aiokafka asks the metadata again and again
+        # for a paused partition whose topic is gone).
+        paused: set[Any] = self._consumer.paused()
+        gone = [tp for tp in held - tps if tp not in paused]
+        for tp in gone:
+            at = before.get(self._key(tp))
+            if at is not None:
+                self._consumer.seek(tp, at)  # drops what it fetched ahead
+        self._consumer.pause(*gone)
+        back = [tp for tp in tps if tp in paused]
+        self._consumer.resume(*back)
         for partition, offset in positions.items():
-            self._consumer.seek(self._tp(partition), offset)
+            tp = wanted[partition]
+            if before.get(partition) != offset or tp in paused:
+                self._consumer.seek(tp, offset)
 
     def seek(self, partition: PartitionKey, offset: int) -> None:
         """Read ``partition`` again from ``offset`` (it must be assigned)."""

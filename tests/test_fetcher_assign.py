@@ -1,0 +1,82 @@
+"""The fetcher's assignments against the real server: a partition given up leaves the others
+reading where they were (aiokafka is given no new assignment, which would make every partition's
+state again and drop what each fetched ahead), a partition taken back reads from its new offset,
+and every record is read exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from aio_cluster.kafka.fetcher import Fetcher
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
+from aio_cluster.local import LocalCluster
+
+from conftest import MakeTopic, Produce
+from support import fresh
+
+pytestmark = pytest.mark.asyncio
+
+KEYS = [PartitionKey(p) for p in range(4)]
+
+
+async def read(fetcher: Fetcher, want: Counter[int], got: dict[int, list[int]]) -> None:
+    """Fetch the assigned partitions until each has ``want`` of its records in ``got``."""
+    for _ in range(200):
+        if all(len(got[p]) >= want[p] for p in fetcher.assigned):
+            return
+        for key, records in (await fetcher.fetch(KEYS, 200)).items():
+            got[key] += [record.offset for record in records]
+    raise AssertionError(f"read {got} of {want}")
+
+
+async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_where_they_were(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = await make_topic(partitions=4)
+    counts = await produce(topic, 400)
+    fetcher = Fetcher(
+        cluster.bootstrap,
+        keys=TopicKeys((topic,)),
+        client_id=fresh("assign"),
+        max_bytes=1024,  # a few records a fetch: the reading takes many fetches
+        max_wait_ms=100,
+        min_bytes=1,
+    )
+    assignments: list[Any] = []
+    given = fetcher._consumer.assign
+
+    def assign(tps: Any) -> None:
+        assignments.append(tps)
+        given(tps)
+
+    monkeypatch.setattr(fetcher._consumer, "assign", assign)
+    await fetcher.start()
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign(dict.fromkeys(KEYS, 0))
+        got: dict[int, list[int]] = {p: [] for p in range(4)}
+        await read(fetcher, Counter(dict.fromkeys(range(4), 1)), got)
+
+        fetcher.assign({key: fetcher.position(key) or 0 for key in KEYS[:3]})
+        assert fetcher.assigned == frozenset(KEYS[:3])
+        kept = len(got[3])
+        await read(fetcher, counts, got)
+        assert len(got[3]) == kept, "a partition given up hands out nothing more"
+        for p in range(3):
+            assert got[p] == list(range(counts[p])), f"partition {p}: each record once, in order"
+
+        fetcher.assign({**{key: fetcher.position(key) or 0 for key in KEYS[:3]}, KEYS[3]: 5})
+        got[3] = []
+        await read(fetcher, Counter({3: counts[3] - 5}), got)
+        assert got[3] == list(range(5, counts[3])), "taken back, it reads from its new offset"
+        assert len(assignments) == 1, "giving up and taking back asked aiokafka no new assignment"
+
+        fetcher.assign({KEYS[0]: counts[0], KEYS[1]: 0})
+        got[1] = []
+        await read(fetcher, Counter({1: counts[1]}), got)
+        assert got[1] == list(range(counts[1])), "sought back, a partition reads again"
+    finally:
+        await fetcher.stop()
