@@ -162,8 +162,8 @@ class Delivery:
             fetchable = self._states.fetchable()
             if fetchable:
                 if await self._fetch(fetchable):
-                    # Records came, or the fetch waited its ``max_wait`` for none: the
-                    # broker's long poll is the wait, so fetch again at once.
+                    # Records came, or the fetch waited for none (up to FETCH_HOLD_MS, while
+                    # the broker's long poll goes on): that is the wait, so fetch again at once.
                     continue
                 timeout = self._loop_delay
             with anyio.move_on_after(timeout):
