@@ -420,6 +420,23 @@ async def test_round_robin_members_share_the_topic(
         assert {a.id: a.claimed, b.id: b.claimed} == expected
 
 
+async def test_a_record_written_while_a_fetch_waits_at_the_broker_comes_at_once(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str, produce: Produce
+) -> None:
+    """``max_wait`` bounds how long the broker holds a fetch that finds nothing; with
+    ``min_bytes`` 1 it answers as soon as a record arrives, so even a wait of two minutes (the
+    default is half a second) delays no record: it comes well before the take's bound of 30 s."""
+    topic = await make_topic(1)
+    async with member(cluster, group_name, topic, max_wait=120.0) as group:
+        batches = group.batches()
+        first = asyncio.ensure_future(take(batches, 1, timeout=30.0))
+        await asyncio.sleep(1.0)  # the member's fetch is held at the broker by now
+        assert not first.done()
+        await produce(topic, 3)
+        assert len(await first) >= 1
+        await closable(batches).aclose()
+
+
 async def test_an_empty_fetch_is_not_followed_by_the_loop_delay(
     cluster: LocalCluster, make_topic: MakeTopic, group_name: str, produce: Produce
 ) -> None:
