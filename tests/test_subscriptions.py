@@ -188,6 +188,8 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
             await wait_until(lambda: seen[(later, "b3")] == 1, what="reading on after the delete")
             assert not task.done()
             assert group.topics == [later]
+            client = group._member.fetcher._consumer._client
+            assert first not in client._topics, "the member's client follows the deleted topic"
     assert not any(topic in (skipped, other) for topic, _key in seen)
 
 

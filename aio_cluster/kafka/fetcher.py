@@ -195,6 +195,11 @@ class Fetcher:
         """Close every connection; buffered records are dropped."""
         await self._consumer.stop()
 
+    def forget(self, topic: str) -> None:
+        """The member reads ``topic`` no more: its metadata is no longer followed (see
+        `OffsetReader.forget`)."""
+        self._reader.forget(topic)
+
     async def partitions(self, topic: str) -> list[int]:
         """Every partition id of ``topic``, sorted, fresh from the metadata API: the first time
         one refresh of the client's metadata, which follows the topic from now (so assigning its

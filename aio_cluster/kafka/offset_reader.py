@@ -156,6 +156,13 @@ class OffsetReader:
         done.set_result(True)
         return done
 
+    def forget(self, topic: str) -> None:
+        """The member reads ``topic`` no more (a pattern's topic deleted): the client stops
+        following it, unless its fetcher still reads it, so that its refreshes no longer ask it
+        (aiokafka logs an error at each refresh for a topic that is gone)."""
+        self._absent.discard(topic)
+        self._unfollow(topic)
+
     def _follow(self, topics: Collection[str]) -> bool:
         """Make the client follow ``topics`` too; True when one of them is new to it (then its
         next refresh asks it)."""

@@ -289,6 +289,7 @@ class Topics:
         for name in sorted(set(self._topics) - reading):
             state = self._topics.pop(name)
             state.target.close()
+            self._fetcher.forget(name)
             if state.leading and name not in (self._cluster or {}):
                 if await state.target.delete():
                     log.info("member %s: topic %r is gone; its target deleted", self._id, name)
