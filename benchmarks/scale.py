@@ -94,8 +94,17 @@ async def serve(args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps(value) + "\n")
         sys.stdout.flush()
 
-    try:
+    lines: asyncio.Queue[str] = asyncio.Queue()
+    """The commands read ahead, so that a command waiting on claims ends when another comes."""
+
+    async def read() -> None:
         while line := await asyncio.to_thread(sys.stdin.readline):
+            await lines.put(line)
+        await lines.put("")
+
+    reading = asyncio.ensure_future(read())
+    try:
+        while line := await lines.get():
             command, _, argument = line.strip().partition(" ")
             if command != "claims":
                 logging.getLogger("scale").info("worker: %s", line.strip())
@@ -119,13 +128,13 @@ async def serve(args: argparse.Namespace) -> None:
                 answer(argument)
             elif command == "claims":
                 # The members' claims as soon as they change, or None after ``argument`` ms
-                # without a change ("claims 0": the claims at once):
+                # without a change or once another command comes ("claims 0": the claims at once):
                 # the controller waits here rather than polling, so that watching costs the
                 # group a cheap look every 10 ms, not a round trip.
                 deadline = time.perf_counter() + int(argument) / 1000
                 while True:
                     looked = [held(m) for m in members.values()]
-                    if looked != answered or time.perf_counter() >= deadline:
+                    if looked != answered or time.perf_counter() >= deadline or lines.qsize():
                         break
                     await asyncio.sleep(CHECK_INTERVAL)
                 if looked == answered and argument != "0":
@@ -137,6 +146,7 @@ async def serve(args: argparse.Namespace) -> None:
                 usage = resource.getrusage(resource.RUSAGE_SELF)
                 answer(usage.ru_utime + usage.ru_stime)
     finally:
+        reading.cancel()  # its thread ends with stdin
         await asyncio.gather(*(member.close() for member in members.values()))
 
 
@@ -185,16 +195,24 @@ class Worker:
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env
         )
         self.members: list[str] = []
-        self._asking = asyncio.Lock()
-        """One question at a time: the answers come back in the order asked."""
+        self._read: asyncio.Future[None] | None = None
+        """Done once the answer to the last question asked was read."""
 
     async def ask(self, command: str) -> object:
+        """Ask at once, even while an earlier question waits (a ``claims`` question then ends
+        early); the answers are read in the order asked."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
-        async with self._asking:
-            self.process.stdin.write(command + "\n")
-            self.process.stdin.flush()
+        before, self._read = self._read, asyncio.get_running_loop().create_future()
+        read = self._read
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        try:
+            if before is not None:
+                await before
             line = await asyncio.to_thread(self.process.stdout.readline)
+        finally:
+            read.set_result(None)
         if not line:
             raise RuntimeError(f"worker died on {command!r}")
         return json.loads(line)
@@ -223,8 +241,10 @@ def settled(found: dict[str, list[int]], partitions: int, strategy: str | None) 
 
 async def watch(
     workers: Sequence[Worker], enough: Callable[[dict[str, list[int]]], bool]
-) -> tuple[dict[str, list[int]], float]:
-    """Watch the members' claims until ``enough(claims)``; return them and when it was seen.
+) -> tuple[dict[str, list[int]], float, float, float]:
+    """Watch the members' claims until ``enough(claims)``; return them, when it was seen, and
+    the workers' CPU seconds so far with when they were read (at once: the question ends the
+    workers' waits).
 
     Each worker is asked for its members' claims and answers when they change (or every
     `WATCH_MS` anyway), so the group is watched without being polled: polling ten workers every
@@ -254,15 +274,19 @@ async def watch(
                 if len(found) == len(workers) and enough(everyone):
                     at = time.perf_counter()
                     seen = True
+                    used = await cpu(workers)
+                    read = time.perf_counter()
                     break
-    return everyone, at
+    return everyone, at, used, read
 
 
 async def settle(
     workers: Sequence[Worker], partitions: int, strategy: str | None
 ) -> tuple[dict[int, str], float]:
     """The owner of each partition once the group has settled, and when it was seen settled."""
-    found, at = await watch(workers, lambda claims: settled(claims, partitions, strategy))
+    found, at, _used, _read = await watch(
+        workers, lambda claims: settled(claims, partitions, strategy)
+    )
     return {p: member for member, ps in found.items() for p in ps}, at
 
 
@@ -274,7 +298,7 @@ class Change:
     moved: int
     packets: int
     cpu: float
-    """CPU seconds the group spent from the change until it settled (and its watchers ended)."""
+    """CPU seconds the group spent from the change until it was seen settled."""
     window: float
     """The seconds over which ``cpu`` was measured."""
     idle: float
@@ -303,15 +327,20 @@ async def measure(
     # `settle` watches): taken off, so that the figure is what the change cost.
     idle = await cpu(workers)
     watched = time.perf_counter()
-    await watch(workers, lambda _claims: time.perf_counter() - watched >= IDLE_WINDOW)
-    idle = (await cpu(workers) - idle) / (time.perf_counter() - watched)
+    _claims, _at, idled, read = await watch(
+        workers, lambda _claims: time.perf_counter() - watched >= IDLE_WINDOW
+    )
+    idle = (idled - idle) / (read - watched)
     packets = await zookeeper_packets(zookeeper)
     used = await cpu(workers)
     start = time.perf_counter()
     reply = await at.ask(action)
-    after, at_rest = await settle(workers, args.partitions, args.strategy)
-    used = await cpu(workers) - used
-    window = time.perf_counter() - start
+    found, at_rest, spent, read = await watch(
+        workers, lambda claims: settled(claims, args.partitions, args.strategy)
+    )
+    after = {p: owner for owner, ps in found.items() for p in ps}
+    used = spent - used
+    window = read - start
     packets = await zookeeper_packets(zookeeper) - packets
     member = reply[0] if isinstance(reply, list) else str(reply)
     gone = member if action.startswith("leave") else None
