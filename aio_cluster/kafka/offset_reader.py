@@ -110,11 +110,9 @@ class OffsetReader:
             refresh=self._refreshed,
         )
 
-    async def start(self, track: str | None = None) -> None:
+    async def start(self) -> None:
         """Connect to the cluster (a client of the reader's own; a lent one its owner starts).
-
-        Args:
-            track: a topic whose metadata to follow from the start (one refresh).
+        No topic is followed yet: the first look-up of a topic follows it.
 
         Raises:
             AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
@@ -131,8 +129,6 @@ class OffsetReader:
             except BaseException:
                 await self.stop()
                 raise
-        if track is not None:
-            await self._refreshed({track})
 
     async def stop(self) -> None:
         """Close every connection of a client of the reader's own (a lent one stays open)."""
