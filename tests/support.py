@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import Batch, ConsumerGroup, Record
+from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
@@ -83,6 +84,27 @@ async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def fetcher_of(
+    cluster: LocalCluster,
+    topic: str,
+    client_id: str,
+    *,
+    max_bytes: int = 1 << 20,
+    max_wait_ms: int = 100,
+    **more: Any,
+) -> Fetcher:
+    """A member's Fetcher of one topic, on its own (start and stop it)."""
+    return Fetcher(
+        cluster.bootstrap,
+        keys=TopicKeys((topic,)),
+        client_id=client_id,
+        max_bytes=max_bytes,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        **more,
+    )
 
 
 def fresh(prefix: str) -> str:

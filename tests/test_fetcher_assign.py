@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from aio_cluster.kafka.fetcher import Fetcher
-from aio_cluster.kafka.topics import PartitionKey, TopicKeys
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic, Produce
-from support import fresh
+from support import fetcher_of, fresh
 
 pytestmark = pytest.mark.asyncio
 
@@ -37,14 +37,8 @@ async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_whe
 ) -> None:
     topic = await make_topic(partitions=4)
     counts = await produce(topic, 400)
-    fetcher = Fetcher(
-        cluster.bootstrap,
-        keys=TopicKeys((topic,)),
-        client_id=fresh("assign"),
-        max_bytes=1024,  # a few records a fetch: the reading takes many fetches
-        max_wait_ms=100,
-        min_bytes=1,
-    )
+    # A few records a fetch: the reading takes many fetches.
+    fetcher = fetcher_of(cluster, topic, fresh("assign"), max_bytes=1024)
     assignments: list[Any] = []
     given = fetcher._consumer.assign
 

@@ -18,13 +18,13 @@ from aiokafka.protocol.offset import OffsetRequest
 from confluent_kafka import Producer
 
 from aio_cluster import BrokerError, ConfigurationError, ConsumerGroup, TopicPartition
-from aio_cluster.kafka.fetcher import Fetcher, IsolationLevel
+from aio_cluster.kafka.fetcher import IsolationLevel
 from aio_cluster.kafka.offset_reader import OffsetReader
-from aio_cluster.kafka.topics import PartitionKey, TopicKeys
+from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
-from support import KafkaWire, fresh, leaderless, member, topic_known, wait_until
+from support import KafkaWire, fetcher_of, fresh, leaderless, member, topic_known, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -34,20 +34,6 @@ P0 = PartitionKey(0)
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> KafkaWire:
     return KafkaWire(monkeypatch)
-
-
-def fetcher_of(
-    cluster: LocalCluster, topic: str, client_id: str, *, max_wait_ms: int = 100, **more: Any
-) -> Fetcher:
-    return Fetcher(
-        cluster.bootstrap,
-        keys=TopicKeys((topic,)),
-        client_id=client_id,
-        max_bytes=1 << 20,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        **more,
-    )
 
 
 async def ready(cluster: LocalCluster, topic: str, partitions: int) -> None:
