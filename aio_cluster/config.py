@@ -145,12 +145,18 @@ class Fetching:
             A single larger record is still delivered, whole.
         max_buffered_bytes: the budget of record bytes the member buffers, shared over the
             partitions it owns (librdkafka's ``queued.max.messages.kbytes`` is the model), so
-            that its memory does not grow with them: each partition's fetch asks for at most
-            its share (the budget over twice the partitions; never more than ``max_bytes``).
-            Soft, as Kafka's own bounds: a broker returns at least one whole record batch of a
-            partition however small the share. Counted as the bytes Kafka sends; the records as
-            Python objects take somewhat more. None: no budget, only ``max_bytes`` per
-            partition (memory then grows with the partitions owned).
+            that its memory does not grow with them. Each partition is still fetched in chunks
+            of ``max_bytes``; a fetch response brings at most a quarter of the budget (over the
+            brokers), no fetch goes out while the records buffered and not yet handed out plus
+            one response per broker would pass the budget, and a partition with an eighth of
+            the budget waiting is fetched no further until it is handed out (so that one slow
+            partition cannot spend the budget of all). A paused partition buffers nothing (its
+            records are read again when it resumes). Soft, as Kafka's own bounds: a broker
+            returns the first record batch of a fetch whole, however small the bound. Counted
+            as the bytes Kafka sends, not the batches handed out (a batch's records are the
+            user's once handed out); the records as Python objects take somewhat more. None: no
+            budget, only ``max_bytes`` per partition (memory then grows with the partitions
+            owned).
         max_wait: how long the broker may wait for ``min_bytes`` before it answers a fetch, in
             seconds (``max_wait_ms``, in milliseconds, is deprecated). Kafka's own default:
             with ``min_bytes`` 1 the broker answers as soon as a record arrives, so a longer

@@ -73,8 +73,8 @@ async def raw_shared(run: Run, clock: Clock) -> None:
         bootstrap_servers=run.bootstrap,
         group_id=None,
         enable_auto_commit=False,
-        fetch_max_bytes=DEFAULT_BUFFERED_BYTES // 2,
-        max_partition_fetch_bytes=min(1_048_576, DEFAULT_BUFFERED_BYTES // (2 * run.partitions)),
+        fetch_max_bytes=DEFAULT_BUFFERED_BYTES // 4,
+        max_partition_fetch_bytes=1_048_576,
     )
     await consumer.start()
     try:

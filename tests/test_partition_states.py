@@ -42,6 +42,8 @@ class FakeRecord:
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    serialized_key_size: int = -1
+    serialized_value_size: int = 100
 
 
 class FakeFetcher:
@@ -234,11 +236,13 @@ class PartitionStatesMachine(RuleBasedStateMachine):
     # -- fetching ----------------------------------------------------------------------------
 
     @precondition(lambda self: self.fetching is None)
-    @rule()
-    def fetch_send(self) -> None:
+    @rule(ahead=st.sampled_from([None, 150, 10_000]))
+    def fetch_send(self, ahead: int | None = None) -> None:
+        # ahead: as a member with a budget, fetching on while batches run or wait (up to
+        # `ahead` bytes waiting: one FakeRecord, or many).
         for partition, offset in self.states.seeks().items():
             self.fetcher.seek(partition, offset)
-        self.fetching = self.fetcher.fetch(self.states.fetchable())
+        self.fetching = self.fetcher.fetch(self.states.fetchable(ahead=ahead))
 
     @precondition(lambda self: self.fetching is not None)
     @rule()
@@ -385,6 +389,11 @@ class PartitionStatesMachine(RuleBasedStateMachine):
             assert claim.partition == partition
             if claim.next_offset != UNPOSITIONED:
                 assert self.next.get(partition, claim.next_offset) == claim.next_offset
+
+    @invariant()
+    def the_budget_counts_what_is_buffered(self) -> None:
+        buffered = sum(len(b) for claim in self.states.claims.values() for b in claim.buffered)
+        assert self.states.buffered_bytes == 99 * buffered, "each FakeRecord: 100 B, no key"
 
     @invariant()
     def nothing_fetchable_that_is_not_owned(self) -> None:

@@ -70,6 +70,20 @@ class LogFetcher:
     def position(self, partition: PartitionKey) -> int | None:
         return self.positions.get(partition)
 
+    @property
+    def budgeted(self) -> bool:
+        return True  # as a member's default: partitions are fetched on while batches run
+
+    @property
+    def ahead_bytes(self) -> int:
+        return 1 << 20
+
+    def fits(self, held: int) -> bool:
+        return True
+
+    def hold(self, partitions: Collection[PartitionKey]) -> None:
+        pass
+
     async def bounds(
         self, partitions: Collection[PartitionKey]
     ) -> dict[PartitionKey, tuple[int, int]]:

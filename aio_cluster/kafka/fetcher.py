@@ -19,17 +19,26 @@ that fails names its record exactly.
 
 Memory: with a budget (``max_buffered_bytes``) the records buffered for the member, in aiokafka
 and after it, stay within the budget however many partitions are assigned, as librdkafka's
-``queued.max.messages.kbytes`` keeps them. Each partition holds at most one fetched chunk in
-aiokafka (it fetches a partition again only once its records were taken) and one taken and not
-yet handed out; so each partition's chunk is bounded to the budget shared over twice the
-partitions, and one fetch response to half the budget. The bound is soft as Kafka's own: a
-broker returns at least one whole record batch per partition, however small the bound.
+``queued.max.messages.kbytes`` keeps them, while each partition is still fetched in chunks of
+``max_bytes``: small chunks, not small responses, are what slows aiokafka at many partitions.
+aiokafka fetches in the background, one request per broker at a time; here it holds at most one
+response per broker until the caller takes its records (its prefetch backoff, after which it
+would send the next request while records of the last still wait, is set to never). A response
+brings at most the budget over four times the brokers known at `start()`. The caller (the
+member's delivery) keeps what it took within the rest: while what it holds plus one response per
+broker would pass the budget (`fits()`), it holds every partition (`hold()`, aiokafka's pause),
+so that no request goes out; and it holds a partition of which it has `ahead_bytes` waiting, so
+that one partition whose batches are slow to finish cannot take the whole budget. Whatever
+aiokafka fetched of a held or unassigned partition is dropped at the next `fetch()` (read again
+from the same offset later), so that it never keeps aiokafka from fetching. The bound is soft as
+Kafka's own: a broker returns the first record batch of a fetch whole, however small the bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
@@ -138,11 +147,7 @@ class Fetcher:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            fetch_max_bytes=(
-                max(max_bytes, 52_428_800)
-                if max_buffered_bytes is None
-                else max(1, max_buffered_bytes // 2)
-            ),
+            fetch_max_bytes=max(max_bytes, 52_428_800),  # a budget's bound is set at start()
             max_partition_fetch_bytes=max_bytes,
             fetch_max_wait_ms=max_wait_ms,
             fetch_min_bytes=min_bytes,
@@ -164,6 +169,10 @@ class Fetcher:
         # topic new to the client. aiokafka has no public call for this.
         client.set_topics = self._reader.hold
         self._assigned: frozenset[PartitionKey] = frozenset()
+        self._held: frozenset[PartitionKey] = frozenset()
+        """The assigned partitions paused in aiokafka by `hold()`."""
+        self._brokers = 1
+        """How many responses aiokafka may hold at once: one per broker (see the module)."""
         self._tps: dict[PartitionKey, Any] = {}
         self._keys_of: dict[Any, PartitionKey] = {}
         """Keys and aiokafka's names of the partitions met, both ways (see `_tp`)."""
@@ -190,6 +199,17 @@ class Fetcher:
         except BaseException:
             await self._consumer.stop()
             raise
+        if self._budget is not None:
+            self._one_response_per_broker()
+
+    def _one_response_per_broker(self) -> None:
+        """Make aiokafka hold at most one response per broker, of at most `response_bytes`
+        (see the module). aiokafka has no public setting for either: its fetcher reads both
+        attributes for every request it builds."""
+        self._brokers = max(1, len(self._consumer._client.cluster.brokers()))
+        inner = self._consumer._fetcher
+        inner._fetch_max_bytes = self.response_bytes
+        inner._prefetch_backoff = math.inf
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
@@ -240,12 +260,41 @@ class Fetcher:
         return self._assigned
 
     @property
-    def partition_fetch_bytes(self) -> int:
-        """The most bytes one fetch asks of one partition now: ``max_bytes``, or with a budget
-        its share over the assigned partitions (see the module)."""
-        if self._budget is None or not self._assigned:
-            return self._max_bytes
-        return max(1, min(self._max_bytes, self._budget // (2 * len(self._assigned))))
+    def budgeted(self) -> bool:
+        """Whether a budget bounds the bytes buffered (see the module)."""
+        return self._budget is not None
+
+    @property
+    def response_bytes(self) -> int:
+        """The most bytes one fetch response brings: with a budget, the budget over four times
+        the brokers (soft, see the module); else aiokafka's 50 MB."""
+        if self._budget is None:
+            return max(self._max_bytes, 52_428_800)
+        return max(1, self._budget // (4 * self._brokers))
+
+    @property
+    def ahead_bytes(self) -> int:
+        """With a budget, the bytes of one partition taken and not yet handed out past which
+        it is held: an eighth of the budget (it may then hold up to one chunk, ``max_bytes``,
+        more). So that one partition whose batches are slow to finish cannot spend the budget
+        of all."""
+        return max(1, (self._budget or 0) // 8)
+
+    def fits(self, held: int) -> bool:
+        """Whether aiokafka may fetch more while the caller holds ``held`` bytes of records it
+        took: ``held`` plus one response per broker within the budget (always without one)."""
+        return self._budget is None or held + self._brokers * self.response_bytes <= self._budget
+
+    def hold(self, partitions: Collection[PartitionKey]) -> None:
+        """Have aiokafka fetch none of ``partitions`` (assigned ones) from now, and every other
+        assigned partition again; it sends no request while it holds them all. What aiokafka
+        fetched of them already is dropped by the next `fetch()`."""
+        held = frozenset(partitions) & self._assigned
+        if released := self._held - held:
+            self._consumer.resume(*(self._tp(partition) for partition in released))
+        if newly := held - self._held:
+            self._consumer.pause(*(self._tp(partition) for partition in newly))
+        self._held = held
 
     def assign(self, positions: Mapping[PartitionKey, int]) -> None:
         """Fetch from exactly these partitions, each from the given next offset.
@@ -258,11 +307,9 @@ class Fetcher:
         wanted = {partition: self._tp(partition) for partition in sorted(positions)}
         self._assigned = frozenset(positions)
         self._positions = dict(positions)
-        # The share of the budget changes with the partitions; aiokafka reads it for every fetch
-        # request it builds, and has no public call to change it.
-        inner = getattr(self._consumer, "_fetcher", None)
-        if inner is not None and hasattr(inner, "_max_partition_fetch_bytes"):
-            inner._max_partition_fetch_bytes = self.partition_fetch_bytes
+        # The partitions held are resumed below (a staying one is paused, a new assignment
+        # pauses none), and sought to their positions, which drops what aiokafka held of them.
+        self._held = frozenset()
         tps = set(wanted.values())
         held: set[Any] = self._consumer.assignment()
         topics = {tp.topic for tp in tps}
@@ -352,7 +399,8 @@ class Fetcher:
         self, partitions: Collection[PartitionKey], timeout_ms: int
     ) -> dict[PartitionKey, list[Any]]:
         """Records of the given (assigned) partitions, waiting up to ``timeout_ms`` for some:
-        it returns nothing only after that wait, so a caller may fetch again at once.
+        it returns nothing only after that wait, so a caller may fetch again at once. What
+        aiokafka fetched of held partitions (`hold()`) is dropped first.
 
         Returns:
             partition id -> non-empty list of records in offset order.
@@ -364,6 +412,7 @@ class Fetcher:
             DeserializationError: the next record of a partition failed to deserialize.
             BrokerError: the fetch failed otherwise (retriable).
         """
+        self._drop_paused()
         tps = [self._tp(partition) for partition in partitions if partition in self._assigned]
         if not tps:
             await asyncio.sleep(timeout_ms / 1000)
@@ -384,6 +433,18 @@ class Fetcher:
         if self._key_deserializer is None and self._value_deserializer is None:
             return found
         return self._deserialize(found, before)
+
+    def _drop_paused(self) -> None:
+        """Drop what aiokafka fetched of the partitions paused in it (held, or no longer
+        assigned): it returns no record of a paused partition, and with a budget it sends no
+        request to a broker while it holds records of one (see the module). aiokafka's position
+        moves only as records are taken, so they are read again from the same offset once the
+        partition is fetched again. aiokafka has no public call for this."""
+        paused = self._consumer.paused()
+        if paused:
+            records = self._consumer._fetcher._records
+            for tp in paused:
+                records.pop(tp, None)
 
     async def _isolate(
         self, tps: list[Any], before: dict[PartitionKey, int], error: KafkaError

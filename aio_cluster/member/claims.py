@@ -36,6 +36,9 @@ class Claim:
     pending: int | None = None
     """A completed batch's next offset, not yet stored."""
     buffered: deque[Batch] = field(default_factory=deque)
+    sizes: deque[int] = field(default_factory=deque)
+    """The record bytes of each buffered batch, in step with ``buffered`` (the budget's
+    measure, see `aio_cluster.member.partitions.PartitionStates.buffered_bytes`)."""
     earliest: int | None = None
     """The partition's earliest offset when it was positioned (only where none was stored)."""
     epoch: int = 0

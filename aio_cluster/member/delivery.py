@@ -11,6 +11,14 @@ moves on to the fetcher's position: past the transaction markers, aborted record
 gaps that follow the last record, so a partition consumed to its end stores its log end, as a
 Kafka consumer's committed position is. Never past a record not yet handed out.
 
+With a budget (``max_buffered_bytes``) the fetcher holds at most one response per broker (see
+`aio_cluster.kafka.fetcher`), and delivery takes every record of it at each fetch, of every
+partition that may hand out, whether its batches run or wait: so the next response is on its
+way while the batches taken are handed out. It keeps the fetcher from fetching while what it
+holds (`PartitionStates.buffered_bytes`) plus one response per broker would pass the budget
+(`FetcherLike.fits`), and lets it fetch again once batches handed out made room; a partition
+with `FetcherLike.ahead_bytes` waiting is not fetched on until they are handed out.
+
 A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
 iterating caller; a retriable one is logged and the fetch tried again.
 """
@@ -46,6 +54,16 @@ class FetcherLike(Protocol):
     def seek(self, partition: PartitionKey, offset: int) -> None: ...
 
     def position(self, partition: PartitionKey) -> int | None: ...
+
+    @property
+    def budgeted(self) -> bool: ...
+
+    @property
+    def ahead_bytes(self) -> int: ...
+
+    def fits(self, held: int) -> bool: ...
+
+    def hold(self, partitions: Collection[PartitionKey]) -> None: ...
 
     async def bounds(
         self, partitions: Collection[PartitionKey]
@@ -159,21 +177,37 @@ class Delivery:
                 if self.handed_out is not None:
                     self.handed_out(picked[1])
                 return picked
-            fetchable = self._states.fetchable()
+            fetchable = self._states.fetchable(ahead=self._ahead())
             if fetchable:
-                if await self._fetch(fetchable):
+                fetched = await self._fetch(fetchable)
+                if fetched:
                     # Records came, or the fetch waited for none (up to FETCH_HOLD_MS, while
                     # the broker's long poll goes on): that is the wait, so fetch again at once.
                     continue
+                # The fetch failed, or the budget is spent until batches handed out end (which
+                # wakes this wait).
                 timeout = self._loop_delay
             with anyio.move_on_after(timeout):
                 await self._changed.wait()
 
+    def _ahead(self) -> int | None:
+        """With a budget, how many bytes of a partition may wait before it is fetched no
+        further (see `PartitionStates.fetchable`); None without one."""
+        return self._fetcher.ahead_bytes if self._fetcher.budgeted else None
+
     async def _fetch(self, partitions: list[PartitionKey]) -> bool:
         """Fetch into the claims' buffers; False when the fetch failed (the caller pauses
-        ``loop_delay`` before the next try)."""
+        ``loop_delay`` before the next try) or the budget is spent."""
         async with self._fetch_lock:
             self._apply_seeks()
+            if self._fetcher.budgeted:
+                if not self._fetcher.fits(self._states.buffered_bytes):
+                    self._fetcher.hold(self._fetcher.assigned)
+                    return False
+                # Seeks applied: the partitions to take now are those of the caller's list
+                # still fetchable (a seek drops what is buffered).
+                partitions = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
+                self._fetcher.hold(self._fetcher.assigned.difference(partitions))
             try:
                 fetched = await self._fetcher.fetch(partitions, self._max_wait_ms)
             except OffsetsOutOfRange as exc:
@@ -185,6 +219,15 @@ class Delivery:
                 return False
         for partition, records in fetched.items():
             self._states.fetched(partition, records)
+        if self._fetcher.budgeted:
+            # Nothing suspended since aiokafka gave these records (its reads of valid positions
+            # return at once), so it sent no request since: none goes out that would pass the
+            # budget, nor for a partition that has enough waiting.
+            ahead = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
+            if self._fetcher.fits(self._states.buffered_bytes):
+                self._fetcher.hold(self._fetcher.assigned.difference(ahead))
+            else:
+                self._fetcher.hold(self._fetcher.assigned)
         for partition in partitions:
             self._states.stepped_over(partition, self._fetcher.position(partition))
         return True

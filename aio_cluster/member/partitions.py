@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 
@@ -48,6 +49,17 @@ from ..kafka.topics import PartitionKey
 from .claims import UNPOSITIONED, Batch, Claim
 
 __all__ = ["IllegalTransition", "PartitionStates"]
+
+
+def _record_bytes(records: list[Record]) -> int:
+    """The bytes of the records' keys and values as the broker holds them (aiokafka's
+    serialized sizes: a missing key or value counts -1, a byte off the bound at most)."""
+    total: int = sum(map(_KEY_SIZE, records)) + sum(map(_VALUE_SIZE, records))
+    return total
+
+
+_KEY_SIZE = operator.attrgetter("serialized_key_size")
+_VALUE_SIZE = operator.attrgetter("serialized_value_size")
 
 
 class PartitionStates:
@@ -144,7 +156,7 @@ class PartitionStates:
         """
         if claim.partition in self._claims:
             raise IllegalTransition(f"partition {claim.partition} is claimed already")
-        claim.buffered.clear()
+        self._clear(claim)
         self._claims[claim.partition] = claim
         self._order = None
         self._seeks.pop(claim.partition, None)
@@ -201,7 +213,7 @@ class PartitionStates:
         """The claim of ``partition`` ends: its buffers, seek and running batch go with it."""
         claim = self._claims.get(partition)
         if claim is not None:
-            claim.buffered.clear()
+            self._clear(claim)
         self._seeks.pop(partition, None)
         self._voided.discard(partition)
 
@@ -274,7 +286,7 @@ class PartitionStates:
                 # pause the partitions it leaves in place.
                 positions[partition] = claim.buffered[-1][-1].offset + 1
             else:
-                claim.buffered.clear()
+                self._clear(claim)
                 positions[partition] = claim.next_offset
         self._seeks.clear()
         self._fed = dict(wanted)
@@ -282,19 +294,41 @@ class PartitionStates:
 
     # -- fetching ----------------------------------------------------------------------------
 
-    def fetchable(self) -> list[PartitionKey]:
-        """The partitions to fetch now: fed, available and with nothing buffered (none while
-        suspended)."""
+    def fetchable(self, *, ahead: int | None = None) -> list[PartitionKey]:
+        """The partitions to fetch now: fed, neither fenced, withheld nor paused, and with no
+        batch running or buffered; none while suspended.
+
+        ``ahead`` is for a member with a budget: a partition is then fetched on while its
+        batches run or wait, up to ``ahead`` bytes waiting, since the budget bounds what is
+        buffered (`buffered_bytes`, see `aio_cluster.kafka.fetcher`). Without one, a partition
+        holds at most one batch buffered besides the one running.
+        """
         if self.suspended:
             return []
+        if ahead is None:
+            return [
+                p
+                for p, claim in self._claims.items()
+                if self._fed.get(p) is claim
+                and not claim.buffered
+                and not claim.fenced
+                and self._available(p)
+            ]
         return [
             p
             for p, claim in self._claims.items()
             if self._fed.get(p) is claim
-            and not claim.buffered
             and not claim.fenced
-            and self._available(p)
+            and p not in self._withheld
+            and p not in self._paused
+            and (not claim.sizes or sum(claim.sizes) < ahead)
         ]
+
+    @property
+    def buffered_bytes(self) -> int:
+        """The record bytes (keys and values as the broker holds them) of every batch buffered
+        and not yet handed out: what the member's budget bounds on its side."""
+        return sum(sum(claim.sizes) for claim in self._claims.values() if claim.sizes)
 
     def seeks(self) -> dict[PartitionKey, int]:
         """The fetcher's partitions that must be read from another offset before the next fetch
@@ -310,15 +344,16 @@ class PartitionStates:
 
     def fetched(self, partition: PartitionKey, records: list[Record]) -> None:
         """The fetcher returned ``records`` of ``partition``: they are buffered, unless the
-        partition is not owned, withheld, sought meanwhile, or they were read for an earlier
-        claim (then they are dropped)."""
+        partition is not owned, withheld, paused, sought meanwhile, or they were read for an
+        earlier claim (then they are dropped, and read again once it hands out again)."""
         claim = self._claims.get(partition)
         if not records or claim is None or self._fed.get(partition) is not claim:
             return
-        if partition in self._withheld or partition in self._seeks:
+        if partition in self._withheld or partition in self._paused or partition in self._seeks:
             self._drop(claim)
             return
         claim.buffered.append(records)
+        claim.sizes.append(_record_bytes(records))
 
     def out_of_range(
         self, partition: PartitionKey, offset: int, earliest: int, latest: int, *, trail: bool
@@ -378,8 +413,21 @@ class PartitionStates:
 
     def _drop(self, claim: Claim) -> None:
         """Forget a claim's buffered records; reading resumes at its next offset."""
-        claim.buffered.clear()
+        self._clear(claim)
         self._seeks[claim.partition] = claim.next_offset
+
+    @staticmethod
+    def _clear(claim: Claim) -> None:
+        claim.buffered.clear()
+        claim.sizes.clear()
+
+    def _shed(self, partitions: Iterable[PartitionKey]) -> None:
+        """Drop what is buffered of ``partitions`` (read again from their next offset once they
+        hand out again): a partition that hands nothing out holds none of the budget."""
+        for partition in partitions:
+            claim = self._claims.get(partition)
+            if claim is not None and claim.buffered:
+                self._drop(claim)
 
     # -- handing out -------------------------------------------------------------------------
 
@@ -416,6 +464,7 @@ class PartitionStates:
             return None
         self._cursor = partition
         batch = claim.buffered.popleft()
+        claim.sizes.popleft()
         claim.next_offset = batch[-1].offset + 1
         self._inflight[partition] = (claim, batch, batch[0].offset)
         self.batches += 1
@@ -513,7 +562,9 @@ class PartitionStates:
         return abandoned
 
     def pause(self, partitions: Iterable[PartitionKey]) -> None:
-        """Hand out no batch of ``partitions`` until `resume()`.
+        """Hand out no batch of ``partitions`` until `resume()`; what is buffered is dropped
+        (read again from the next offset then), so that a paused partition holds none of the
+        budget.
 
         Raises:
             NotOwnedError: a partition is not owned.
@@ -522,6 +573,7 @@ class PartitionStates:
         for partition in partitions:
             self._claim(partition)
         self._paused.update(partitions)
+        self._shed(partitions)
 
     def resume(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again, from where they stopped."""
@@ -576,6 +628,7 @@ class PartitionStates:
         for claim in claims:
             claim.fenced = True
             partitions.add(claim.partition)
+            self._clear(claim)  # never handed out now: it holds none of the budget
         return sorted(partitions)
 
     def learned(self, claim: Claim, stored: int | None) -> None:
