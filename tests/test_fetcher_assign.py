@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.topics import PartitionKey
@@ -72,5 +73,40 @@ async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_whe
         got[1] = []
         await read(fetcher, Counter({1: counts[1]}), got)
         assert got[1] == list(range(counts[1])), "sought back, a partition reads again"
+    finally:
+        await fetcher.stop()
+
+
+async def test_records_fetched_of_a_held_partition_keep_no_other_partition_waiting(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer
+) -> None:
+    # With a budget aiokafka sends no request to a broker while it holds records of any of its
+    # partitions: records it fetched of a partition held (paused) since must not keep it so.
+    topic = await make_topic(partitions=2)
+    fetcher = fetcher_of(cluster, topic, fresh("held"), max_buffered_bytes=1 << 20)
+    await fetcher.start()
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign(dict.fromkeys(KEYS[:2], 0))
+        await producer.send_and_wait(topic, b"held", partition=1)
+        inner = fetcher._consumer._fetcher
+        for _ in range(100):  # fetching partition 0 only: aiokafka buffers partition 1's record
+            assert await fetcher.fetch(KEYS[:1], 100) == {}
+            if inner._records:
+                break
+        assert set(inner._records) == {fetcher._tp(KEYS[1])}
+
+        fetcher.hold(KEYS[1:2])
+        await producer.send_and_wait(topic, b"wanted", partition=0)
+        got: list[Any] = []
+        for _ in range(50):  # five seconds: aiokafka would otherwise wait for ever
+            got += (await fetcher.fetch(KEYS[:1], 100)).get(KEYS[0], [])
+            if got:
+                break
+        assert [record.value for record in got] == [b"wanted"]
+
+        fetcher.hold([])
+        held = await fetcher.fetch(KEYS[1:2], 5_000)
+        assert [record.value for record in held[KEYS[1]]] == [b"held"], "read again once let go"
     finally:
         await fetcher.stop()

@@ -439,12 +439,16 @@ class Fetcher:
         assigned): it returns no record of a paused partition, and with a budget it sends no
         request to a broker while it holds records of one (see the module). aiokafka's position
         moves only as records are taken, so they are read again from the same offset once the
-        partition is fetched again. aiokafka has no public call for this."""
+        partition is fetched again. aiokafka has no public call for either step."""
         paused = self._consumer.paused()
-        if paused:
-            records = self._consumer._fetcher._records
-            for tp in paused:
-                records.pop(tp, None)
+        if not paused:
+            return
+        inner = self._consumer._fetcher
+        dropped = [inner._records.pop(tp, None) for tp in paused]
+        if any(result is not None for result in dropped):
+            # Its background fetch waits for records to be taken before it looks again (with
+            # a budget, for ever): tell it, as taking them would.
+            inner._notify(inner._wait_consume_future)
 
     async def _isolate(
         self, tps: list[Any], before: dict[PartitionKey, int], error: KafkaError
