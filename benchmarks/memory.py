@@ -159,7 +159,8 @@ def report(
         )
     title = (
         f"{args.messages:,} records of {args.size} B on {args.partitions} partitions, "
-        f"{args.rounds} alternating rounds after {args.warmup} uncounted, medians, load average {load:.1f}"
+        f"{args.rounds} alternating rounds after {args.warmup} uncounted, medians, "
+        f"load average {load:.1f}"
     )
     table = Table(*headers, title=title)
     for row in rows:
