@@ -211,13 +211,11 @@ class Delivery:
         async with self._fetch_lock:
             self._apply_seeks()
             if self._fetcher.budgeted:
-                if not self._fetcher.fits(self._states.buffered_bytes):
-                    self._fetcher.hold(self._fetcher.assigned)
+                # Seeks applied (a seek drops what is buffered): take what may be taken now.
+                takers = self._hold_by_budget()
+                if takers is None:
                     return False
-                # Seeks applied: the partitions to take now are those of the caller's list
-                # still fetchable (a seek drops what is buffered).
-                partitions = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
-                self._fetcher.hold(self._fetcher.assigned.difference(partitions))
+                partitions = takers
             try:
                 fetched = await self._fetcher.fetch(partitions, self._max_wait_ms)
             except OffsetsOutOfRange as exc:
@@ -233,16 +231,27 @@ class Delivery:
             # Nothing suspended since aiokafka gave these records (its reads of valid positions
             # return at once), so it sent no request since: none goes out that would pass the
             # budget, nor for a partition that has enough waiting.
-            ahead = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
-            if self._fetcher.fits(self._states.buffered_bytes):
-                self._fetcher.hold(self._fetcher.assigned.difference(ahead))
-            else:
-                self._fetcher.hold(self._fetcher.assigned)
+            self._hold_by_budget()
         for partition in partitions:
             self._states.stepped_over(partition, self._fetcher.position(partition))
         if fetched:
             await _let_the_fetcher_send()
         return True
+
+    def _hold_by_budget(self) -> list[PartitionKey] | None:
+        """With a budget: have the fetcher fetch only the partitions that may be taken now
+        (`PartitionStates.fetchable` with `FetcherLike.ahead_bytes`), or none while what is
+        held plus one response per broker would pass the budget.
+
+        Returns:
+            Those partitions, or None when the budget is spent.
+        """
+        if not self._fetcher.fits(self._states.buffered_bytes):
+            self._fetcher.hold(self._fetcher.assigned)
+            return None
+        takers = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
+        self._fetcher.hold(self._fetcher.assigned.difference(takers))
+        return takers
 
     async def _reset_out_of_range(self, partitions: Mapping[PartitionKey, int]) -> None:
         """Restart partitions whose position the broker does not hold, where
