@@ -305,15 +305,6 @@ class PartitionStates:
         """
         if self.suspended:
             return []
-        if ahead is None:
-            return [
-                p
-                for p, claim in self._claims.items()
-                if self._fed.get(p) is claim
-                and not claim.buffered
-                and not claim.fenced
-                and self._available(p)
-            ]
         return [
             p
             for p, claim in self._claims.items()
@@ -321,7 +312,11 @@ class PartitionStates:
             and not claim.fenced
             and p not in self._withheld
             and p not in self._paused
-            and (not claim.sizes or sum(claim.sizes) < ahead)
+            and (
+                not claim.buffered and p not in self._inflight
+                if ahead is None
+                else sum(claim.sizes) < ahead
+            )
         ]
 
     @property
