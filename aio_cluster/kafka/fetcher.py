@@ -148,13 +148,15 @@ class Fetcher:
         self._client_id = client_id
         self._max_bytes = max_bytes
         self._budget = max_buffered_bytes
+        self._brokers = 1
+        """How many responses aiokafka may hold at once: one per broker (see the module)."""
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=servers,
             client_id=client_id,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            fetch_max_bytes=max(max_bytes, 52_428_800),  # a budget's bound is set at start()
+            fetch_max_bytes=self.response_bytes,  # with a budget, set again over the brokers
             max_partition_fetch_bytes=max_bytes,
             fetch_max_wait_ms=max_wait_ms,
             fetch_min_bytes=min_bytes,
@@ -179,8 +181,6 @@ class Fetcher:
         self._assigned: frozenset[PartitionKey] = frozenset()
         self._held: frozenset[PartitionKey] = frozenset()
         """The assigned partitions paused in aiokafka by `hold()`."""
-        self._brokers = 1
-        """How many responses aiokafka may hold at once: one per broker (see the module)."""
         self._tps: dict[PartitionKey, Any] = {}
         self._keys_of: dict[Any, PartitionKey] = {}
         """Keys and aiokafka's names of the partitions met, both ways (see `_tp`)."""
