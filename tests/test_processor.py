@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -144,6 +145,53 @@ async def running(processor: Processor) -> AsyncIterator[asyncio.Task[None]]:
         task.cancel()
         with anyio.fail_after(10):
             await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize("ordering", ["key", "partition", "none"])
+async def test_handlers_that_finish_at_once_and_ones_that_wait_keep_the_ordering(
+    ordering: str,
+) -> None:
+    """A handler that returns without waiting is run in place, without bookkeeping; one that
+    waits is resumed later: mixed at random, each record runs once, a key's records (the
+    partition's, under ``"partition"``) never side by side and in offset order, and the
+    prefix reaches the end."""
+    keys = 5
+    sizes = {0: 600, 1: 300}
+    logs = {p: [record(p, i, b"k%d" % (i * 7 % keys)) for i in range(n)] for p, n in sizes.items()}
+    member = Member(logs)
+    await member.start()
+    rng = random.Random(7)
+    waits = {
+        (p, i): rng.choice([None, None, 0.0, 0.002]) for p, n in sizes.items() for i in range(n)
+    }
+    runs: list[tuple[int, int]] = []
+    running_now: set[tuple[int, object]] = set()
+    clashes: list[tuple[int, int]] = []
+    order: dict[tuple[int, object], list[int]] = {}
+
+    async def handler(r: Record) -> None:
+        group = r.partition if ordering == "partition" else r.key
+        slot = (r.partition, group)
+        if ordering != "none":
+            if slot in running_now:
+                clashes.append((r.partition, r.offset))
+            running_now.add(slot)
+            order.setdefault(slot, []).append(r.offset)
+        runs.append((r.partition, r.offset))
+        wait = waits[(r.partition, r.offset)]
+        if wait is not None:
+            await asyncio.sleep(wait)
+        running_now.discard(slot)
+
+    processor = member.processor(handler, concurrency=8, ordering=ordering)
+    async with running(processor):
+        await wait_until(
+            lambda: all(member.pending(p) == n for p, n in sizes.items()),
+            what="every record finished",
+        )
+    assert sorted(runs) == sorted((p, i) for p, n in sizes.items() for i in range(n))
+    assert not clashes
+    assert all(offsets == sorted(offsets) for offsets in order.values())
 
 
 async def test_a_graceful_move_fills_the_gaps_so_the_next_owner_repeats_nothing() -> None:

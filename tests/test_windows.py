@@ -1,17 +1,23 @@
 """The pure bookkeeping of process()'s running batches (`aio_cluster.member.windows`): which
-records may start, in which order, and how far the completed prefix got."""
+records may start, in which order, and how far the completed prefix got. A hypothesis machine
+plays the workers: records taken and finished at once, records put out (a handler that waits)
+and finished later in any order, and a stop."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from aiokafka.structs import ConsumerRecord
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from aio_cluster.config import Ordering
 from aio_cluster.kafka.records import Record
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.claims import Claim
-from aio_cluster.member.windows import Window
+from aio_cluster.member.windows import Entry, Window
 
 
 def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
@@ -32,45 +38,173 @@ def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
     return Window(Claim(PartitionKey(0), 0, 10, 10), batch, ordering)
 
 
-def test_a_keys_records_start_one_after_another_and_the_prefix_follows() -> None:
+def test_a_record_whose_key_is_out_waits_behind_it_and_the_prefix_follows() -> None:
     w = window([b"a", b"b", b"a", None, None])
-    assert [e.index for e in w.first()] == [0, 1, 3], "the first of each key; no key is a key"
-    following, grown = w.finished(1)
-    assert following is None
-    assert grown == 0, "record 0 is not finished: the prefix stays"
-    following, grown = w.finished(0)
-    assert following is not None
-    assert following.index == 2, "a's next record"
+    assert w.take() == 0
+    w.put_out(0)
+    assert w.take() == 1, "b is not busy"
+    assert w.take() == 3, "record 2 (a) waits behind record 0; no key is a key too"
+    assert w.finished(1, out=False) == (-1, 0), "record 0 is not finished: the prefix stays"
+    assert w.take() == 4, "record 3 was finished at once, not out: None is not busy"
+    assert w.take() == -1
+    w.finished(3, out=False)
+    following, grown = w.finished(0, out=True)
+    assert following == 2, "a's next record, handed on"
     assert grown == 2
     assert w.prefix == 2
     assert w.unfinished == 3
+    assert w.busy == {b"a": deque()}, "record 2 is out in its turn"
 
 
-def test_partition_ordering_starts_one_record_at_a_time_and_none_all_at_once() -> None:
-    assert [e.index for e in window([b"a", b"b", b"c"], "partition").first()] == [0]
-    assert [e.index for e in window([b"a", b"a", b"a"], "none").first()] == [0, 1, 2]
+def test_records_finished_at_once_need_no_key() -> None:
+    w = window([b"a", b"a", b"a"])
+    for index in range(3):
+        assert w.take() == index
+        w.finished(index, out=False)
+    assert w.prefix == 3
+    assert not w.busy
+
+
+def test_partition_ordering_takes_nothing_while_a_record_is_out_and_none_takes_all() -> None:
+    w = window([b"a", b"b", b"c"], "partition")
+    assert w.take() == 0
+    w.put_out(0)
+    assert w.take() == -1
+    assert w.finished(0, out=True) == (-1, 1)
+    assert w.take() == 1
+    free = window([b"a", b"a", b"a"], "none")
+    for index in range(3):
+        assert free.take() == index
+        free.put_out(index)
+    assert free.take() == -1
+    assert free.exhausted()
 
 
 def test_a_window_that_stops_taking_fills_the_gaps_before_its_furthest_record() -> None:
     w = window([b"a", b"a", b"b", b"c", b"d"])
-    w.first()
-    for index in (2, 3):
-        w.finished(index)
+    assert w.take() == 0
+    w.put_out(0)
+    assert w.take() == 2, "record 1 waits behind record 0"
+    w.finished(2, out=False)
+    assert w.take() == 3
+    w.finished(3, out=False)
     w.stop_taking(fill_gaps=True)
     assert w.horizon == 3
     assert [w.may_start(i) for i in range(5)] == [True, True, True, True, False]
+    assert w.take() == -1
     assert not w.drained()
-    w.finished(0)
-    w.finished(1)
+    assert w.finished(0, out=True) == (1, 1), "record 1 is before the horizon: it still runs"
+    w.finished(1, out=True)
     assert w.prefix == 4, "the prefix passes every finished record"
     assert w.drained()
 
 
 def test_a_failed_record_stops_everything_after_it() -> None:
-    w = window([b"a", b"b"])
-    w.first()
+    w = window([b"a", b"a"])
+    assert w.take() == 0
+    w.put_out(0)
     w.stop_taking(fill_gaps=True)
     w.stop_taking(fill_gaps=False)
-    assert not w.may_start(0)
+    assert not w.may_start(1)
+    assert w.finished(0, out=True) == (-1, 1), "its key hands on nothing"
     w.give_up()
-    assert w.gone
+    assert w.take() == -1
+
+
+KEYS = [b"a", b"b", b"c", None]
+
+
+class WindowMachine(RuleBasedStateMachine):
+    """Workers taking records of one batch: each record taken runs once; a key's records (a
+    partition's, under ``"partition"``) never run side by side and run in offset order; the
+    prefix is the first unfinished record."""
+
+    @initialize(
+        keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=30),
+        ordering=st.sampled_from(["key", "partition", "none"]),
+    )
+    def start(self, keys: list[bytes | None], ordering: Ordering) -> None:
+        self.keys = keys
+        self.ordering = ordering
+        self.window = window(keys, ordering)
+        self.out: dict[int, Entry] = {}
+        """Records put out and running (as the processor keeps them in `Window.running`)."""
+        self.started: list[int] = []
+        self.finished: set[int] = set()
+
+    def key(self, index: int) -> object:
+        return 0 if self.ordering == "partition" else self.keys[index]
+
+    def begin(self, index: int) -> None:
+        assert index not in self.started, f"record {index} started twice"
+        assert self.window.may_start(index)
+        if self.ordering != "none":
+            clash = [i for i in self.out if self.key(i) == self.key(index)]
+            assert not clash, f"record {index} beside {clash}, of its key"
+            earlier = [i for i in range(index) if self.key(i) == self.key(index)]
+            assert set(earlier) <= self.finished, f"record {index} before its key's earlier ones"
+        self.started.append(index)
+
+    def finish(self, index: int, *, out: bool) -> None:
+        following, _ = self.window.finished(index, out=out)
+        self.finished.add(index)
+        if following >= 0:
+            self.begin(following)
+            self.went_out(following)
+
+    def went_out(self, index: int) -> None:
+        self.out[index] = Entry(self.window, index, out=True)
+        self.window.running.add(self.out[index])
+
+    def came_back(self, index: int) -> None:
+        self.window.running.discard(self.out.pop(index))
+
+    @rule()
+    def take_and_finish_at_once(self) -> None:
+        index = self.window.take()
+        if index >= 0:
+            self.begin(index)
+            self.finish(index, out=False)
+
+    @rule()
+    def take_and_wait(self) -> None:
+        index = self.window.take()
+        if index >= 0:
+            self.begin(index)
+            self.window.put_out(index)
+            self.went_out(index)
+
+    @precondition(lambda self: self.out)
+    @rule(data=st.data())
+    def a_waiting_record_finishes(self, data: st.DataObject) -> None:
+        index = data.draw(st.sampled_from(sorted(self.out)))
+        self.came_back(index)
+        self.finish(index, out=True)
+
+    @precondition(lambda self: self.window.taking)
+    @rule()
+    def stop(self) -> None:
+        self.window.stop_taking(fill_gaps=True)
+
+    @invariant()
+    def the_prefix_is_the_first_unfinished_record(self) -> None:
+        unfinished = [i for i in range(len(self.keys)) if i not in self.finished]
+        assert self.window.prefix == (unfinished[0] if unfinished else len(self.keys))
+
+    def teardown(self) -> None:
+        while self.out:
+            index = min(self.out)
+            self.came_back(index)
+            self.finish(index, out=True)
+        while (index := self.window.take()) >= 0:
+            self.begin(index)
+            self.finish(index, out=False)
+        if self.window.taking:
+            assert sorted(self.started) == list(range(len(self.keys))), "every record ran"
+        else:
+            assert self.window.prefix > self.window.horizon, "the gaps were filled"
+        assert not self.window.busy
+
+
+WindowMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_window_machine = WindowMachine.TestCase

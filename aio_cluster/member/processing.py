@@ -25,10 +25,11 @@ import asyncio
 import inspect
 import logging
 import time
+import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -62,6 +63,29 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Awaitable[object]]
 """``async def handler(record)``: what `Processor` runs for every record."""
+
+
+@types.coroutine
+def _resumed(steps: Coroutine[Any, Any, object], waiting_on: Any) -> Generator[Any, Any, object]:
+    """The rest of the coroutine ``steps``, whose first step yielded ``waiting_on``: awaiting
+    this runs it on as ``await`` would have from its start (what is sent or thrown in goes on
+    to it)."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting_on = steps.throw(exc)
+            except StopIteration as end:
+                return end.value
+        else:
+            try:
+                waiting_on = steps.send(sent)
+            except StopIteration as end:
+                return end.value
 
 
 class _Interrupted(Exception):
@@ -131,8 +155,12 @@ class Processor:
         self._telemetry = telemetry
         self._windows: dict[PartitionKey, Window] = {}
         self._ready: deque[Entry] = deque()
-        self._kicking = False
-        self._parked: deque[asyncio.Future[Entry]] = deque()
+        """Records out (see `aio_cluster.member.windows`) that may start, taken before the
+        windows' next records."""
+        self._open: list[Window] = []
+        """The windows whose records are taken in turn, in the order they came."""
+        self._parked: deque[asyncio.Future[None]] = deque()
+        """Idle workers, each waiting to look for a record again."""
         self._seats: list[_Seat] = []
         self._own: set[asyncio.Task[Any]] = set()
         """The tasks that run handlers (workers, retries)."""
@@ -157,9 +185,9 @@ class Processor:
         """Records that would have started while halted, in order."""
         self._leaving: set[Window] = set()
         """Abandoned batches whose cancelled handlers have not ended yet."""
-        self._deferred: dict[PartitionKey, list[Entry]] = {}
-        """Partition -> the first records of a batch taken while an abandoned one of it still
-        runs: they start once it ended, never beside it."""
+        self._deferred: dict[PartitionKey, Window] = {}
+        """Partition -> a batch taken while an abandoned one of it still runs: its records
+        start once that ended, never beside it."""
         self._calm = asyncio.Event()
         self.running = False
         """True from `run()` until it returned."""
@@ -252,6 +280,7 @@ class Processor:
             self._held_back.clear()
             self._calm.set()
             self._ready.clear()
+            self._open.clear()
             if self._dead_letters is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
                     await self._dead_letters.stop()
@@ -336,51 +365,56 @@ class Processor:
         self.failed_at.pop(claim.partition, None)
         self._held += len(batch)
         self._idle.clear()
-        first = window.first()
         if self.lingering((claim.partition,)):
-            self._deferred.setdefault(claim.partition, []).extend(first)
+            self._deferred[claim.partition] = window
             return
-        for entry in first:
-            self._dispatch(entry)
+        self._open.append(window)
+        self._wake_one()
+
+    def _next(self) -> Entry | None:
+        """The next record to run: one out and ready first, else the next record taken from
+        the windows in the order they came (None: none may start now)."""
+        if self._ready:
+            return self._ready.popleft()
+        windows = self._open
+        at = 0
+        while at < len(windows):
+            window = windows[at]
+            if window.exhausted():
+                del windows[at]
+                continue
+            index = window.take()
+            if index >= 0:
+                return Entry(window, index)
+            at += 1
+        return None
 
     def _dispatch(self, entry: Entry) -> None:
-        """``entry`` may start: queue it, and wake idle workers once the running task yields.
-
-        A worker whose handler returned without waiting takes the next queued record itself,
-        so quick handlers cost no task switch per record.
-        """
+        """``entry``, out, may start: queue it for the next idle worker."""
         self._ready.append(entry)
-        self._wake_idle()
+        self._wake_one()
 
     def _requeue(self, entry: Entry) -> None:
         """``entry`` was taken but did not run (its worker was cancelled): first in line again."""
         self._ready.appendleft(entry)
-        self._wake_idle()
+        self._wake_one()
 
-    def _wake_idle(self) -> None:
-        if self._parked and not self._kicking:
-            self._kicking = True
-            asyncio.get_running_loop().call_soon(self._kick)
-
-    def _kick(self) -> None:
-        """Hand the queued records to idle workers."""
-        self._kicking = False
-        while self._parked and self._ready:
+    def _wake_one(self) -> None:
+        """There may be a record to run: an idle worker looks (it runs once this task waits)."""
+        while self._parked:
             waiter = self._parked.popleft()
             if not waiter.done():
-                waiter.set_result(self._ready.popleft())
+                waiter.set_result(None)
+                return
 
-    async def _park(self) -> Entry:
-        """Wait for a record that may start."""
-        waiter: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+    async def _park(self) -> None:
+        """Wait until there may be a record to run."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._parked.append(waiter)
         try:
-            return await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._requeue(waiter.result())
+            await waiter
+        finally:
             waiter.cancel()
-            raise
 
     async def _work(self) -> None:
         """One worker: runs one record at a time; a record of an abandoned batch is cancelled
@@ -393,10 +427,11 @@ class Processor:
         while True:
             with seat.scope:
                 while True:
-                    entry = self._ready.popleft() if self._ready else await self._park()
-                    seat.entry = entry
-                    await self._run(entry)
-                    seat.entry = None
+                    entry = self._next()
+                    if entry is None:
+                        await self._park()
+                    else:
+                        await self._run(entry, seat)
             seat.entry = None
             seat.scope = anyio.CancelScope()
 
@@ -406,52 +441,129 @@ class Processor:
         if not entry.window.may_start(entry.index):
             return False
         if self._halted or not self._delivery.may_start():
+            self._put_out(entry)
             self._held_back.append(entry)
             return False
         return True
 
-    async def _run(self, entry: Entry) -> None:
+    @staticmethod
+    def _put_out(entry: Entry) -> None:
+        """``entry`` leaves its worker's hands (it waits, is held back or retried): its key is
+        busy until it finished (see `aio_cluster.member.windows`)."""
+        if not entry.out:
+            entry.out = True
+            entry.window.put_out(entry.index)
+
+    async def _run(self, entry: Entry, seat: _Seat) -> None:
+        """Run ``entry``'s record, then the record its key hands on to or the window's next
+        one, while one may start: a worker keeps to its window as long as it can.
+
+        A handler's first step runs here at once (as asyncio's eager tasks run a coroutine
+        until it first waits). One that finishes without waiting let no other task run, so it
+        needs none of the bookkeeping that others look at: it takes its slot, is out, joins the
+        running records, tells the delivery how far the prefix got and wakes an idle worker
+        only once it waits (`_before_waiting()`). The prefix is told at the latest when the
+        run ends."""
         window = entry.window
-        if not self._may_start(entry):
-            return
+        batch = window.batch
+        # check_handler(): an async callable, so it returns a coroutine.
+        handler = cast(Callable[[Record], Coroutine[Any, Any, object]], self._handler)
+        concurrency = self._policy.concurrency
+        fresh = self._delivery.fresh  # while suspended, _halted is set: see halt()
         try:
-            if self._busy < self._policy.concurrency and not self._slot_waiters:
-                self._busy += 1
-            else:
-                await self._take_slot()
-                if not self._may_start(entry):
-                    # Stopped, given up or silenced while it waited for a slot.
-                    self._give_slot()
+            while True:
+                # _may_start(), written out: it is asked before every record.
+                if window.gone or (not window.taking and entry.index > window.horizon):
                     return
-            window.running.add(entry)
-            entry.started = time.monotonic()
-            record = window.batch[entry.index]
-            telemetry = self._telemetry
-            try:
-                if telemetry is None or not telemetry.watching:
-                    await self._handler(record)
-                else:
-                    await telemetry.handle(self._handler, record)
-            finally:
-                self._give_slot()
-        except Exception as exc:
-            if window.may_start(entry.index):
-                assert self._tasks is not None
-                self._tasks.start_soon(self._recover, entry, exc)
+                if self._halted or not fresh():
+                    self._put_out(entry)
+                    self._held_back.append(entry)
+                    return
+                try:
+                    if self._busy >= concurrency or self._slot_waiters:
+                        self._before_waiting(entry, seat)
+                        await self._take_slot()
+                        if not self._may_start(entry):
+                            # Stopped, given up or silenced while it waited for a slot.
+                            self._give_slot()
+                            return
+                        await self._call(entry)
+                    elif self._telemetry is not None and self._telemetry.watching:
+                        self._busy += 1
+                        self._before_waiting(entry, seat)
+                        await self._call(entry)
+                    else:
+                        entry.started = time.monotonic()
+                        steps = handler(batch[entry.index])
+                        try:
+                            waiting_on = steps.send(None)
+                        except StopIteration:
+                            pass
+                        else:
+                            self._busy += 1
+                            self._before_waiting(entry, seat)
+                            window.running.add(entry)
+                            try:
+                                await _resumed(steps, waiting_on)
+                            finally:
+                                self._give_slot()
+                except Exception as exc:
+                    if window.may_start(entry.index):
+                        self._put_out(entry)
+                        window.running.add(entry)
+                        assert self._tasks is not None
+                        self._tasks.start_soon(self._recover, entry, exc)
+                    else:
+                        # Its partition is handed over or stopped: the record runs again later.
+                        self._drop(entry)
+                    return
+                except BaseException:
+                    # Cancelled: its batch was abandoned (nothing to do), or another batch's
+                    # record was meant and this one runs again later (the processor may be
+                    # ending too).
+                    if window.may_start(entry.index):
+                        window.running.discard(entry)
+                        self._requeue(entry)
+                    else:
+                        self._drop(entry)
+                    raise
+                following = self._finished(entry)
+                if following >= 0:
+                    entry.index = following
+                    entry.out = True
+                    continue
+                index = window.take()
+                if index < 0:
+                    return
+                entry.index = index
+                entry.out = False
+        finally:
+            seat.entry = None
+            self._report(window)
+
+    def _before_waiting(self, entry: Entry, seat: _Seat) -> None:
+        """``entry``'s worker waits (for its handler or a slot): other tasks run from here, so
+        it is out, cancelled through ``seat`` if its batch is abandoned, the delivery knows how
+        far its batch got, and an idle worker may take the next record."""
+        self._put_out(entry)
+        seat.entry = entry
+        self._report(entry.window)
+        if self._ready or self._open:
+            self._wake_one()
+
+    async def _call(self, entry: Entry) -> None:
+        """Run the handler for ``entry`` in its slot, which it gives back."""
+        entry.window.running.add(entry)
+        entry.started = time.monotonic()
+        record = entry.record
+        telemetry = self._telemetry
+        try:
+            if telemetry is None or not telemetry.watching:
+                await self._handler(record)
             else:
-                # Its partition is handed over or stopped: the record runs again later.
-                self._drop(entry)
-            return
-        except BaseException:
-            # Cancelled: its batch was abandoned (nothing to do), or another batch's record was
-            # meant and this one runs again later (the processor may be ending too).
-            if window.may_start(entry.index):
-                window.running.discard(entry)
-                self._requeue(entry)
-            else:
-                self._drop(entry)
-            raise
-        self._complete(entry)
+                await telemetry.handle(self._handler, record)
+        finally:
+            self._give_slot()
 
     async def _take_slot(self) -> None:
         """Wait for a handler slot (a plain count: cheaper than a semaphore on the hot path)."""
@@ -495,8 +607,10 @@ class Processor:
         self._leaving.discard(window)
         self._calm.set()
         if not self.lingering((window.partition,)):
-            for entry in self._deferred.pop(window.partition, ()):
-                self._dispatch(entry)
+            deferred = self._deferred.pop(window.partition, None)
+            if deferred is not None:
+                self._open.append(deferred)
+                self._wake_one()
 
     async def _recover(self, entry: Entry, error: Exception) -> None:
         """Retry a failed record, then apply the failure policy."""
@@ -670,25 +784,46 @@ class Processor:
     # -- finishing ---------------------------------------------------------------------------
 
     def _complete(self, entry: Entry) -> None:
-        """``entry`` finished: the next record of its key may start, the prefix may grow."""
+        """``entry`` finished outside a worker's run (a retry, a dead letter): the record its key
+        hands on to is queued, an idle worker looks for the next, and the delivery is told how
+        far the prefix got."""
+        following = self._finished(entry)
+        if following >= 0:
+            self._dispatch(Entry(entry.window, following, out=True))
+        else:
+            self._wake_one()
+        self._report(entry.window)
+
+    def _finished(self, entry: Entry) -> int:
+        """``entry`` finished: the prefix may grow (told to the delivery later, see `_run()`).
+
+        Returns:
+            The index of the record its key hands on to, now out, when that may start
+            (-1: none).
+        """
         window = entry.window
-        window.running.discard(entry)
+        if entry.out:
+            window.running.discard(entry)  # only a record out may be running
         if window.gone:
             self._left(window)
-            return
-        following, grown = window.finished(entry.index)
-        if following is not None:
-            self._dispatch(following)
+            return -1
+        following, grown = window.finished(entry.index, out=entry.out)
         if grown:
             self._held -= grown
-            if self._held < self._policy.max_records:
-                self._room.set()
-            if not window.unfinished:
+            if window.prefix == len(window.batch):
                 self._settle(window)
-                return
-            self._delivery.progress(window.claim, window.batch, window.batch[window.prefix].offset)
-        if window.drained():
+                return -1
+            if self._held < self._policy.max_records <= self._held + grown:
+                self._room.set()
+        if not window.taking and window.drained():
             self._settle(window)
+        return following
+
+    def _report(self, window: Window) -> None:
+        """Tell the delivery how far ``window``'s completed prefix got, if it grew since."""
+        if window.prefix != window.reported and not window.gone:
+            window.reported = window.prefix
+            self._delivery.progress(window.claim, window.batch, window.batch[window.prefix].offset)
 
     def _stop_taking(self, window: Window, *, fill_gaps: bool = True) -> None:
         """Start no record of ``window`` beyond its horizon (see `Window.stop_taking()`)."""
@@ -701,6 +836,9 @@ class Processor:
         from its first unfinished record."""
         if window.gone:
             return
+        if window.unfinished:
+            # Delivered again from the first unfinished record: the delivery must know it.
+            self._report(window)
         window.give_up()
         if self._windows.get(window.partition) is window:
             del self._windows[window.partition]

@@ -2,9 +2,18 @@
 may start, in which order, and how far the completed prefix got. Pure: no I/O, no waiting; the
 processor (`aio_cluster.member.processing`) runs the handlers and asks here what follows.
 
-The ordering decides which records of a batch may run side by side: ``"key"``, those with
-different keys (a key's records run in offset order, one after another; the key's bytes are
-compared, so a deserialized key need not be hashable); ``"partition"``, none; ``"none"``, any.
+Records are taken in offset order (`Window.take()`). The ordering decides which records may run
+side by side: ``"key"``, those with different keys (a key's records run in offset order, one
+after another; the key's bytes are compared, so a deserialized key need not be hashable);
+``"partition"``, none; ``"none"``, any.
+
+A key is *busy* while one of its records is *out*: taken and not finished, and seen (or about to
+be seen) by other tasks: waiting in its handler, waiting for a retry, or queued for a worker
+(`Window.put_out()`). A record whose key is busy is not started when taken but queued behind its
+key, and handed on when the key's record out finishes. A record that a worker takes and whose
+handler finishes without waiting is never out: no other task ran meanwhile, so none could take
+a record of its key. So a batch of handlers that never wait costs no key bookkeeping at all,
+and one whose handlers wait pays for the records out only.
 
 A window that stops taking records (a handover, a shutdown) still starts the records before the
 last one finished or running (its *horizon*): once they finished, the prefix passes every
@@ -14,6 +23,7 @@ nothing more.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -24,6 +34,9 @@ from .claims import Batch, Claim
 
 __all__ = ["Entry", "Window"]
 
+_ONE_KEY = 0
+"""The key of every record under ``ordering="partition"``."""
+
 
 @dataclass(eq=False, slots=True)
 class Entry:
@@ -31,6 +44,8 @@ class Entry:
 
     window: Window
     index: int
+    out: bool = False
+    """Whether it is out (see the module): its key stays busy until it finished."""
     started: float = 0.0
     """When its first attempt started (``time.monotonic()``)."""
     cancel: Callable[[], object] | None = None
@@ -49,18 +64,21 @@ class Window:
     batch: Batch
     ordering: Ordering
     done: bytearray = field(init=False)
-    next_of: list[int] = field(default_factory=list)
-    """Index -> the index of the next record of the same key (-1: none), set by `first()`: a
-    key's records run one after another, so a record that finished hands on to this one."""
+    cursor: int = 0
+    """The index of the first record not taken yet."""
+    busy: dict[Hashable, deque[int]] = field(default_factory=dict)
+    """Busy key -> the indices of its records taken since, queued in offset order."""
     prefix: int = 0
     """The index of the first unfinished record."""
+    reported: int = 0
+    """The prefix last told to the delivery (the processor tells it when it grew)."""
     furthest: int = -1
     """The index of the last record finished."""
     horizon: int = -1
     """Once it stopped taking: the last index that may still start (-1: none)."""
     running: set[Entry] = field(default_factory=set)
-    """Records started and not finished: in a handler, waiting for a retry, or being sent to the
-    dead-letter topic."""
+    """Records started and not finished that other tasks may see: in a handler that waits,
+    waiting for a retry, or being sent to the dead-letter topic."""
     taking: bool = True
     """False once only the records up to `horizon` may start (handover, stop, shutdown)."""
     gone: bool = False
@@ -78,27 +96,43 @@ class Window:
         """Records from the prefix on: not known to be finished."""
         return len(self.batch) - self.prefix
 
-    def first(self) -> list[Entry]:
-        """The records that may start at once: every record with ``"none"``, else the first of
-        each key."""
-        if self.ordering == "none":
-            return [Entry(self, index) for index in range(len(self.batch))]
+    def _key(self, index: int) -> Hashable:
+        return _ONE_KEY if self.ordering == "partition" else raw_key(self.batch[index])
+
+    def take(self) -> int:
+        """The index of the next record that may start now, taken (-1: none now).
+
+        Under ``"key"``, records whose key is busy are passed over and queued behind it; under
+        ``"partition"``, none is taken while one is out.
+        """
         size = len(self.batch)
+        if not self.taking:
+            return -1
+        busy = self.busy
+        if not busy or self.ordering == "none":
+            if self.cursor < size:
+                self.cursor += 1
+                return self.cursor - 1
+            return -1
         if self.ordering == "partition":
-            self.next_of = [*range(1, size), -1]
-            return [Entry(self, 0)] if size else []
-        first = []
-        self.next_of = next_of = [-1] * size
-        last: dict[Hashable, int] = {}
-        for index, record in enumerate(self.batch):
-            key = raw_key(record)
-            before = last.get(key)
-            if before is None:
-                first.append(Entry(self, index))
-            else:
-                next_of[before] = index
-            last[key] = index
-        return first
+            return -1
+        while self.cursor < size:
+            index = self.cursor
+            self.cursor += 1
+            waiting = busy.get(raw_key(self.batch[index]))
+            if waiting is None:
+                return index
+            waiting.append(index)
+        return -1
+
+    def exhausted(self) -> bool:
+        """True once `take()` can return no record any more."""
+        return not self.taking or self.cursor >= len(self.batch)
+
+    def put_out(self, index: int) -> None:
+        """The record at ``index``, taken, is out (see the module): its key is busy."""
+        if self.ordering != "none":
+            self.busy.setdefault(self._key(index), deque())
 
     def may_start(self, index: int) -> bool:
         """Whether the record at ``index`` may (still) start."""
@@ -108,26 +142,30 @@ class Window:
         """True once it stopped taking and every record that may start has finished."""
         return not self.taking and self.prefix > self.horizon and not self.running
 
-    def finished(self, index: int) -> tuple[Entry | None, int]:
-        """The record at ``index`` finished.
+    def finished(self, index: int, *, out: bool) -> tuple[int, int]:
+        """The record at ``index`` finished; ``out`` says whether it was out.
 
         Returns:
-            The next record of its key, when that may start now; and how many records the
-            completed prefix grew by.
+            The index of the next record of its key, now out, when one was queued behind it
+            and may start (-1: none); and how many records the completed prefix grew by.
         """
         self.done[index] = 1
-        self.furthest = max(self.furthest, index)
-        following = None
-        if self.ordering != "none":
-            after = self.next_of[index]
-            if after >= 0 and self.may_start(after):
-                following = Entry(self, after)
+        if index > self.furthest:  # noqa: PLR1730  (max() costs a call for every record)
+            self.furthest = index
+        following = -1
+        if out and self.ordering != "none":
+            key = self._key(index)
+            waiting = self.busy[key]
+            if waiting and self.may_start(waiting[0]):
+                following = waiting.popleft()
+            else:
+                del self.busy[key]
         if index != self.prefix:
             return following, 0
-        done, prefix, size = self.done, self.prefix + 1, len(self.batch)
+        done, prefix, size = self.done, index + 1, len(self.batch)
         while prefix < size and done[prefix]:
             prefix += 1
-        grown, self.prefix = prefix - self.prefix, prefix
+        grown, self.prefix = prefix - index, prefix
         return following, grown
 
     def stop_taking(self, *, fill_gaps: bool) -> None:
