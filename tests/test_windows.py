@@ -44,25 +44,41 @@ def test_a_record_whose_key_is_out_waits_behind_it_and_the_prefix_follows() -> N
     w.put_out(0)
     assert w.take() == 1, "b is not busy"
     assert w.take() == 3, "record 2 (a) waits behind record 0; no key is a key too"
-    assert w.finished(1, out=False) == (-1, 0), "record 0 is not finished: the prefix stays"
+    assert w.finished(1, out=False) == -1
+    assert w.prefix == 0, "record 0 is not finished: the prefix stays"
     assert w.take() == 4, "record 3 was finished at once, not out: None is not busy"
     assert w.take() == -1
     w.finished(3, out=False)
-    following, grown = w.finished(0, out=True)
-    assert following == 2, "a's next record, handed on"
-    assert grown == 2
+    assert w.finished(0, out=True) == 2, "a's next record, handed on"
     assert w.prefix == 2
     assert w.unfinished == 3
     assert w.busy == {b"a": deque()}, "record 2 is out in its turn"
 
 
-def test_records_finished_at_once_need_no_key() -> None:
-    w = window([b"a", b"a", b"a"])
-    for index in range(3):
-        assert w.take() == index
-        w.finished(index, out=False)
+def test_a_run_in_place_books_its_records_when_someone_looks() -> None:
+    w = window([b"a", b"a", b"b", b"c"])
+    run = w.begin_run()
+    assert run == range(4), "nothing is out: the rest of the batch"
+    w.in_place = 2
+    assert w.prefix == 2, "records 0 and 1 finished, record 2 runs"
+    w.stop_taking(fill_gaps=True)
+    assert w.horizon == 2, "the record in place counts as running"
+    assert not w.drained()
+    w.end_run(3)
     assert w.prefix == 3
-    assert not w.busy
+    assert w.drained()
+    assert w.cursor == 4, "record 3 stays taken (its worker runs it the full way)"
+
+
+def test_a_run_that_stops_gives_back_the_records_after_it() -> None:
+    w = window([b"a", b"b", b"c", b"d"])
+    assert w.begin_run() == range(4)
+    w.in_place = 1
+    w.end_run(1)
+    w.put_out(1)  # record 1's handler waits
+    assert w.prefix == 1
+    assert w.take() == 2, "records 2 and 3 are taken again"
+    assert w.begin_run() == range(3, 4), "a record is out: one record at a time"
 
 
 def test_partition_ordering_takes_nothing_while_a_record_is_out_and_none_takes_all() -> None:
@@ -70,7 +86,8 @@ def test_partition_ordering_takes_nothing_while_a_record_is_out_and_none_takes_a
     assert w.take() == 0
     w.put_out(0)
     assert w.take() == -1
-    assert w.finished(0, out=True) == (-1, 1)
+    assert w.begin_run() == range(0)
+    assert w.finished(0, out=True) == -1
     assert w.take() == 1
     free = window([b"a", b"a", b"a"], "none")
     for index in range(3):
@@ -93,7 +110,7 @@ def test_a_window_that_stops_taking_fills_the_gaps_before_its_furthest_record() 
     assert [w.may_start(i) for i in range(5)] == [True, True, True, True, False]
     assert w.take() == -1
     assert not w.drained()
-    assert w.finished(0, out=True) == (1, 1), "record 1 is before the horizon: it still runs"
+    assert w.finished(0, out=True) == 1, "record 1 is before the horizon: it still runs"
     w.finished(1, out=True)
     assert w.prefix == 4, "the prefix passes every finished record"
     assert w.drained()
@@ -106,7 +123,7 @@ def test_a_failed_record_stops_everything_after_it() -> None:
     w.stop_taking(fill_gaps=True)
     w.stop_taking(fill_gaps=False)
     assert not w.may_start(1)
-    assert w.finished(0, out=True) == (-1, 1), "its key hands on nothing"
+    assert w.finished(0, out=True) == -1, "its key hands on nothing"
     w.give_up()
     assert w.take() == -1
 
@@ -146,7 +163,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.started.append(index)
 
     def finish(self, index: int, *, out: bool) -> None:
-        following, _ = self.window.finished(index, out=out)
+        following = self.window.finished(index, out=out)
         self.finished.add(index)
         if following >= 0:
             self.begin(following)
@@ -173,6 +190,32 @@ class WindowMachine(RuleBasedStateMachine):
             self.begin(index)
             self.window.put_out(index)
             self.went_out(index)
+
+    @rule(data=st.data())
+    def run_in_place(self, data: st.DataObject) -> None:
+        """A worker runs records in place; the last one it reaches may wait, or go the full
+        way; others look at the window in between."""
+        run = self.window.begin_run()
+        if not run:
+            return
+        ran = data.draw(st.integers(0, len(run)))
+        for index in run[:ran]:
+            self.begin(index)
+            self.window.in_place = index
+            if data.draw(st.booleans()):
+                self.the_prefix_is_the_first_unfinished_record()
+            self.finished.add(index)
+        if ran == len(run):
+            self.window.end_run(run.stop)
+            return
+        index = run[ran]
+        self.begin(index)
+        self.window.end_run(index)
+        if data.draw(st.booleans()):
+            self.window.put_out(index)
+            self.went_out(index)
+        else:
+            self.finish(index, out=False)
 
     @precondition(lambda self: self.out)
     @rule(data=st.data())

@@ -88,6 +88,19 @@ def _resumed(steps: Coroutine[Any, Any, object], waiting_on: Any) -> Generator[A
                 return end.value
 
 
+@dataclass(slots=True)
+class _Started:
+    """A record whose handler `Processor._sweep()` started, and which did not finish at once."""
+
+    at: float
+    """When it started (``time.monotonic()``)."""
+    steps: Coroutine[Any, Any, object]
+    waiting_on: Any
+    """What its first step yielded (it waits on this)."""
+    failure: Exception | None
+    """What its first step raised, if it failed."""
+
+
 class _Interrupted(Exception):
     """A record waiting for its retry belongs to a batch that stopped taking records."""
 
@@ -168,8 +181,8 @@ class Processor:
         """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._waits = _waits(policy)
-        self._held = 0
-        """Records of the running batches not yet finished (started or not)."""
+        self._steps = cast(Callable[[Record], Coroutine[Any, Any, object]], handler)
+        """The handler, whose calls are coroutines (`check_handler()`): stepped by hand."""
         self._room = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -346,7 +359,7 @@ class Processor:
         """Take batches from the delivery while fewer than ``max_records`` are held."""
         try:
             while True:
-                while self._held >= self._policy.max_records:
+                while self._unfinished() >= self._policy.max_records:
                     self._room.clear()
                     await self._room.wait()
                 picked = await self._delivery.next_batch(self._is_closing)
@@ -363,7 +376,6 @@ class Processor:
         window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
         self.failed_at.pop(claim.partition, None)
-        self._held += len(batch)
         self._idle.clear()
         if self.lingering((claim.partition,)):
             self._deferred[claim.partition] = window
@@ -388,6 +400,10 @@ class Processor:
                 return Entry(window, index)
             at += 1
         return None
+
+    def _unfinished(self) -> int:
+        """Records of the running batches not finished yet (started or not)."""
+        return sum(window.unfinished for window in self._windows.values())
 
     def _dispatch(self, entry: Entry) -> None:
         """``entry``, out, may start: queue it for the next idle worker."""
@@ -455,91 +471,127 @@ class Processor:
             entry.window.put_out(entry.index)
 
     async def _run(self, entry: Entry, seat: _Seat) -> None:
-        """Run ``entry``'s record, then the record its key hands on to or the window's next
-        one, while one may start: a worker keeps to its window as long as it can.
-
-        A handler's first step runs here at once (as asyncio's eager tasks run a coroutine
-        until it first waits). One that finishes without waiting let no other task run, so it
-        needs none of the bookkeeping that others look at: it takes its slot, is out, joins the
-        running records, tells the delivery how far the prefix got and wakes an idle worker
-        only once it waits (`_before_waiting()`). The prefix is told at the latest when the
-        run ends."""
+        """Run ``entry``'s record; then the record its key hands on to, or the window's next
+        records in place (`_sweep()`), while one may start: a worker keeps to its window as
+        long as it can. The delivery is told how far the prefix got when the run ends."""
         window = entry.window
-        batch = window.batch
-        # check_handler(): an async callable, so it returns a coroutine.
-        handler = cast(Callable[[Record], Coroutine[Any, Any, object]], self._handler)
-        concurrency = self._policy.concurrency
-        fresh = self._delivery.fresh  # while suspended, _halted is set: see halt()
+        started: _Started | None = None
         try:
-            while True:
-                # _may_start(), written out: it is asked before every record.
-                if window.gone or (not window.taking and entry.index > window.horizon):
-                    return
-                if self._halted or not fresh():
-                    self._put_out(entry)
-                    self._held_back.append(entry)
-                    return
-                try:
-                    if self._busy >= concurrency or self._slot_waiters:
-                        self._before_waiting(entry, seat)
-                        await self._take_slot()
-                        if not self._may_start(entry):
-                            # Stopped, given up or silenced while it waited for a slot.
-                            self._give_slot()
-                            return
-                        await self._call(entry)
-                    elif self._telemetry is not None and self._telemetry.watching:
-                        self._busy += 1
-                        self._before_waiting(entry, seat)
-                        await self._call(entry)
-                    else:
-                        entry.started = time.monotonic()
-                        steps = handler(batch[entry.index])
-                        try:
-                            waiting_on = steps.send(None)
-                        except StopIteration:
-                            pass
-                        else:
-                            self._busy += 1
-                            self._before_waiting(entry, seat)
-                            window.running.add(entry)
-                            try:
-                                await _resumed(steps, waiting_on)
-                            finally:
-                                self._give_slot()
-                except Exception as exc:
-                    if window.may_start(entry.index):
-                        self._put_out(entry)
-                        window.running.add(entry)
-                        assert self._tasks is not None
-                        self._tasks.start_soon(self._recover, entry, exc)
-                    else:
-                        # Its partition is handed over or stopped: the record runs again later.
-                        self._drop(entry)
-                    return
-                except BaseException:
-                    # Cancelled: its batch was abandoned (nothing to do), or another batch's
-                    # record was meant and this one runs again later (the processor may be
-                    # ending too).
-                    if window.may_start(entry.index):
-                        window.running.discard(entry)
-                        self._requeue(entry)
-                    else:
-                        self._drop(entry)
-                    raise
+            while await self._handle(entry, seat, started):
                 following = self._finished(entry)
                 if following >= 0:
-                    entry.index = following
-                    entry.out = True
+                    entry = Entry(window, following, out=True)
+                    started = None
                     continue
-                index = window.take()
+                index, started = self._sweep(window)
                 if index < 0:
                     return
-                entry.index = index
-                entry.out = False
+                entry = Entry(window, index)
         finally:
             seat.entry = None
             self._report(window)
+
+    async def _handle(self, entry: Entry, seat: _Seat, started: _Started | None) -> bool:
+        """Run the handler for ``entry`` (or, when `_sweep()` ``started`` it, the rest of it).
+
+        Its first step runs here at once, as asyncio's eager tasks run a coroutine until it
+        first waits; only a handler that waits takes a slot, is out and is seen by others
+        (`_before_waiting()`).
+
+        Returns:
+            True when it finished; False when it did not start (stopped, held back) or failed
+            (then retried, or dropped when its batch stopped taking it).
+        """
+        window = entry.window
+        if started is None and not self._may_start(entry):
+            return False
+        try:
+            if started is not None:
+                entry.started = started.at
+                if started.failure is not None:
+                    self._failed(entry, started.failure)
+                    return False
+                self._busy += 1
+                await self._wait_for(entry, seat, started.steps, started.waiting_on)
+            elif self._busy >= self._policy.concurrency or self._slot_waiters:
+                self._before_waiting(entry, seat)
+                await self._take_slot()
+                if not self._may_start(entry):
+                    # Stopped, given up or silenced while it waited for a slot.
+                    self._give_slot()
+                    return False
+                await self._call(entry)
+            elif self._telemetry is not None and self._telemetry.watching:
+                self._busy += 1
+                self._before_waiting(entry, seat)
+                await self._call(entry)
+            else:
+                entry.started = time.monotonic()
+                steps = self._steps(entry.record)
+                try:
+                    waiting_on = steps.send(None)
+                except StopIteration:
+                    return True
+                self._busy += 1
+                await self._wait_for(entry, seat, steps, waiting_on)
+        except Exception as exc:
+            self._failed(entry, exc)
+            return False
+        except BaseException:
+            # Cancelled: its batch was abandoned (nothing to do), or another batch's record was
+            # meant and this one runs again later (the processor may be ending too).
+            if window.may_start(entry.index):
+                window.running.discard(entry)
+                self._requeue(entry)
+            else:
+                self._drop(entry)
+            raise
+        return True
+
+    def _sweep(self, window: Window) -> tuple[int, _Started | None]:
+        """Run the window's next records in place, one after another, while each handler
+        finishes without waiting: all that `_handle()` does for a record, less what only other
+        tasks would see, since none runs meanwhile. A record that may not start so (a slot is
+        wanted, tracing is on, the window stops or ZooKeeper was not heard from) or whose
+        handler waits or fails ends the sweep; the records after it are given back.
+
+        Returns:
+            The index of the record it stopped at (-1: none left to take now), and what of it
+            started, for `_handle()` to go on with (None: not started).
+        """
+        run = window.begin_run()
+        if not run:
+            return -1, None
+        index, stop = run.start, run.stop
+        started: _Started | None = None
+        if (
+            self._busy >= self._policy.concurrency
+            or self._slot_waiters
+            or (self._telemetry is not None and self._telemetry.watching)
+        ):
+            stop = index  # the first record goes the full way
+        batch = window.batch
+        steps_of = self._steps
+        fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
+        while index < stop:
+            if not window.taking or self._halted or not fresh():
+                break
+            window.in_place = index
+            at = time.monotonic()
+            steps = steps_of(batch[index])
+            try:
+                waiting_on = steps.send(None)
+            except StopIteration:
+                index += 1
+                continue
+            except Exception as exc:
+                started = _Started(at, steps, None, exc)
+            else:
+                started = _Started(at, steps, waiting_on, None)
+            break
+        window.end_run(index)
+        self._grew(window)
+        return (-1, None) if index == run.stop else (index, started)
 
     def _before_waiting(self, entry: Entry, seat: _Seat) -> None:
         """``entry``'s worker waits (for its handler or a slot): other tasks run from here, so
@@ -550,6 +602,18 @@ class Processor:
         self._report(entry.window)
         if self._ready or self._open:
             self._wake_one()
+
+    async def _wait_for(
+        self, entry: Entry, seat: _Seat, steps: Coroutine[Any, Any, object], waiting_on: Any
+    ) -> None:
+        """Await the rest of ``entry``'s handler, whose first step yielded ``waiting_on``, in
+        the slot it took, which it gives back."""
+        self._before_waiting(entry, seat)
+        entry.window.running.add(entry)
+        try:
+            await _resumed(steps, waiting_on)
+        finally:
+            self._give_slot()
 
     async def _call(self, entry: Entry) -> None:
         """Run the handler for ``entry`` in its slot, which it gives back."""
@@ -564,6 +628,19 @@ class Processor:
                 await telemetry.handle(self._handler, record)
         finally:
             self._give_slot()
+
+    def _failed(self, entry: Entry, error: Exception) -> None:
+        """``entry``'s handler raised ``error``: it is retried (its key stays busy), unless its
+        batch stopped taking it (it runs again later)."""
+        window = entry.window
+        if window.may_start(entry.index):
+            self._put_out(entry)
+            window.running.add(entry)
+            assert self._tasks is not None
+            self._tasks.start_soon(self._recover, entry, error)
+        else:
+            # Its partition is handed over or stopped: the record runs again later.
+            self._drop(entry)
 
     async def _take_slot(self) -> None:
         """Wait for a handler slot (a plain count: cheaper than a semaphore on the hot path)."""
@@ -807,17 +884,17 @@ class Processor:
         if window.gone:
             self._left(window)
             return -1
-        following, grown = window.finished(entry.index, out=entry.out)
-        if grown:
-            self._held -= grown
-            if window.prefix == len(window.batch):
-                self._settle(window)
-                return -1
-            if self._held < self._policy.max_records <= self._held + grown:
-                self._room.set()
-        if not window.taking and window.drained():
-            self._settle(window)
+        following = window.finished(entry.index, out=entry.out)
+        self._grew(window)
         return following
+
+    def _grew(self, window: Window) -> None:
+        """Records of ``window`` finished: they are no longer held, and a window that has all
+        its records finished, or that stopped taking and has none left to run, is settled."""
+        if window.prefix == len(window.batch) or window.drained():
+            self._settle(window)
+        else:
+            self._room.set()
 
     def _report(self, window: Window) -> None:
         """Tell the delivery how far ``window``'s completed prefix got, if it grew since."""
@@ -842,7 +919,6 @@ class Processor:
         window.give_up()
         if self._windows.get(window.partition) is window:
             del self._windows[window.partition]
-        self._held -= window.unfinished
         if not window.unfinished:
             self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
         else:
@@ -869,7 +945,6 @@ class Processor:
             if window is None:
                 continue
             window.give_up()
-            self._held -= window.unfinished
             if not window.running:
                 continue
             self._leaving.add(window)

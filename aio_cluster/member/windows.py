@@ -15,6 +15,11 @@ handler finishes without waiting is never out: no other task ran meanwhile, so n
 a record of its key. So a batch of handlers that never wait costs no key bookkeeping at all,
 and one whose handlers wait pays for the records out only.
 
+A worker whose handlers finish without waiting runs the batch's records *in place*, one after
+another (`Window.begin_run()`): it only says which record it runs (`Window.in_place`); the
+records of the run before it are known to have finished, and are booked when someone looks
+(the window's own methods catch up first), or when the run ends (`Window.end_run()`).
+
 A window that stops taking records (a handover, a shutdown) still starts the records before the
 last one finished or running (its *horizon*): once they finished, the prefix passes every
 finished record, so the next owner repeats none. One whose record failed for good starts
@@ -68,12 +73,15 @@ class Window:
     """The index of the first record not taken yet."""
     busy: dict[Hashable, deque[int]] = field(default_factory=dict)
     """Busy key -> the indices of its records taken since, queued in offset order."""
-    prefix: int = 0
-    """The index of the first unfinished record."""
     reported: int = 0
     """The prefix last told to the delivery (the processor tells it when it grew)."""
-    furthest: int = -1
-    """The index of the last record finished."""
+    in_place: int = -1
+    """The record a worker runs in place now (-1: none); its run's records before it, from
+    `run_start` on, finished (booked when someone looks)."""
+    run_start: int = 0
+    """The first record of the run in place not booked yet."""
+    _prefix: int = 0
+    _furthest: int = -1
     horizon: int = -1
     """Once it stopped taking: the last index that may still start (-1: none)."""
     running: set[Entry] = field(default_factory=set)
@@ -92,9 +100,21 @@ class Window:
         return self.claim.partition
 
     @property
+    def prefix(self) -> int:
+        """The index of the first unfinished record."""
+        self._catch_up()
+        return self._prefix
+
+    @property
     def unfinished(self) -> int:
         """Records from the prefix on: not known to be finished."""
         return len(self.batch) - self.prefix
+
+    def _catch_up(self) -> None:
+        """Book the records of the run in place before the one it runs now."""
+        if self.in_place > self.run_start:
+            self._book(self.run_start, self.in_place)
+            self.run_start = self.in_place
 
     def _key(self, index: int) -> Hashable:
         return _ONE_KEY if self.ordering == "partition" else raw_key(self.batch[index])
@@ -125,6 +145,31 @@ class Window:
             waiting.append(index)
         return -1
 
+    def begin_run(self) -> range:
+        """Records one worker may run in place, one after another, taken: the rest of the batch
+        while none of it is out (under ``"none"``, always), else the one record `take()` finds.
+        The worker sets `in_place` to each record as it starts it, and ends a run that is not
+        empty with `end_run()`."""
+        if not self.taking:
+            return range(0)
+        if not self.busy or self.ordering == "none":
+            run = range(self.cursor, len(self.batch))
+            self.cursor = len(self.batch)
+        else:
+            index = self.take()
+            run = range(index, index + 1) if index >= 0 else range(0)
+        self.run_start = run.start
+        return run
+
+    def end_run(self, stop: int) -> None:
+        """The run in place ended at ``stop``: the records before it finished, and those from
+        ``stop`` on were not run, so they are not taken either (the one at ``stop`` stays
+        taken if it started)."""
+        self.in_place = -1
+        self._book(self.run_start, stop)
+        self.run_start = stop
+        self.cursor = min(self.cursor, stop + 1)
+
     def exhausted(self) -> bool:
         """True once `take()` can return no record any more."""
         return not self.taking or self.cursor >= len(self.batch)
@@ -142,16 +187,16 @@ class Window:
         """True once it stopped taking and every record that may start has finished."""
         return not self.taking and self.prefix > self.horizon and not self.running
 
-    def finished(self, index: int, *, out: bool) -> tuple[int, int]:
+    def finished(self, index: int, *, out: bool) -> int:
         """The record at ``index`` finished; ``out`` says whether it was out.
 
         Returns:
             The index of the next record of its key, now out, when one was queued behind it
-            and may start (-1: none); and how many records the completed prefix grew by.
+            and may start (-1: none).
         """
+        self._catch_up()
         self.done[index] = 1
-        if index > self.furthest:  # noqa: PLR1730  (max() costs a call for every record)
-            self.furthest = index
+        self._furthest = max(self._furthest, index)
         following = -1
         if out and self.ordering != "none":
             key = self._key(index)
@@ -160,24 +205,36 @@ class Window:
                 following = waiting.popleft()
             else:
                 del self.busy[key]
-        if index != self.prefix:
-            return following, 0
-        done, prefix, size = self.done, index + 1, len(self.batch)
+        if index == self._prefix:
+            self._advance(index + 1)
+        return following
+
+    def _book(self, start: int, stop: int) -> None:
+        """The records from ``start`` to ``stop`` (of a run in place, never out) finished."""
+        if start >= stop:
+            return
+        self.done[start:stop] = bytes([1]) * (stop - start)
+        self._furthest = max(self._furthest, stop - 1)
+        if start == self._prefix:
+            self._advance(stop)
+
+    def _advance(self, prefix: int) -> None:
+        """Move the prefix to ``prefix`` and past the records finished after it."""
+        done, size = self.done, len(self.batch)
         while prefix < size and done[prefix]:
             prefix += 1
-        grown, self.prefix = prefix - index, prefix
-        return following, grown
+        self._prefix = prefix
 
     def stop_taking(self, *, fill_gaps: bool) -> None:
         """Start no record beyond the horizon: with ``fill_gaps`` (a handover or a shutdown) the
         records before the last one finished or running still run; without (a record failed
         for good), nothing more starts."""
+        self._catch_up()
         if self.taking:
             self.taking = False
             if fill_gaps:
-                self.horizon = max(
-                    self.furthest, max((entry.index for entry in self.running), default=-1)
-                )
+                running = (entry.index for entry in self.running)
+                self.horizon = max(self._furthest, self.in_place, *running)
         elif not fill_gaps:
             self.horizon = -1
 
