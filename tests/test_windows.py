@@ -44,12 +44,12 @@ def test_a_record_whose_key_is_out_waits_behind_it_and_the_prefix_follows() -> N
     w.put_out(0)
     assert w.take() == 1, "b is not busy"
     assert w.take() == 3, "record 2 (a) waits behind record 0; no key is a key too"
-    assert w.finished(1, out=False) == -1
+    assert w.finished(1, out=False)[0] == -1
     assert w.prefix == 0, "record 0 is not finished: the prefix stays"
     assert w.take() == 4, "record 3 was finished at once, not out: None is not busy"
     assert w.take() == -1
     w.finished(3, out=False)
-    assert w.finished(0, out=True) == 2, "a's next record, handed on"
+    assert w.finished(0, out=True)[0] == 2, "a's next record, handed on"
     assert w.prefix == 2
     assert w.unfinished == 3
     assert w.busy == {b"a": deque()}, "record 2 is out in its turn"
@@ -87,7 +87,7 @@ def test_partition_ordering_takes_nothing_while_a_record_is_out_and_none_takes_a
     w.put_out(0)
     assert w.take() == -1
     assert w.begin_run() == range(0)
-    assert w.finished(0, out=True) == -1
+    assert w.finished(0, out=True)[0] == -1
     assert w.take() == 1
     free = window([b"a", b"a", b"a"], "none")
     for index in range(3):
@@ -110,7 +110,7 @@ def test_a_window_that_stops_taking_fills_the_gaps_before_its_furthest_record() 
     assert [w.may_start(i) for i in range(5)] == [True, True, True, True, False]
     assert w.take() == -1
     assert not w.drained()
-    assert w.finished(0, out=True) == 1, "record 1 is before the horizon: it still runs"
+    assert w.finished(0, out=True)[0] == 1, "record 1 is before the horizon: it still runs"
     w.finished(1, out=True)
     assert w.prefix == 4, "the prefix passes every finished record"
     assert w.drained()
@@ -123,7 +123,7 @@ def test_a_failed_record_stops_everything_after_it() -> None:
     w.stop_taking(fill_gaps=True)
     w.stop_taking(fill_gaps=False)
     assert not w.may_start(1)
-    assert w.finished(0, out=True) == -1, "its key hands on nothing"
+    assert w.finished(0, out=True)[0] == -1, "its key hands on nothing"
     w.give_up()
     assert w.take() == -1
 
@@ -148,6 +148,8 @@ class WindowMachine(RuleBasedStateMachine):
         """Records put out and running (as the processor keeps them in `Window.running`)."""
         self.started: list[int] = []
         self.finished: set[int] = set()
+        self.grown = 0
+        """What the window said its prefix grew by, in all."""
 
     def key(self, index: int) -> object:
         return 0 if self.ordering == "partition" else self.keys[index]
@@ -163,7 +165,8 @@ class WindowMachine(RuleBasedStateMachine):
         self.started.append(index)
 
     def finish(self, index: int, *, out: bool) -> None:
-        following = self.window.finished(index, out=out)
+        following, grown = self.window.finished(index, out=out)
+        self.grown += grown
         self.finished.add(index)
         if following >= 0:
             self.begin(following)
@@ -228,6 +231,11 @@ class WindowMachine(RuleBasedStateMachine):
     @rule()
     def stop(self) -> None:
         self.window.stop_taking(fill_gaps=True)
+
+    @invariant()
+    def the_growth_told_adds_up_to_the_prefix(self) -> None:
+        self.grown += self.window.take_grown()
+        assert self.grown == self.window.prefix
 
     @invariant()
     def the_prefix_is_the_first_unfinished_record(self) -> None:

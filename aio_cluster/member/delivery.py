@@ -80,6 +80,10 @@ class Watcher(Protocol):
     """Told when running batches must end early: a processor that keeps many records of a batch
     in flight (`aio_cluster.member.processing`) stops taking them, or cancels them."""
 
+    def report(self) -> None:
+        """Tell `progress()` how far the running batches got, now (it may wait for a turn of
+        the event loop otherwise)."""
+
     def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for the running batches of ``partitions``."""
 
@@ -312,6 +316,8 @@ class Delivery:
         Returns:
             Partition -> the first offset of its abandoned batch.
         """
+        if self.watcher is not None:
+            self.watcher.report()  # read again from the first unfinished record: as it is now
         abandoned = self._states.abandoned(partitions)
         # A partition kept reads its batch again: wake the iterators as well as the handovers.
         self.wake()

@@ -181,6 +181,12 @@ class Processor:
         """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._waits = _waits(policy)
+        self._held = 0
+        self._untold: set[Window] = set()
+        """Windows whose prefix grew since the delivery was told (`report()`)."""
+        self._telling = False
+        """Records of the running batches not yet finished (started or not), as far as their
+        windows told (`Window.take_grown()`)."""
         self._steps = cast(Callable[[Record], Coroutine[Any, Any, object]], handler)
         """The handler, whose calls are coroutines (`check_handler()`): stepped by hand."""
         self._room = asyncio.Event()
@@ -359,7 +365,7 @@ class Processor:
         """Take batches from the delivery while fewer than ``max_records`` are held."""
         try:
             while True:
-                while self._unfinished() >= self._policy.max_records:
+                while self._held >= self._policy.max_records:
                     self._room.clear()
                     await self._room.wait()
                 picked = await self._delivery.next_batch(self._is_closing)
@@ -376,12 +382,13 @@ class Processor:
         window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
         self.failed_at.pop(claim.partition, None)
+        self._held += len(batch)
         self._idle.clear()
         if self.lingering((claim.partition,)):
             self._deferred[claim.partition] = window
             return
         self._open.append(window)
-        self._wake_one()
+        self._wake(len(batch))
 
     def _next(self) -> Entry | None:
         """The next record to run: one out and ready first, else the next record taken from
@@ -401,10 +408,6 @@ class Processor:
             at += 1
         return None
 
-    def _unfinished(self) -> int:
-        """Records of the running batches not finished yet (started or not)."""
-        return sum(window.unfinished for window in self._windows.values())
-
     def _dispatch(self, entry: Entry) -> None:
         """``entry``, out, may start: queue it for the next idle worker."""
         self._ready.append(entry)
@@ -417,11 +420,16 @@ class Processor:
 
     def _wake_one(self) -> None:
         """There may be a record to run: an idle worker looks (it runs once this task waits)."""
-        while self._parked:
+        self._wake(1)
+
+    def _wake(self, records: int) -> None:
+        """There may be ``records`` records to run: as many idle workers look, all in the event
+        loop's next turn (a worker woken by another would start a turn later)."""
+        while self._parked and records > 0:
             waiter = self._parked.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
+                records -= 1
 
     async def _park(self) -> None:
         """Wait until there may be a record to run."""
@@ -468,84 +476,111 @@ class Processor:
         busy until it finished (see `aio_cluster.member.windows`)."""
         if not entry.out:
             entry.out = True
-            entry.window.put_out(entry.index)
+            entry.key = entry.window.put_out(entry.index)
 
     async def _run(self, entry: Entry, seat: _Seat) -> None:
         """Run ``entry``'s record; then the record its key hands on to, or the window's next
         records in place (`_sweep()`), while one may start: a worker keeps to its window as
-        long as it can. The delivery is told how far the prefix got when the run ends."""
+        long as it can. The delivery is told how far the prefix got when the run ends.
+
+        A handler's first step runs at once, as asyncio's eager tasks run a coroutine until it
+        first waits; only a handler that waits takes a slot, is out and is
+        seen by other tasks (`_before_waiting()`). One that fails is retried (`_failed()`)."""
         window = entry.window
         started: _Started | None = None
+        # Whether the last record's handler waited: the next one likely does too, so it is
+        # awaited as it is, without stepping it by hand (`_resumed()` costs a little a step).
+        waited = False
         try:
-            while await self._handle(entry, seat, started):
+            while True:
+                try:
+                    if started is not None:
+                        # _sweep() ran its first step.
+                        entry.started = started.at
+                        if started.failure is not None:
+                            self._failed(entry, started.failure)
+                            return
+                        steps, waiting_on = started.steps, started.waiting_on
+                    elif not self._may_start(entry):
+                        return
+                    elif (
+                        self._busy >= self._policy.concurrency
+                        or self._slot_waiters
+                        or (self._telemetry is not None and self._telemetry.watching)
+                    ):
+                        if not await self._call_in_slot(entry, seat):
+                            return
+                        steps = None
+                    elif waited:
+                        self._busy += 1
+                        self._before_waiting(entry, seat)
+                        entry.started = time.monotonic()
+                        try:
+                            await self._handler(window.batch[entry.index])
+                        finally:
+                            self._give_slot()
+                        steps = None
+                    else:
+                        entry.started = time.monotonic()
+                        steps = self._steps(window.batch[entry.index])
+                        try:
+                            waiting_on = steps.send(None)
+                        except StopIteration:
+                            steps = None
+                    if steps is not None:
+                        self._busy += 1
+                        self._before_waiting(entry, seat)
+                        try:
+                            await _resumed(steps, waiting_on)
+                        finally:
+                            self._give_slot()
+                except Exception as exc:
+                    self._failed(entry, exc)
+                    return
+                except BaseException:
+                    # Cancelled: its batch was abandoned (nothing to do), or another batch's
+                    # record was meant and this one runs again later (the processor may be
+                    # ending too).
+                    if window.may_start(entry.index):
+                        window.running.discard(entry)
+                        self._requeue(entry)
+                    else:
+                        self._drop(entry)
+                    raise
+                waited = entry.out
                 following = self._finished(entry)
+                started = None
                 if following >= 0:
-                    entry = Entry(window, following, out=True)
-                    started = None
+                    entry = Entry(window, following, out=True, key=entry.key)
                     continue
-                index, started = self._sweep(window)
+                if waited:
+                    # Its handler waited: the next one likely does too, so no run in place.
+                    index = window.take()
+                else:
+                    index, started = self._sweep(window)
                 if index < 0:
                     return
                 entry = Entry(window, index)
         finally:
             seat.entry = None
-            self._report(window)
 
-    async def _handle(self, entry: Entry, seat: _Seat, started: _Started | None) -> bool:
-        """Run the handler for ``entry`` (or, when `_sweep()` ``started`` it, the rest of it).
-
-        Its first step runs here at once, as asyncio's eager tasks run a coroutine until it
-        first waits; only a handler that waits takes a slot, is out and is seen by others
-        (`_before_waiting()`).
+    async def _call_in_slot(self, entry: Entry, seat: _Seat) -> bool:
+        """Take a slot (waiting for one if need be), then run the handler for ``entry``.
 
         Returns:
-            True when it finished; False when it did not start (stopped, held back) or failed
-            (then retried, or dropped when its batch stopped taking it).
+            False when, by the time it had its slot, it might no longer start.
         """
-        window = entry.window
-        if started is None and not self._may_start(entry):
-            return False
-        try:
-            if started is not None:
-                entry.started = started.at
-                if started.failure is not None:
-                    self._failed(entry, started.failure)
-                    return False
-                self._busy += 1
-                await self._wait_for(entry, seat, started.steps, started.waiting_on)
-            elif self._busy >= self._policy.concurrency or self._slot_waiters:
-                self._before_waiting(entry, seat)
-                await self._take_slot()
-                if not self._may_start(entry):
-                    # Stopped, given up or silenced while it waited for a slot.
-                    self._give_slot()
-                    return False
-                await self._call(entry)
-            elif self._telemetry is not None and self._telemetry.watching:
-                self._busy += 1
-                self._before_waiting(entry, seat)
-                await self._call(entry)
-            else:
-                entry.started = time.monotonic()
-                steps = self._steps(entry.record)
-                try:
-                    waiting_on = steps.send(None)
-                except StopIteration:
-                    return True
-                self._busy += 1
-                await self._wait_for(entry, seat, steps, waiting_on)
-        except Exception as exc:
-            self._failed(entry, exc)
-            return False
-        except BaseException:
-            # Cancelled: its batch was abandoned (nothing to do), or another batch's record was
-            # meant and this one runs again later (the processor may be ending too).
-            if window.may_start(entry.index):
-                window.running.discard(entry)
-                self._requeue(entry)
-            else:
-                self._drop(entry)
-            raise
+        if self._busy >= self._policy.concurrency or self._slot_waiters:
+            self._before_waiting(entry, seat, running=False)
+            await self._take_slot()
+            if not self._may_start(entry):
+                # Stopped, given up or silenced while it waited for a slot.
+                self._give_slot()
+                return False
+        else:
+            self._busy += 1
+            self._before_waiting(entry, seat, running=False)
+        await self._call(entry)
         return True
 
     def _sweep(self, window: Window) -> tuple[int, _Started | None]:
@@ -569,7 +604,7 @@ class Processor:
             or self._slot_waiters
             or (self._telemetry is not None and self._telemetry.watching)
         ):
-            stop = index  # the first record goes the full way
+            stop = index  # the first record takes its slot first, or is traced: the full way
         batch = window.batch
         steps_of = self._steps
         fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
@@ -590,30 +625,21 @@ class Processor:
                 started = _Started(at, steps, waiting_on, None)
             break
         window.end_run(index)
-        self._grew(window)
+        self._grew(window, window.take_grown())
         return (-1, None) if index == run.stop else (index, started)
 
-    def _before_waiting(self, entry: Entry, seat: _Seat) -> None:
-        """``entry``'s worker waits (for its handler or a slot): other tasks run from here, so
-        it is out, cancelled through ``seat`` if its batch is abandoned, the delivery knows how
-        far its batch got, and an idle worker may take the next record."""
-        self._put_out(entry)
+    def _before_waiting(self, entry: Entry, seat: _Seat, *, running: bool = True) -> None:
+        """``entry``'s worker waits (for its handler; for a slot, or on to `_call()`, when not
+        ``running``): other tasks run from here, so it is out (and running), cancelled through
+        ``seat`` if its batch is abandoned, and an idle worker may take the next record."""
+        if not entry.out:
+            entry.out = True
+            entry.key = entry.window.put_out(entry.index)
+        if running:
+            entry.window.running.add(entry)
         seat.entry = entry
-        self._report(entry.window)
-        if self._ready or self._open:
+        if self._parked and (self._ready or self._open):
             self._wake_one()
-
-    async def _wait_for(
-        self, entry: Entry, seat: _Seat, steps: Coroutine[Any, Any, object], waiting_on: Any
-    ) -> None:
-        """Await the rest of ``entry``'s handler, whose first step yielded ``waiting_on``, in
-        the slot it took, which it gives back."""
-        self._before_waiting(entry, seat)
-        entry.window.running.add(entry)
-        try:
-            await _resumed(steps, waiting_on)
-        finally:
-            self._give_slot()
 
     async def _call(self, entry: Entry) -> None:
         """Run the handler for ``entry`` in its slot, which it gives back."""
@@ -687,7 +713,7 @@ class Processor:
             deferred = self._deferred.pop(window.partition, None)
             if deferred is not None:
                 self._open.append(deferred)
-                self._wake_one()
+                self._wake(len(deferred.batch))
 
     async def _recover(self, entry: Entry, error: Exception) -> None:
         """Retry a failed record, then apply the failure policy."""
@@ -862,17 +888,15 @@ class Processor:
 
     def _complete(self, entry: Entry) -> None:
         """``entry`` finished outside a worker's run (a retry, a dead letter): the record its key
-        hands on to is queued, an idle worker looks for the next, and the delivery is told how
-        far the prefix got."""
+        hands on to is queued, and an idle worker looks for the next."""
         following = self._finished(entry)
         if following >= 0:
-            self._dispatch(Entry(entry.window, following, out=True))
+            self._dispatch(Entry(entry.window, following, out=True, key=entry.key))
         else:
             self._wake_one()
-        self._report(entry.window)
 
     def _finished(self, entry: Entry) -> int:
-        """``entry`` finished: the prefix may grow (told to the delivery later, see `_run()`).
+        """``entry`` finished: the prefix may grow.
 
         Returns:
             The index of the record its key hands on to, now out, when that may start
@@ -884,23 +908,28 @@ class Processor:
         if window.gone:
             self._left(window)
             return -1
-        following = window.finished(entry.index, out=entry.out)
-        self._grew(window)
+        following, grown = window.finished(entry.index, out=entry.out, key=entry.key)
+        self._grew(window, grown)
         return following
 
-    def _grew(self, window: Window) -> None:
-        """Records of ``window`` finished: they are no longer held, and a window that has all
-        its records finished, or that stopped taking and has none left to run, is settled."""
-        if window.prefix == len(window.batch) or window.drained():
+    def _grew(self, window: Window, grown: int) -> None:
+        """``window``'s prefix passed ``grown`` more records: they are no longer held, the
+        delivery is told how far the prefix got (what a commit stores) once this turn of the
+        event loop ends, and a window that has all its records finished, or that stopped
+        taking and has none left to run, is settled."""
+        if grown:
+            self._held -= grown
+            if self._held < self._policy.max_records <= self._held + grown:
+                self._room.set()
+            if window.prefix == len(window.batch):
+                self._settle(window)
+                return
+            self._untold.add(window)
+            if not self._telling:
+                self._telling = True
+                asyncio.get_running_loop().call_soon(self.report)
+        if not window.taking and window.drained():
             self._settle(window)
-        else:
-            self._room.set()
-
-    def _report(self, window: Window) -> None:
-        """Tell the delivery how far ``window``'s completed prefix got, if it grew since."""
-        if window.prefix != window.reported and not window.gone:
-            window.reported = window.prefix
-            self._delivery.progress(window.claim, window.batch, window.batch[window.prefix].offset)
 
     def _stop_taking(self, window: Window, *, fill_gaps: bool = True) -> None:
         """Start no record of ``window`` beyond its horizon (see `Window.stop_taking()`)."""
@@ -913,13 +942,17 @@ class Processor:
         from its first unfinished record."""
         if window.gone:
             return
-        if window.unfinished:
+        grown, unfinished = window.take_grown(), window.unfinished
+        if unfinished and (grown or window in self._untold):
             # Delivered again from the first unfinished record: the delivery must know it.
-            self._report(window)
+            offset = window.batch[window.prefix].offset
+            self._delivery.progress(window.claim, window.batch, offset)
         window.give_up()
+        self._untold.discard(window)
         if self._windows.get(window.partition) is window:
             del self._windows[window.partition]
-        if not window.unfinished:
+        self._held -= grown + unfinished
+        if not unfinished:
             self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
         else:
             # Read again from the first unfinished record, where its progress got.
@@ -929,6 +962,17 @@ class Processor:
             self._idle.set()
 
     # -- the delivery's watcher --------------------------------------------------------------
+
+    def report(self) -> None:
+        """Tell the delivery how far the running batches' prefixes got. Done once a turn of the
+        event loop, not once a record: a handover reads them after the batches ended (see
+        `_settle()`), and `Delivery.abandon()` asks here first."""
+        self._telling = False
+        for window in self._untold:
+            if not window.gone:
+                offset = window.batch[window.prefix].offset
+                self._delivery.progress(window.claim, window.batch, offset)
+        self._untold.clear()
 
     def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for these partitions: start none of their records any more."""
@@ -945,6 +989,7 @@ class Processor:
             if window is None:
                 continue
             window.give_up()
+            self._held -= window.take_grown() + window.unfinished
             if not window.running:
                 continue
             self._leaving.add(window)

@@ -42,6 +42,9 @@ __all__ = ["Entry", "Window"]
 _ONE_KEY = 0
 """The key of every record under ``ordering="partition"``."""
 
+_UNKNOWN: Hashable = object()
+"""`Window.finished()` was not given the key: it finds it again."""
+
 
 @dataclass(eq=False, slots=True)
 class Entry:
@@ -51,6 +54,8 @@ class Entry:
     index: int
     out: bool = False
     """Whether it is out (see the module): its key stays busy until it finished."""
+    key: Hashable = None
+    """Once out, the key `Window.put_out()` made busy for it."""
     started: float = 0.0
     """When its first attempt started (``time.monotonic()``)."""
     cancel: Callable[[], object] | None = None
@@ -71,17 +76,20 @@ class Window:
     done: bytearray = field(init=False)
     cursor: int = 0
     """The index of the first record not taken yet."""
-    busy: dict[Hashable, deque[int]] = field(default_factory=dict)
-    """Busy key -> the indices of its records taken since, queued in offset order."""
-    reported: int = 0
-    """The prefix last told to the delivery (the processor tells it when it grew)."""
+    busy: dict[Hashable, deque[int] | None] = field(default_factory=dict)
+    """Busy key -> the indices of its records taken since, queued in offset order (None until
+    one is)."""
     in_place: int = -1
     """The record a worker runs in place now (-1: none); its run's records before it, from
     `run_start` on, finished (booked when someone looks)."""
     run_start: int = 0
     """The first record of the run in place not booked yet."""
+    _keys: list[Hashable] | None = None
+    """Index -> the record's key, once a key was first needed (never, while nothing is out)."""
     _prefix: int = 0
     _furthest: int = -1
+    _grown: int = 0
+    """Records the prefix passed since `take_grown()` was last asked."""
     horizon: int = -1
     """Once it stopped taking: the last index that may still start (-1: none)."""
     running: set[Entry] = field(default_factory=set)
@@ -102,7 +110,8 @@ class Window:
     @property
     def prefix(self) -> int:
         """The index of the first unfinished record."""
-        self._catch_up()
+        if self.in_place > self.run_start:
+            self._catch_up()
         return self._prefix
 
     @property
@@ -110,14 +119,30 @@ class Window:
         """Records from the prefix on: not known to be finished."""
         return len(self.batch) - self.prefix
 
+    def take_grown(self) -> int:
+        """How many records the prefix passed since the last call: the processor's count of
+        the records it holds follows the windows' prefixes with this."""
+        if self.in_place > self.run_start:
+            self._catch_up()
+        grown, self._grown = self._grown, 0
+        return grown
+
     def _catch_up(self) -> None:
-        """Book the records of the run in place before the one it runs now."""
+        """Book the records of the run in place before the one it runs now (asked by what a
+        handler run in place may call: the processor's watcher methods, its statistics)."""
         if self.in_place > self.run_start:
             self._book(self.run_start, self.in_place)
             self.run_start = self.in_place
 
     def _key(self, index: int) -> Hashable:
-        return _ONE_KEY if self.ordering == "partition" else raw_key(self.batch[index])
+        keys = self._keys if self._keys is not None else self._find_keys()
+        return keys[index]
+
+    def _find_keys(self) -> list[Hashable]:
+        """Every record's key, found at once the first time one is needed: records are out,
+        so many keys will be."""
+        self._keys = [raw_key(record) for record in self.batch]
+        return self._keys
 
     def take(self) -> int:
         """The index of the next record that may start now, taken (-1: none now).
@@ -136,12 +161,16 @@ class Window:
             return -1
         if self.ordering == "partition":
             return -1
+        keys = self._keys if self._keys is not None else self._find_keys()
         while self.cursor < size:
             index = self.cursor
             self.cursor += 1
-            waiting = busy.get(raw_key(self.batch[index]))
-            if waiting is None:
+            key = keys[index]
+            if key not in busy:
                 return index
+            waiting = busy[key]
+            if waiting is None:
+                busy[key] = waiting = deque()
             waiting.append(index)
         return -1
 
@@ -174,10 +203,18 @@ class Window:
         """True once `take()` can return no record any more."""
         return not self.taking or self.cursor >= len(self.batch)
 
-    def put_out(self, index: int) -> None:
-        """The record at ``index``, taken, is out (see the module): its key is busy."""
-        if self.ordering != "none":
-            self.busy.setdefault(self._key(index), deque())
+    def put_out(self, index: int) -> Hashable:
+        """The record at ``index``, taken, is out (see the module): its key is busy.
+
+        Returns:
+            Its key (None under ``"none"``, which has no busy keys), for `finished()`.
+        """
+        if self.ordering == "none":
+            return None
+        key = _ONE_KEY if self.ordering == "partition" else self._key(index)
+        if key not in self.busy:
+            self.busy[key] = None
+        return key
 
     def may_start(self, index: int) -> bool:
         """Whether the record at ``index`` may (still) start."""
@@ -187,19 +224,22 @@ class Window:
         """True once it stopped taking and every record that may start has finished."""
         return not self.taking and self.prefix > self.horizon and not self.running
 
-    def finished(self, index: int, *, out: bool) -> int:
-        """The record at ``index`` finished; ``out`` says whether it was out.
+    def finished(self, index: int, *, out: bool, key: Hashable = _UNKNOWN) -> tuple[int, int]:
+        """The record at ``index`` finished; ``out`` says whether it was out, ``key`` what
+        `put_out()` said of it then (found again when not given).
 
         Returns:
             The index of the next record of its key, now out, when one was queued behind it
-            and may start (-1: none).
+            and may start (-1: none); and how many records the prefix passed since
+            `take_grown()` was last asked (which this answers too).
         """
-        self._catch_up()
+        # No run is in place: that is another worker's, whose records finish in place.
         self.done[index] = 1
         self._furthest = max(self._furthest, index)
         following = -1
         if out and self.ordering != "none":
-            key = self._key(index)
+            if key is _UNKNOWN:
+                key = _ONE_KEY if self.ordering == "partition" else self._key(index)
             waiting = self.busy[key]
             if waiting and self.may_start(waiting[0]):
                 following = waiting.popleft()
@@ -207,7 +247,8 @@ class Window:
                 del self.busy[key]
         if index == self._prefix:
             self._advance(index + 1)
-        return following
+        grown, self._grown = self._grown, 0
+        return following, grown
 
     def _book(self, start: int, stop: int) -> None:
         """The records from ``start`` to ``stop`` (of a run in place, never out) finished."""
@@ -223,6 +264,7 @@ class Window:
         done, size = self.done, len(self.batch)
         while prefix < size and done[prefix]:
             prefix += 1
+        self._grown += prefix - self._prefix
         self._prefix = prefix
 
     def stop_taking(self, *, fill_gaps: bool) -> None:
