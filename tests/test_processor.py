@@ -222,6 +222,35 @@ async def test_a_graceful_move_fills_the_gaps_so_the_next_owner_repeats_nothing(
         assert member.pending(0) == 5, "the offset passes every finished record"
 
 
+async def test_an_abandoned_batch_is_read_again_from_its_first_unfinished_record() -> None:
+    """Handlers that return at once run in place and are booked lazily; the delivery is told
+    their progress once a turn of the event loop. Abandoned in the middle of such a run (here
+    from the handler of record 3 itself), the batch is read again from record 3: the three
+    records before it finished, and none is handled twice."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(6)]}
+    member = Member(logs)
+    await member.start()
+    abandoned: dict[PartitionKey, int] = {}
+    handled: list[int] = []
+    cancelled: list[int] = []
+
+    async def handler(r: Record) -> None:
+        if r.offset == 3 and not abandoned:
+            abandoned.update(member.delivery.abandon([PartitionKey(0)]))
+            try:
+                await asyncio.sleep(0)  # the cancellation of the abandoned batch lands here
+            except asyncio.CancelledError:
+                cancelled.append(r.offset)
+                raise
+        handled.append(r.offset)
+
+    async with running(member.processor(handler, concurrency=4)):
+        await wait_until(lambda: member.pending(0) == 6, what="the batch read again, finished")
+    assert abandoned == {PartitionKey(0): 3}
+    assert cancelled == [3], "its handler was cancelled where it waited, not dropped"
+    assert sorted(handled) == [0, 1, 2, 3, 4, 5], "each once"
+
+
 async def test_a_stopped_partition_starts_nothing_more() -> None:
     """on_failure="stop" is no drain: after the failed record nothing starts, and the offset
     stays at it."""

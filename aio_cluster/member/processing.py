@@ -8,6 +8,14 @@ far the completed prefix got is the pure bookkeeping of `aio_cluster.member.wind
 runs the handlers, waits, and tells the delivery. The offset stored is the first record not yet
 finished (the completed prefix), never past it.
 
+``concurrency`` workers take records in offset order. A handler's first step runs at once, as
+asyncio's eager tasks run a coroutine: one that returns without waiting let no other task run,
+so its worker goes on with the batch's next records in place, checking before each only that
+the batch still takes records and ZooKeeper was heard from (about what the plain loop costs); one
+that waits takes a slot, is seen by the other tasks (its key busy, cancellable, counted) and
+wakes an idle worker for the next record. The delivery is told how far a prefix got once a turn
+of the event loop, and at once before it gives a batch up.
+
 A batch ends when all its records finished (it is committed, as a completed loop body), when its
 partition is handed over (the handover waits for the handlers in flight, and only the gaps before
 the furthest record start; past ``rebalance_timeout`` they are cancelled and awaited, and the
@@ -130,10 +138,11 @@ def _waits(policy: Processing) -> wait_base:
 
 @dataclass(eq=False)
 class _Seat:
-    """One worker: its cancel scope and the record it runs."""
+    """One worker: its cancel scope and the record it runs (or the window it runs in place)."""
 
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     entry: Entry | None = None
+    sweeping: Window | None = None
 
 
 class Processor:
@@ -222,7 +231,7 @@ class Processor:
     @property
     def in_flight(self) -> int:
         """Records started and not finished (cancelled ones not yet ended included)."""
-        return sum(len(window.running) for window in self._all_windows())
+        return sum(len(window.in_handlers()) for window in self._all_windows())
 
     def oldest_in_flight(self) -> float | None:
         """Seconds since the oldest record in flight started, or None when none is."""
@@ -236,8 +245,9 @@ class Processor:
         """Partition -> the records in a handler now (cancelled ones not yet ended included)."""
         found: dict[PartitionKey, list[Record]] = {}
         for window in self._all_windows():
-            if window.running:
-                found.setdefault(window.partition, []).extend(e.record for e in window.running)
+            records = window.in_handlers()
+            if records:
+                found.setdefault(window.partition, []).extend(records)
         return found
 
     def lingering(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, list[Record]]:
@@ -246,9 +256,7 @@ class Processor:
         found: dict[PartitionKey, list[Record]] = {}
         for window in self._leaving:
             if window.partition in partitions:
-                found.setdefault(window.partition, []).extend(
-                    entry.record for entry in window.running
-                )
+                found.setdefault(window.partition, []).extend(window.in_handlers())
         return found
 
     async def quiet(
@@ -557,7 +565,7 @@ class Processor:
                     # Its handler waited: the next one likely does too, so no run in place.
                     index = window.take()
                 else:
-                    index, started = self._sweep(window)
+                    index, started = self._sweep(window, seat)
                 if index < 0:
                     return
                 entry = Entry(window, index)
@@ -583,16 +591,17 @@ class Processor:
         await self._call(entry)
         return True
 
-    def _sweep(self, window: Window) -> tuple[int, _Started | None]:
+    def _sweep(self, window: Window, seat: _Seat) -> tuple[int, _Started | None]:
         """Run the window's next records in place, one after another, while each handler
-        finishes without waiting: all that `_handle()` does for a record, less what only other
-        tasks would see, since none runs meanwhile. A record that may not start so (a slot is
-        wanted, tracing is on, the window stops or ZooKeeper was not heard from) or whose
-        handler waits or fails ends the sweep; the records after it are given back.
+        finishes without waiting: all that `_run()` does for a record, less what only other
+        tasks would see, since none runs meanwhile (``seat`` says which window it sweeps, for
+        an abandon from inside a handler). A record that may not start so (a slot is wanted,
+        tracing is on, the window stops or ZooKeeper was not heard from) or whose handler
+        waits or fails ends the sweep; the records after it are given back.
 
         Returns:
             The index of the record it stopped at (-1: none left to take now), and what of it
-            started, for `_handle()` to go on with (None: not started).
+            started, for `_run()` to go on with (None: not started).
         """
         run = window.begin_run()
         if not run:
@@ -608,6 +617,7 @@ class Processor:
         batch = window.batch
         steps_of = self._steps
         fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
+        seat.sweeping = window
         while index < stop:
             if not window.taking or self._halted or not fresh():
                 break
@@ -624,7 +634,13 @@ class Processor:
             else:
                 started = _Started(at, steps, waiting_on, None)
             break
+        seat.sweeping = None
         window.end_run(index)
+        if window.gone:  # abandoned from inside a handler
+            if started is None:
+                self._left(window)
+                return -1, None
+            return index, started  # it waits: cancelled there, see abandoned()
         self._grew(window, window.take_grown())
         return (-1, None) if index == run.stop else (index, started)
 
@@ -705,7 +721,7 @@ class Processor:
     def _left(self, window: Window) -> None:
         """A record of an abandoned batch ended: once none runs, its partition is quiet, and a
         batch of it taken meanwhile may start."""
-        if window.running or window not in self._leaving:
+        if window.running or window.in_place >= 0 or window not in self._leaving:
             return
         self._leaving.discard(window)
         self._calm.set()
@@ -966,10 +982,11 @@ class Processor:
     def report(self) -> None:
         """Tell the delivery how far the running batches' prefixes got. Done once a turn of the
         event loop, not once a record: a handover reads them after the batches ended (see
-        `_settle()`), and `Delivery.abandon()` asks here first."""
+        `_settle()`), and `Delivery.abandon()` asks here first (from inside a handler run in
+        place, too: the window's prefix catches up with the run)."""
         self._telling = False
         for window in self._untold:
-            if not window.gone:
+            if not window.gone and window.unfinished:
                 offset = window.batch[window.prefix].offset
                 self._delivery.progress(window.claim, window.batch, offset)
         self._untold.clear()
@@ -990,11 +1007,13 @@ class Processor:
                 continue
             window.give_up()
             self._held -= window.take_grown() + window.unfinished
-            if not window.running:
+            if not window.running and window.in_place < 0:
                 continue
             self._leaving.add(window)
             for seat in self._seats:
-                if seat.entry is not None and seat.entry.window is window:
+                if seat.sweeping is window or (
+                    seat.entry is not None and seat.entry.window is window
+                ):
                     seat.scope.cancel()
             for entry in window.running:
                 if entry.cancel is not None:

@@ -220,6 +220,13 @@ class Window:
         """Whether the record at ``index`` may (still) start."""
         return not self.gone and (self.taking or index <= self.horizon)
 
+    def in_handlers(self) -> list[Record]:
+        """The records in a handler now: those running, and the one run in place."""
+        found = [entry.record for entry in self.running]
+        if self.in_place >= 0:
+            found.append(self.batch[self.in_place])
+        return found
+
     def drained(self) -> bool:
         """True once it stopped taking and every record that may start has finished."""
         return not self.taking and self.prefix > self.horizon and not self.running
