@@ -558,8 +558,9 @@ class Processor:
                 waited = entry.out
                 following = self._finished(entry)
                 started = None
+                # The entry finished: nothing holds it any more, so it serves the next record.
                 if following >= 0:
-                    entry = Entry(window, following, out=True, key=entry.key)
+                    entry.index = following  # out, as the key's record it follows
                     continue
                 if waited:
                     # Its handler waited: the next one likely does too, so no run in place.
@@ -568,7 +569,7 @@ class Processor:
                     index, started = self._sweep(window, seat)
                 if index < 0:
                     return
-                entry = Entry(window, index)
+                entry.index, entry.out, entry.key = index, False, None
         finally:
             seat.entry = None
 
