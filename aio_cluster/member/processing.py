@@ -489,11 +489,11 @@ class Processor:
     async def _run(self, entry: Entry, seat: _Seat) -> None:
         """Run ``entry``'s record; then the record its key hands on to, or the window's next
         records in place (`_sweep()`), while one may start: a worker keeps to its window as
-        long as it can. The delivery is told how far the prefix got when the run ends.
+        long as it can.
 
         A handler's first step runs at once, as asyncio's eager tasks run a coroutine until it
-        first waits; only a handler that waits takes a slot, is out and is
-        seen by other tasks (`_before_waiting()`). One that fails is retried (`_failed()`)."""
+        first waits; only a handler that waits takes a slot, is out and is seen by other tasks
+        (`_before_waiting()`). One that fails is retried (`_failed()`)."""
         window = entry.window
         started: _Started | None = None
         # Whether the last record's handler waited: the next one likely does too, so it is
@@ -649,9 +649,7 @@ class Processor:
         """``entry``'s worker waits (for its handler; for a slot, or on to `_call()`, when not
         ``running``): other tasks run from here, so it is out (and running), cancelled through
         ``seat`` if its batch is abandoned, and an idle worker may take the next record."""
-        if not entry.out:
-            entry.out = True
-            entry.key = entry.window.put_out(entry.index)
+        self._put_out(entry)
         if running:
             entry.window.running.add(entry)
         seat.entry = entry
