@@ -23,7 +23,7 @@ from aio_cluster.member.claims import Claim
 from aio_cluster.member.delivery import Delivery
 from aio_cluster.member.liveness import Liveness, Phase, phase
 from aio_cluster.member.partitions import PartitionStates
-from aio_cluster.member.processing import Processor
+from aio_cluster.member.processing import SLICE, Processor
 from aio_cluster.zookeeper.client import SessionState
 
 from support import wait_until
@@ -192,6 +192,39 @@ async def test_handlers_that_finish_at_once_and_ones_that_wait_keep_the_ordering
     assert sorted(runs) == sorted((p, i) for p, n in sizes.items() for i in range(n))
     assert not clashes
     assert all(offsets == sorted(offsets) for offsets in order.values())
+
+
+async def test_handlers_that_never_wait_still_let_other_tasks_run_and_keep_the_order() -> None:
+    """A batch whose handlers return at once runs in place, but only for `SLICE` at a time:
+    a task beside it runs while the batch is half done, and each key's records still run in
+    offset order."""
+    size = 3000
+    logs = {0: [record(0, i, b"k%d" % (i % 7)) for i in range(size)]}
+    member = Member(logs)
+    await member.start()
+    handled: list[Record] = []
+    seen: list[int] = []
+
+    async def handler(r: Record) -> None:
+        began = time.perf_counter()
+        while time.perf_counter() - began < SLICE / 100:
+            pass  # a little CPU work: the batch takes many slices
+        handled.append(r)
+
+    async def beside() -> None:
+        while True:
+            seen.append(len(handled))
+            await asyncio.sleep(0)
+
+    processor = member.processor(handler, concurrency=4)
+    async with running(processor), anyio.create_task_group() as tasks:
+        tasks.start_soon(beside)
+        await wait_until(lambda: member.pending(0) == size, what="the batch finished")
+        tasks.cancel_scope.cancel()
+    assert any(0 < count < size for count in seen), "nothing ran beside the batch"
+    for key in range(7):
+        offsets = [r.offset for r in handled if r.key == b"k%d" % key]
+        assert offsets == sorted(offsets) == list(range(key, size, 7))
 
 
 async def test_a_graceful_move_fills_the_gaps_so_the_next_owner_repeats_nothing() -> None:

@@ -109,6 +109,12 @@ class _Started:
     """What its first step raised, if it failed."""
 
 
+SLICE = 0.01
+"""Seconds a worker runs records in place before it lets the other tasks run (a handler that
+waits lets them run anyway): an event loop that serves HTTP beside `process()` answers within
+about this, whatever the batch."""
+
+
 class _Interrupted(Exception):
     """A record waiting for its retry belongs to a batch that stopped taking records."""
 
@@ -509,6 +515,7 @@ class Processor:
                             self._failed(entry, started.failure)
                             return
                         steps, waiting_on = started.steps, started.waiting_on
+                        waited = True
                     elif not self._may_start(entry):
                         return
                     elif (
@@ -519,6 +526,7 @@ class Processor:
                         if not await self._call_in_slot(entry, seat):
                             return
                         steps = None
+                        waited = True
                     elif waited:
                         self._busy += 1
                         self._before_waiting(entry, seat)
@@ -535,6 +543,7 @@ class Processor:
                             waiting_on = steps.send(None)
                         except StopIteration:
                             steps = None
+                        waited = steps is not None
                     if steps is not None:
                         self._busy += 1
                         self._before_waiting(entry, seat)
@@ -555,7 +564,6 @@ class Processor:
                     else:
                         self._drop(entry)
                     raise
-                waited = entry.out
                 following = self._finished(entry)
                 started = None
                 # The entry finished: nothing holds it any more, so it serves the next record.
@@ -566,7 +574,7 @@ class Processor:
                     # Its handler waited: the next one likely does too, so no run in place.
                     index = window.take()
                 else:
-                    index, started = self._sweep(window, seat)
+                    index, started = await self._run_in_place(window, seat)
                 if index < 0:
                     return
                 entry.index, entry.out, entry.key = index, False, None
@@ -592,21 +600,42 @@ class Processor:
         await self._call(entry)
         return True
 
-    def _sweep(self, window: Window, seat: _Seat) -> tuple[int, _Started | None]:
-        """Run the window's next records in place, one after another, while each handler
-        finishes without waiting: all that `_run()` does for a record, less what only other
-        tasks would see, since none runs meanwhile (``seat`` says which window it sweeps, for
-        an abandon from inside a handler). A record that may not start so (a slot is wanted,
-        tracing is on, the window stops or ZooKeeper was not heard from) or whose handler
-        waits or fails ends the sweep; the records after it are given back.
+    async def _run_in_place(self, window: Window, seat: _Seat) -> tuple[int, _Started | None]:
+        """Run the window's next records in place (`_sweep()`), letting the other tasks run
+        every `SLICE` seconds: the records not run yet stay this worker's meanwhile, so no
+        other worker takes one of their keys.
 
         Returns:
-            The index of the record it stopped at (-1: none left to take now), and what of it
-            started, for `_run()` to go on with (None: not started).
+            As `_sweep()`.
         """
         run = window.begin_run()
+        while True:
+            index, started, rest = self._sweep(window, seat, run)
+            if not rest:
+                return index, started
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                window.give_back(rest.start)
+                raise
+            run = rest
+
+    def _sweep(self, window: Window, seat: _Seat, run: range) -> tuple[int, _Started | None, range]:
+        """Run the records of ``run`` (taken: `Window.begin_run()`) in place, one after
+        another, while each handler finishes without waiting: all that `_run()` does for a
+        record, less what only other tasks would see, since none runs meanwhile (``seat`` says
+        which window it sweeps, for an abandon from inside a handler). A record that may not
+        start so (a slot is wanted, tracing is on, the window stops or ZooKeeper was not heard
+        from) or whose handler waits or fails ends the run; the records after it are given
+        back. After `SLICE` seconds it stops before a record, keeping the rest.
+
+        Returns:
+            The index of the record it stopped at (-1: none), and what of it started, for
+            `_run()` to go on with (None: not started); and the records left once its slice
+            is over (else empty).
+        """
         if not run:
-            return -1, None
+            return -1, None, run
         index, stop = run.start, run.stop
         started: _Started | None = None
         if (
@@ -619,11 +648,17 @@ class Processor:
         steps_of = self._steps
         fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
         seat.sweeping = window
+        until = time.monotonic() + SLICE
         while index < stop:
             if not window.taking or self._halted or not fresh():
                 break
-            window.in_place = index
             at = time.monotonic()
+            if at >= until and index > run.start:
+                seat.sweeping = None
+                window.pause_run(index)
+                self._grew(window, window.take_grown())
+                return -1, None, range(index, run.stop)
+            window.in_place = index
             steps = steps_of(batch[index])
             try:
                 waiting_on = steps.send(None)
@@ -640,10 +675,10 @@ class Processor:
         if window.gone:  # abandoned from inside a handler
             if started is None:
                 self._left(window)
-                return -1, None
-            return index, started  # it waits: cancelled there, see abandoned()
+                return -1, None, range(0)
+            return index, started, range(0)  # it waits: cancelled there, see abandoned()
         self._grew(window, window.take_grown())
-        return (-1, None) if index == run.stop else (index, started)
+        return (-1, None, range(0)) if index == run.stop else (index, started, range(0))
 
     def _before_waiting(self, entry: Entry, seat: _Seat, *, running: bool = True) -> None:
         """``entry``'s worker waits (for its handler; for a slot, or on to `_call()`, when not

@@ -199,6 +199,19 @@ class Window:
         self.run_start = stop
         self.cursor = min(self.cursor, stop + 1)
 
+    def pause_run(self, at: int) -> None:
+        """The run in place stops before ``at`` for a while, keeping its records from there:
+        those before it finished."""
+        self.in_place = -1
+        self._book(self.run_start, at)
+        self.run_start = at
+
+    def give_back(self, index: int) -> None:
+        """The records of the run in place from ``index`` on will not run: they are not taken
+        (the run keeps them until it ends, so no other record was taken since)."""
+        self.in_place = -1
+        self.cursor = min(self.cursor, index)
+
     def exhausted(self) -> bool:
         """True once `take()` can return no record any more."""
         return not self.taking or self.cursor >= len(self.batch)
