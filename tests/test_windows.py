@@ -203,6 +203,10 @@ class WindowMachine(RuleBasedStateMachine):
             return
         ran = data.draw(st.integers(0, len(run)))
         for index in run[:ran]:
+            if index > run.start and data.draw(st.booleans()):
+                self.window.pause_run(index)  # its slice is over: other tasks run a while
+                self.the_prefix_is_the_first_unfinished_record()
+                assert self.window.take() == -1, "the rest of the run stays taken"
             self.begin(index)
             self.window.in_place = index
             if data.draw(st.booleans()):
