@@ -33,9 +33,8 @@ import asyncio
 import inspect
 import logging
 import time
-import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,6 +59,7 @@ from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .delivery import Delivery
+from .eager import resumed
 from .windows import Entry, Window
 
 if TYPE_CHECKING:
@@ -71,29 +71,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Awaitable[object]]
 """``async def handler(record)``: what `Processor` runs for every record."""
-
-
-@types.coroutine
-def _resumed(steps: Coroutine[Any, Any, object], waiting_on: Any) -> Generator[Any, Any, object]:
-    """The rest of the coroutine ``steps``, whose first step yielded ``waiting_on``: awaiting
-    this runs it on as ``await`` would have from its start (what is sent or thrown in goes on
-    to it)."""
-    while True:
-        try:
-            sent = yield waiting_on
-        except GeneratorExit:
-            steps.close()
-            raise
-        except BaseException as exc:
-            try:
-                waiting_on = steps.throw(exc)
-            except StopIteration as end:
-                return end.value
-        else:
-            try:
-                waiting_on = steps.send(sent)
-            except StopIteration as end:
-                return end.value
 
 
 @dataclass(slots=True)
@@ -503,7 +480,7 @@ class Processor:
         window = entry.window
         started: _Started | None = None
         # Whether the last record's handler waited: the next one likely does too, so it is
-        # awaited as it is, without stepping it by hand (`_resumed()` costs a little a step).
+        # awaited as it is, without stepping it by hand (`resumed()` costs a little a step).
         waited = False
         try:
             while True:
@@ -548,7 +525,7 @@ class Processor:
                         self._busy += 1
                         self._before_waiting(entry, seat)
                         try:
-                            await _resumed(steps, waiting_on)
+                            await resumed(steps, waiting_on)
                         finally:
                             self._give_slot()
                 except Exception as exc:
