@@ -10,6 +10,7 @@ Modules::
     claims.py        the Claim record the parts of a member share
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
     eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
+    failures.py      Retries: a failed record's retries and its dead letter, for process()
     handover.py      a rebalance's handover: draining, the listener, new claims
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     lifecycle.py     GroupState: the stages of a member's life

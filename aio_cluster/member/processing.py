@@ -21,10 +21,10 @@ partition is handed over (the handover waits for the handlers in flight, and onl
 the furthest record start; past ``rebalance_timeout`` they are cancelled and awaited, and the
 first unfinished record is delivered again), or when the processor stops.
 
-A failing record is retried (tenacity: exponential back-off with jitter; a record waiting for its
-retry holds back only its own key and no handler slot), then, by policy, written to a dead-letter
-topic (`aio_cluster.kafka.dead_letters`) and passed, or its partition is paused (``"stop"``), or
-the error leaves `Processor.run()` (``"raise"``).
+A failing record is retried (`aio_cluster.member.failures`; a record waiting for its retry holds
+back only its own key and no handler slot), then, by policy, written to a dead-letter topic and
+passed, or its partition is paused (``"stop"``), or the error leaves `Processor.run()`
+(``"raise"``).
 """
 
 from __future__ import annotations
@@ -40,26 +40,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.abc import TaskGroup
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_never,
-    wait_exponential,
-    wait_random,
-)
-from tenacity.wait import wait_base
 
 from ..config import Processing
-from ..errors import AioClusterError, BrokerError, ConfigurationError
+from ..errors import AioClusterError, ConfigurationError
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .delivery import Delivery
 from .eager import resumed
+from .failures import Retries
 from .windows import Entry, Window
 
 if TYPE_CHECKING:
@@ -92,10 +82,6 @@ waits lets them run anyway): an event loop that serves HTTP beside `process()` a
 about this, whatever the batch."""
 
 
-class _Interrupted(Exception):
-    """A record waiting for its retry belongs to a batch that stopped taking records."""
-
-
 def check_handler(handler: object) -> None:
     """Raise ConfigurationError unless ``handler`` is an async callable.
 
@@ -109,13 +95,6 @@ def check_handler(handler: object) -> None:
         return
     raise ConfigurationError(
         f"handler must be an async callable (async def handler(record)), not {handler!r}"
-    )
-
-
-def _waits(policy: Processing) -> wait_base:
-    """The waits between attempts: exponential up to ``retry_max``, plus the jitter."""
-    return wait_exponential(multiplier=policy.retry_initial, max=policy.retry_max) + wait_random(
-        0, policy.retry_jitter
     )
 
 
@@ -172,7 +151,14 @@ class Processor:
         self._busy = 0
         """Handlers running now (at most ``concurrency``; a record waiting for a retry is not)."""
         self._slot_waiters: deque[asyncio.Future[None]] = deque()
-        self._waits = _waits(policy)
+        self._retries = Retries(
+            handler,
+            policy,
+            self,
+            member_id=member_id,
+            dead_letters=dead_letters,
+            telemetry=telemetry,
+        )
         self._held = 0
         self._untold: set[Window] = set()
         """Windows whose prefix grew since the delivery was told (`report()`)."""
@@ -202,14 +188,20 @@ class Processor:
         self._calm = asyncio.Event()
         self.running = False
         """True from `run()` until it returned."""
-        self.retried = 0
-        """Handler runs that were retries."""
-        self.dead_lettered = 0
-        """Records written to the dead-letter topic."""
         self.failed_at: dict[PartitionKey, int] = {}
         """Partitions paused by ``on_failure="stop"`` -> the offset of the failed record."""
 
     # -- what statistics() reads -------------------------------------------------------------
+
+    @property
+    def retried(self) -> int:
+        """Handler runs that were retries."""
+        return self._retries.retried
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records written to the dead-letter topic."""
+        return self._retries.dead_lettered
 
     @property
     def in_flight(self) -> int:
@@ -511,7 +503,7 @@ class Processor:
                         try:
                             await self._handler(window.batch[entry.index])
                         finally:
-                            self._give_slot()
+                            self.give_slot()
                         steps = None
                     else:
                         entry.started = time.monotonic()
@@ -527,7 +519,7 @@ class Processor:
                         try:
                             await resumed(steps, waiting_on)
                         finally:
-                            self._give_slot()
+                            self.give_slot()
                 except Exception as exc:
                     self._failed(entry, exc)
                     return
@@ -569,7 +561,7 @@ class Processor:
             await self._take_slot()
             if not self._may_start(entry):
                 # Stopped, given up or silenced while it waited for a slot.
-                self._give_slot()
+                self.give_slot()
                 return False
         else:
             self._busy += 1
@@ -680,7 +672,7 @@ class Processor:
             else:
                 await telemetry.handle(self._handler, record)
         finally:
-            self._give_slot()
+            self.give_slot()
 
     def _failed(self, entry: Entry, error: Exception) -> None:
         """``entry``'s handler raised ``error``: it is retried (its key stays busy), unless its
@@ -706,11 +698,11 @@ class Processor:
             await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self._give_slot()
+                self.give_slot()
             waiter.cancel()
             raise
 
-    def _give_slot(self) -> None:
+    def give_slot(self) -> None:
         """A handler ended: its slot goes to the first waiter, if any."""
         while self._slot_waiters:
             waiter = self._slot_waiters.popleft()
@@ -760,108 +752,42 @@ class Processor:
         with scope:
             try:
                 if self._policy.attempts > 1:
-                    await self._retry(entry, error)
-                    self._complete(entry)
+                    if await self._retries.retry(entry, error):
+                        self._complete(entry)
+                    else:
+                        self._drop(entry)
                     return
-            except _Interrupted:
-                self._drop(entry)
-                return
             except Exception as exc:
                 error = exc
             await self._give_up(entry, error)
         if scope.cancelled_caught:
             self._drop(entry)
 
-    async def _retry(self, entry: Entry, error: Exception) -> None:
-        """Run the handler again up to ``attempts`` in all; the failure that led here counts as
-        the first. Raises the last failure."""
-        replay: Exception | None = error
-        last: Exception = error
-        telemetry = self._telemetry
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._policy.attempts),
-            wait=self._waits,
-            retry=retry_if_exception(lambda exc: not isinstance(exc, _Interrupted)),
-            reraise=True,
-            before_sleep=lambda state: self._log_retry(entry, state),
-            sleep=anyio.sleep,
-        )
-        async for attempt in retrying:
-            with attempt:
-                if replay is not None:
-                    failure, replay = replay, None
-                    raise failure
-                await self._retry_slot(entry)
-                self.retried += 1
-                try:
-                    if telemetry is None or not telemetry.watching:
-                        await self._handler(entry.record)
-                    else:
-                        number = attempt.retry_state.attempt_number
-                        await telemetry.handle(self._handler, entry.record, number, last)
-                except Exception as exc:
-                    last = exc
-                    raise
-                finally:
-                    self._give_slot()
-
-    async def _retry_slot(self, entry: Entry) -> None:
+    async def slot_for(self, entry: Entry) -> bool:
         """Take a handler slot for a retry of ``entry`` once it may run: never while ZooKeeper is
-        silent, checked again after each wait.
+        silent, checked again after each wait (`aio_cluster.member.failures.Slots`).
 
-        Raises:
-            _Interrupted: its batch stopped taking it (stopped, handed over, given up): the next
-                owner tries again.
+        Returns:
+            False (and no slot) when its batch stopped taking it (stopped, handed over, given
+            up): the next owner tries again.
         """
         while True:
             if not entry.window.may_start(entry.index):
-                raise _Interrupted
+                return False
             if not self._going.is_set():
                 await self._going.wait()
                 continue
             await self._take_slot()
             if self._going.is_set() and entry.window.may_start(entry.index):
-                return
-            self._give_slot()
-
-    def _log_retry(self, entry: Entry, state: RetryCallState) -> None:
-        record = entry.record
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        error = state.outcome.exception() if state.outcome is not None else None
-        log.warning(
-            "member %s: handler failed for the record at offset %d of partition %d "
-            "(attempt %d of %d): %r; retrying in %.3fs",
-            self._id,
-            record.offset,
-            record.partition,
-            state.attempt_number,
-            self._policy.attempts,
-            error,
-            wait,
-        )
+                return True
+            self.give_slot()
 
     async def _give_up(self, entry: Entry, error: Exception) -> None:
         record = entry.record
         window = entry.window
         policy = self._policy
         if policy.on_failure == "dead_letter":
-            assert self._dead_letters is not None
-            if self._telemetry is None:
-                await self._send_dead_letter(self._dead_letters, record, error)
-            else:
-                with self._telemetry.dead_letter(record, self._dead_letters.topic, error):
-                    await self._send_dead_letter(self._dead_letters, record, error)
-            self.dead_lettered += 1
-            log.warning(
-                "member %s: the record at offset %d of partition %d failed %d times (%r); "
-                "written to dead-letter topic %r",
-                self._id,
-                record.offset,
-                record.partition,
-                policy.attempts,
-                error,
-                self._dead_letters.topic,
-            )
+            await self._retries.dead_letter(entry, error)
             self._complete(entry)
             return
         window.running.discard(entry)
@@ -892,24 +818,6 @@ class Processor:
         if not window.gone:
             self._delivery.pause([window.partition])
             self._stop_taking(window, fill_gaps=False)
-
-    async def _send_dead_letter(
-        self, dead_letters: DeadLetters, record: Record, error: Exception
-    ) -> None:
-        """Send until the broker has it: the offset must not pass an unsent record."""
-        sending = AsyncRetrying(
-            stop=stop_never,
-            wait=self._waits,
-            retry=retry_if_exception_type(BrokerError),
-            reraise=True,
-            before_sleep=lambda state: log.warning(
-                "member %s: %s; trying again",
-                self._id,
-                state.outcome.exception() if state.outcome is not None else None,
-            ),
-            sleep=anyio.sleep,
-        )
-        await sending(dead_letters.send, record, error, self._policy.attempts)
 
     # -- finishing ---------------------------------------------------------------------------
 
