@@ -160,11 +160,12 @@ class Processor:
             telemetry=telemetry,
         )
         self._held = 0
+        """Records of the running batches not yet finished (started or not), as far as their
+        windows told (`Window.take_grown()`)."""
         self._untold: set[Window] = set()
         """Windows whose prefix grew since the delivery was told (`report()`)."""
         self._telling = False
-        """Records of the running batches not yet finished (started or not), as far as their
-        windows told (`Window.take_grown()`)."""
+        """True while a `report()` is due at the end of this turn of the event loop."""
         self._steps = cast(Callable[[Record], Coroutine[Any, Any, object]], handler)
         """The handler, whose calls are coroutines (`check_handler()`): stepped by hand."""
         self._room = asyncio.Event()
