@@ -488,11 +488,7 @@ class Processor:
                         waited = True
                     elif not self._may_start(entry):
                         return
-                    elif (
-                        self._busy >= self._policy.concurrency
-                        or self._slot_waiters
-                        or (self._telemetry is not None and self._telemetry.watching)
-                    ):
+                    elif self._full_way():
                         if not await self._call_in_slot(entry, seat):
                             return
                         steps = None
@@ -551,22 +547,27 @@ class Processor:
         finally:
             seat.entry = None
 
+    def _full_way(self) -> bool:
+        """Whether the next record must go the full way (`_call_in_slot()`) rather than start
+        at once: no slot is free, retries wait for one, or handlers are traced."""
+        return bool(
+            self._busy >= self._policy.concurrency
+            or self._slot_waiters
+            or (self._telemetry is not None and self._telemetry.watching)
+        )
+
     async def _call_in_slot(self, entry: Entry, seat: _Seat) -> bool:
         """Take a slot (waiting for one if need be), then run the handler for ``entry``.
 
         Returns:
             False when, by the time it had its slot, it might no longer start.
         """
-        if self._busy >= self._policy.concurrency or self._slot_waiters:
-            self._before_waiting(entry, seat, running=False)
-            await self._take_slot()
-            if not self._may_start(entry):
-                # Stopped, given up or silenced while it waited for a slot.
-                self.give_slot()
-                return False
-        else:
-            self._busy += 1
-            self._before_waiting(entry, seat, running=False)
+        self._before_waiting(entry, seat, running=False)
+        await self._take_slot()
+        if not self._may_start(entry):
+            # Stopped, given up or silenced while it waited for a slot.
+            self.give_slot()
+            return False
         await self._call(entry)
         return True
 
@@ -608,12 +609,8 @@ class Processor:
             return -1, None, run
         index, stop = run.start, run.stop
         started: _Started | None = None
-        if (
-            self._busy >= self._policy.concurrency
-            or self._slot_waiters
-            or (self._telemetry is not None and self._telemetry.watching)
-        ):
-            stop = index  # the first record takes its slot first, or is traced: the full way
+        if self._full_way():
+            stop = index  # the first record goes the full way
         batch = window.batch
         steps_of = self._steps
         fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
