@@ -135,6 +135,9 @@ class Window:
             self.run_start = self.in_place
 
     def _key(self, index: int) -> Hashable:
+        """The key that orders the record at ``index`` (one for all under ``"partition"``)."""
+        if self.ordering == "partition":
+            return _ONE_KEY
         keys = self._keys if self._keys is not None else self._find_keys()
         return keys[index]
 
@@ -224,7 +227,7 @@ class Window:
         """
         if self.ordering == "none":
             return None
-        key = _ONE_KEY if self.ordering == "partition" else self._key(index)
+        key = self._key(index)
         if key not in self.busy:
             self.busy[key] = None
         return key
@@ -259,7 +262,7 @@ class Window:
         following = -1
         if out and self.ordering != "none":
             if key is _UNKNOWN:
-                key = _ONE_KEY if self.ordering == "partition" else self._key(index)
+                key = self._key(index)
             waiting = self.busy[key]
             if waiting and self.may_start(waiting[0]):
                 following = waiting.popleft()
