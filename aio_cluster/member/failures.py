@@ -115,8 +115,6 @@ class Retries:
                         raise failure
                     try:
                         await self._attempt(entry, attempt.retry_state.attempt_number, last)
-                    except _Interrupted:
-                        raise
                     except Exception as exc:
                         last = exc
                         raise
