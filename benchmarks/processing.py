@@ -147,7 +147,6 @@ def member(cluster: LocalCluster, topic: str) -> ConsumerGroup:
 async def with_process(
     cluster: LocalCluster, topic: str, clock: Clock, waits: list[float] | None, **options: object
 ) -> float:
-    gc.collect()
     async with member(cluster, topic) as group:
         if clock.from_join:
             clock.start()
@@ -165,7 +164,6 @@ async def with_loop(
     cluster: LocalCluster, topic: str, clock: Clock, waits: list[float] | None
 ) -> float:
     handler = timed(clock, waits)
-    gc.collect()
     async with member(cluster, topic) as group:
         if clock.from_join:
             clock.start()
@@ -181,7 +179,6 @@ async def asyncio_floor(waits: list[float], concurrency: int) -> float:
     """Seconds asyncio itself needs to await the delays, ``concurrency`` at a time: what no
     consumer on this machine can beat when the ideal is a few milliseconds."""
     pending = iter(waits)
-    gc.collect()
 
     async def worker() -> None:
         for wait in pending:
@@ -193,11 +190,17 @@ async def asyncio_floor(waits: list[float], concurrency: int) -> float:
 
 
 async def median_of(repeat: int, run: Callable[[], Awaitable[float]]) -> float:
-    """The median seconds of ``repeat`` runs, or of one run when it takes ``SHORT`` or more."""
-    first = await run()
+    """The median seconds of ``repeat`` runs, or of one run when it takes ``SHORT`` or more;
+    the garbage of what ran before is collected ahead of each run (see the module)."""
+
+    async def collected() -> float:
+        gc.collect()
+        return await run()
+
+    first = await collected()
     if first >= SHORT:
         return first
-    return statistics.median([first, *[await run() for _ in range(repeat - 1)]])
+    return statistics.median([first, *[await collected() for _ in range(repeat - 1)]])
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -214,7 +217,10 @@ async def main(args: argparse.Namespace) -> None:
         await fill(cluster.bootstrap, noop, args.noop_records, 1000)
 
         floor = await median_of(args.repeat, lambda: asyncio_floor(waits, args.concurrency))
-        loop_seconds = await with_loop(cluster, topics["partition"], Clock(args.records), waits)
+        loop_seconds = await median_of(
+            args.repeat,
+            lambda: with_loop(cluster, topics["partition"], Clock(args.records), waits),
+        )
         print(f"plain async for: {loop_seconds:.2f}s", file=sys.stderr)
 
         def run_mode(mode: Mode) -> Awaitable[float]:
