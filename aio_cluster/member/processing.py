@@ -469,7 +469,8 @@ class Processor:
 
         A handler's first step runs at once, as asyncio's eager tasks run a coroutine until it
         first waits; only a handler that waits takes a slot, is out and is seen by other tasks
-        (`_before_waiting()`). One that fails is retried (`_failed()`)."""
+        (`_before_waiting()`). Once one waited, the next ones are awaited as they are, in turn
+        (`_await_in_turn()`). One that fails is retried (`_failed()`)."""
         window = entry.window
         started: _Started | None = None
         # Whether the last record's handler waited: the next one likely does too, so it is
@@ -477,6 +478,13 @@ class Processor:
         waited = False
         try:
             while True:
+                if started is None:
+                    if not self._may_start(entry):
+                        return
+                    if waited and not self._full_way():
+                        if not await self._await_in_turn(entry, seat):
+                            return
+                        continue  # the next record goes the full way
                 try:
                     if started is not None:
                         # _sweep() ran its first step.
@@ -486,22 +494,11 @@ class Processor:
                             return
                         steps, waiting_on = started.steps, started.waiting_on
                         waited = True
-                    elif not self._may_start(entry):
-                        return
                     elif self._full_way():
                         if not await self._call_in_slot(entry, seat):
                             return
                         steps = None
                         waited = True
-                    elif waited:
-                        self._busy += 1
-                        self._before_waiting(entry, seat)
-                        entry.started = time.monotonic()
-                        try:
-                            await self._handler(window.batch[entry.index])
-                        finally:
-                            self.give_slot()
-                        steps = None
                     else:
                         entry.started = time.monotonic()
                         steps = self._steps(window.batch[entry.index])
@@ -521,14 +518,7 @@ class Processor:
                     self._failed(entry, exc)
                     return
                 except BaseException:
-                    # Cancelled: its batch was abandoned (nothing to do), or another batch's
-                    # record was meant and this one runs again later (the processor may be
-                    # ending too).
-                    if window.may_start(entry.index):
-                        window.running.discard(entry)
-                        self._requeue(entry)
-                    else:
-                        self._drop(entry)
+                    self._interrupted(entry)
                     raise
                 following = self._finished(entry)
                 started = None
@@ -546,6 +536,76 @@ class Processor:
                 entry.index, entry.out, entry.key = index, False, None
         finally:
             seat.entry = None
+
+    async def _await_in_turn(self, entry: Entry, seat: _Seat) -> bool:
+        """Run ``entry``'s record (it may start, in a free slot), then the next ones of its
+        window, one after another, awaiting each handler as it is: the path of every record of
+        a workload whose handlers wait. Each does what `_run()` does for it, with
+        `_before_waiting()`, `_finished()`, `_may_start()` and `_full_way()` written out here
+        (the last two asked in full only when a check fails): the calls saved show in what a
+        record costs.
+
+        Returns:
+            True when ``entry`` holds the next record, which goes the full way (see
+            `_full_way()`); False when this worker has none now (or its handler failed).
+        """
+        window = entry.window
+        batch, running, handler = window.batch, window.running, self._handler
+        delivery, limit, telemetry = self._delivery, self._policy.concurrency, self._telemetry
+        while True:
+            self._busy += 1
+            if not entry.out:
+                entry.out = True
+                entry.key = window.put_out(entry.index)
+            running.add(entry)
+            seat.entry = entry
+            if self._parked and (self._ready or self._open):
+                self._wake_one()
+            entry.started = time.monotonic()
+            try:
+                try:
+                    await handler(batch[entry.index])
+                finally:
+                    self.give_slot()
+            except Exception as exc:
+                self._failed(entry, exc)
+                return False
+            except BaseException:
+                self._interrupted(entry)
+                raise
+            running.discard(entry)
+            if window.gone:
+                self._left(window)
+                return False
+            following, grown = window.finished(entry.index, out=True, key=entry.key)
+            if grown or not window.taking:
+                self._grew(window, grown)
+            if following >= 0:
+                entry.index = following  # out, as the key's record it follows
+            else:
+                index = window.take()
+                if index < 0:
+                    return False
+                entry.index, entry.out, entry.key = index, False, None
+            if self._halted or not window.may_start(entry.index) or not delivery.may_start():
+                return self._may_start(entry)  # False: it is held back, or not to start
+            if (
+                self._busy >= limit
+                or self._slot_waiters
+                or (telemetry is not None and telemetry.watching)
+            ):
+                return True
+
+    def _interrupted(self, entry: Entry) -> None:
+        """``entry``'s worker was cancelled in its handler: its batch was abandoned (nothing to
+        do), or another batch's record was meant and this one runs again later (the processor
+        may be ending too)."""
+        window = entry.window
+        if window.may_start(entry.index):
+            window.running.discard(entry)
+            self._requeue(entry)
+        else:
+            self._drop(entry)
 
     def _full_way(self) -> bool:
         """Whether the next record must go the full way (`_call_in_slot()`) rather than start
