@@ -55,6 +55,28 @@ def test_a_record_whose_key_is_out_waits_behind_it_and_the_prefix_follows() -> N
     assert w.busy == {b"a": deque()}, "record 2 is out in its turn"
 
 
+def test_a_key_no_other_record_of_the_batch_has_is_never_busy() -> None:
+    w = window([b"a", b"b", b"a", b"c"])
+    assert w.take() == 0
+    w.put_out(0)
+    assert w.take() == 1
+    assert w.put_out(1) is not None
+    assert list(w.busy) == [b"a"], "b is out, but nothing of the batch could wait behind it"
+    assert w.take() == 3, "record 2 (a) waits behind record 0"
+    w.put_out(3)
+    assert w.finished(1, out=True) == (-1, 0), "record 0 is not finished: the prefix stays"
+    assert w.finished(0, out=True) == (2, 2), "a's next record, handed on; records 0, 1 done"
+    assert list(w.busy) == [b"a"]
+
+
+def test_a_batch_of_distinct_keys_runs_in_place_while_records_are_out() -> None:
+    w = window([b"a", b"b", b"c", b"d"])
+    assert w.take() == 0
+    w.put_out(0)  # record 0's handler waits
+    assert not w.busy
+    assert w.begin_run() == range(1, 4), "no record of the batch could follow record 0's key"
+
+
 def test_a_run_in_place_books_its_records_when_someone_looks() -> None:
     w = window([b"a", b"a", b"b", b"c"])
     run = w.begin_run()

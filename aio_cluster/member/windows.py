@@ -13,7 +13,10 @@ be seen) by other tasks: waiting in its handler, waiting for a retry, or queued 
 key, and handed on when the key's record out finishes. A record that a worker takes and whose
 handler finishes without waiting is never out: no other task ran meanwhile, so none could take
 a record of its key. So a batch of handlers that never wait costs no key bookkeeping at all,
-and one whose handlers wait pays for the records out only.
+and one whose handlers wait pays for the records out only. A record whose key no other record
+of its batch has never makes its key busy either: nothing of its partition could wait behind it
+(a partition's batches never run side by side), so a batch of distinct keys runs as freely as
+under ``"none"``.
 
 A worker whose handlers finish without waiting runs the batch's records *in place*, one after
 another (`Window.begin_run()`): it only says which record it runs (`Window.in_place`); the
@@ -28,7 +31,7 @@ nothing more.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -44,6 +47,9 @@ _ONE_KEY = 0
 
 _UNKNOWN: Hashable = object()
 """`Window.finished()` was not given the key: it finds it again."""
+
+_ALONE: Hashable = object()
+"""The key of a record whose key no other record of its batch has: it is never busy."""
 
 
 @dataclass(eq=False, slots=True)
@@ -143,8 +149,13 @@ class Window:
 
     def _find_keys(self) -> list[Hashable]:
         """Every record's key, found at once the first time one is needed: records are out,
-        so many keys will be."""
-        self._keys = [raw_key(record) for record in self.batch]
+        so many keys will be. A key that no other record of the batch has is `_ALONE`."""
+        keys = [raw_key(record) for record in self.batch]
+        counts = Counter(keys)
+        if len(counts) == len(keys):
+            self._keys = [_ALONE] * len(keys)
+        else:
+            self._keys = [key if counts[key] > 1 else _ALONE for key in keys]
         return self._keys
 
     def take(self) -> int:
@@ -179,9 +190,9 @@ class Window:
 
     def begin_run(self) -> range:
         """Records one worker may run in place, one after another, taken: the rest of the batch
-        while none of it is out (under ``"none"``, always), else the one record `take()` finds.
-        The worker sets `in_place` to each record as it starts it, and ends a run that is not
-        empty with `end_run()`."""
+        while no key of it is busy (under ``"none"``, always), else the one record `take()`
+        finds. The worker sets `in_place` to each record as it starts it, and ends a run that
+        is not empty with `end_run()`."""
         if not self.taking:
             return range(0)
         if not self.busy or self.ordering == "none":
@@ -220,7 +231,8 @@ class Window:
         return not self.taking or self.cursor >= len(self.batch)
 
     def put_out(self, index: int) -> Hashable:
-        """The record at ``index``, taken, is out (see the module): its key is busy.
+        """The record at ``index``, taken, is out (see the module): its key is busy (unless
+        no other record of the batch has it).
 
         Returns:
             Its key (None under ``"none"``, which has no busy keys), for `finished()`.
@@ -228,7 +240,7 @@ class Window:
         if self.ordering == "none":
             return None
         key = self._key(index)
-        if key not in self.busy:
+        if key is not _ALONE and key not in self.busy:
             self.busy[key] = None
         return key
 
@@ -263,11 +275,12 @@ class Window:
         if out and self.ordering != "none":
             if key is _UNKNOWN:
                 key = self._key(index)
-            waiting = self.busy[key]
-            if waiting and self.may_start(waiting[0]):
-                following = waiting.popleft()
-            else:
-                del self.busy[key]
+            if key is not _ALONE:
+                waiting = self.busy[key]
+                if waiting and self.may_start(waiting[0]):
+                    following = waiting.popleft()
+                else:
+                    del self.busy[key]
         if index == self._prefix:
             self._advance(index + 1)
         grown, self._grown = self._grown, 0
