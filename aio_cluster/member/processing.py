@@ -70,10 +70,12 @@ class _Started:
     at: float
     """When it started (``time.monotonic()``)."""
     steps: Coroutine[Any, Any, object]
+    """The run in place (`Processor._in_place()`), suspended in its handler: awaiting the rest
+    of it (`resumed()`) awaits the rest of the handler."""
     waiting_on: Any
-    """What its first step yielded (it waits on this)."""
+    """What its step yielded (it waits on this)."""
     failure: Exception | None
-    """What its first step raised, if it failed."""
+    """What its handler raised, if it failed."""
 
 
 SLICE = 0.01
@@ -105,6 +107,10 @@ class _Seat:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     entry: Entry | None = None
     sweeping: Window | None = None
+    at: float = 0.0
+    """When the record it runs in place started (``time.monotonic()``)."""
+    waited: bool = False
+    """True once the handler it runs in place waited: the run ends after it."""
 
 
 class Processor:
@@ -653,12 +659,13 @@ class Processor:
 
     def _sweep(self, window: Window, seat: _Seat, run: range) -> tuple[int, _Started | None, range]:
         """Run the records of ``run`` (taken: `Window.begin_run()`) in place, one after
-        another, while each handler finishes without waiting: all that `_run()` does for a
-        record, less what only other tasks would see, since none runs meanwhile (``seat`` says
-        which window it sweeps, for an abandon from inside a handler). A record that may not
-        start so (a slot is wanted, tracing is on, the window stops or ZooKeeper was not heard
-        from) or whose handler waits or fails ends the run; the records after it are given
-        back. After `SLICE` seconds it stops before a record, keeping the rest.
+        another, while each handler finishes without waiting (`_in_place()`, stepped here
+        once): all that `_run()` does for a record, less what only other tasks would see,
+        since none runs meanwhile (``seat`` says which window it sweeps, for an abandon from
+        inside a handler). A record that may not start so (a slot is wanted, tracing is on,
+        the window stops or ZooKeeper was not heard from) or whose handler waits or fails ends
+        the run; the records after it are given back. After `SLICE` seconds it stops before a
+        record, keeping the rest.
 
         Returns:
             The index of the record it stopped at (-1: none), and what of it started, for
@@ -667,37 +674,30 @@ class Processor:
         """
         if not run:
             return -1, None, run
-        index, stop = run.start, run.stop
+        # The first record goes the full way when a slot is wanted or handlers are traced.
+        steps = self._in_place(
+            window, seat, range(run.start, run.start) if self._full_way() else run
+        )
+        seat.sweeping, seat.waited = window, False
         started: _Started | None = None
-        if self._full_way():
-            stop = index  # the first record goes the full way
-        batch = window.batch
-        steps_of = self._steps
-        fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
-        seat.sweeping = window
-        until = time.monotonic() + SLICE
-        while index < stop:
-            if not window.taking or self._halted or not fresh():
-                break
-            at = time.monotonic()
-            if at >= until and index > run.start:
-                seat.sweeping = None
-                window.pause_run(index)
-                self._grew(window, window.take_grown())
-                return -1, None, range(index, run.stop)
-            window.in_place = index
-            steps = steps_of(batch[index])
-            try:
-                waiting_on = steps.send(None)
-            except StopIteration:
-                index += 1
-                continue
-            except Exception as exc:
-                started = _Started(at, steps, None, exc)
-            else:
-                started = _Started(at, steps, waiting_on, None)
-            break
+        paused = False
+        try:
+            waiting_on = steps.send(None)
+        except StopIteration as end:
+            index, paused = end.value
+        except Exception as exc:
+            index = window.in_place
+            started = _Started(seat.at, steps, None, exc)
+        else:
+            # A handler waits: `_run()` awaits the rest of it, and the run ends after it.
+            index = window.in_place
+            seat.waited = True
+            started = _Started(seat.at, steps, waiting_on, None)
         seat.sweeping = None
+        if paused:
+            window.pause_run(index)
+            self._grew(window, window.take_grown())
+            return -1, None, range(index, run.stop)
         window.end_run(index)
         if window.gone:  # abandoned from inside a handler
             if started is None:
@@ -706,6 +706,33 @@ class Processor:
             return index, started, range(0)  # it waits: cancelled there, see abandoned()
         self._grew(window, window.take_grown())
         return (-1, None, range(0)) if index == run.stop else (index, started, range(0))
+
+    async def _in_place(self, window: Window, seat: _Seat, run: range) -> tuple[int, bool]:
+        """The records of ``run``, each handler awaited as it is, one after another, while the
+        window takes records and ZooKeeper was heard from, for `SLICE` seconds at most.
+        `_sweep()` steps it once: a handler that finishes without waiting returns here
+        without a step of its own (no ``StopIteration`` a record); one that waits suspends it
+        all, and once that handler finished (``seat.waited``) it ends.
+
+        Returns:
+            The index of the first record it did not run, and whether it stopped there because
+            its slice was over.
+        """
+        batch, handler = window.batch, self._handler
+        fresh = self._delivery.fresh  # while suspended, _halted is set (see halt())
+        until = time.monotonic() + SLICE
+        for index in run:
+            if not window.taking or self._halted or not fresh():
+                return index, False
+            at = time.monotonic()
+            if at >= until and index > run.start:
+                return index, True
+            window.in_place = index
+            seat.at = at
+            await handler(batch[index])
+            if seat.waited:
+                return index + 1, False
+        return run.stop, False
 
     def _before_waiting(self, entry: Entry, seat: _Seat, *, running: bool = True) -> None:
         """``entry``'s worker waits (for its handler; for a slot, or on to `_call()`, when not
