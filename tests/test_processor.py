@@ -147,17 +147,24 @@ async def running(processor: Processor) -> AsyncIterator[asyncio.Task[None]]:
             await asyncio.gather(task, return_exceptions=True)
 
 
+@pytest.mark.parametrize("keys", ["five", "mostly one record each"])
 @pytest.mark.parametrize("ordering", ["key", "partition", "none"])
 async def test_handlers_that_finish_at_once_and_ones_that_wait_keep_the_ordering(
-    ordering: str,
+    ordering: str, keys: str
 ) -> None:
     """A handler that returns without waiting is run in place, without bookkeeping; one that
     waits is resumed later: mixed at random, each record runs once, a key's records (the
     partition's, under ``"partition"``) never side by side and in offset order, and the
-    prefix reaches the end."""
-    keys = 5
+    prefix reaches the end. Keys of one record each (never busy) mixed with keys of two
+    records next to each other (busy) keep it too."""
+
+    def key(i: int) -> bytes:
+        if keys == "five":
+            return b"k%d" % (i * 7 % 5)
+        return b"k%d" % (i - 1 if i % 3 == 0 else i)  # 2 and 3, 5 and 6, ... share a key
+
     sizes = {0: 600, 1: 300}
-    logs = {p: [record(p, i, b"k%d" % (i * 7 % keys)) for i in range(n)] for p, n in sizes.items()}
+    logs = {p: [record(p, i, key(i)) for i in range(n)] for p, n in sizes.items()}
     member = Member(logs)
     await member.start()
     rng = random.Random(7)
