@@ -15,8 +15,8 @@ handler finishes without waiting is never out: no other task ran meanwhile, so n
 a record of its key. So a batch of handlers that never wait costs no key bookkeeping at all,
 and one whose handlers wait pays for the records out only. A record whose key no other record
 of its batch has never makes its key busy either: nothing of its partition could wait behind it
-(a partition's batches never run side by side), so a batch of distinct keys runs as freely as
-under ``"none"``.
+(a partition's batches never run side by side); a batch of distinct keys runs under ``"none"``
+once a key is first needed.
 
 A worker whose handlers finish without waiting runs the batch's records *in place*, one after
 another (`Window.begin_run()`): it only says which record it runs (`Window.in_place`); the
@@ -153,6 +153,8 @@ class Window:
         keys = [raw_key(record) for record in self.batch]
         counts = Counter(keys)
         if len(counts) == len(keys):
+            # No two records share a key: the order by key asks nothing of this batch.
+            self.ordering = "none"
             self._keys = [_ALONE] * len(keys)
         else:
             self._keys = [key if counts[key] > 1 else _ALONE for key in keys]
