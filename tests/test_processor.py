@@ -201,6 +201,37 @@ async def test_handlers_that_finish_at_once_and_ones_that_wait_keep_the_ordering
     assert all(offsets == sorted(offsets) for offsets in order.values())
 
 
+@pytest.mark.parametrize("ordering", ["key", "none"])
+async def test_a_handler_that_waits_in_a_run_in_place_gives_the_rest_of_the_run_back(
+    ordering: str,
+) -> None:
+    """Records 0 and 1 finish at once, in place; record 2's handler waits until record 3's has
+    started. It can only if the run in place gave its records after record 2 back the moment
+    record 2's handler waited, so that another worker takes them meanwhile (distinct keys: no
+    order holds record 3 back)."""
+    logs = {0: [record(0, i, b"k%d" % i) for i in range(6)]}
+    member = Member(logs)
+    await member.start()
+    third_started = asyncio.Event()
+    finished: list[int] = []
+
+    async def handler(r: Record) -> None:
+        if r.offset == 2:
+            await asyncio.wait_for(third_started.wait(), 5)
+        if r.offset == 3:
+            third_started.set()
+        finished.append(r.offset)
+
+    processor = member.processor(handler, concurrency=4, ordering=ordering)
+    async with running(processor) as task:
+        await wait_until(
+            lambda: member.pending(0) == 6 or task.done(), what="every record finished"
+        )
+        assert not task.done(), task
+    assert sorted(finished) == list(range(6))
+    assert finished.index(3) < finished.index(2), "record 3 ran while record 2 waited"
+
+
 async def test_handlers_that_never_wait_still_let_other_tasks_run_and_keep_the_order() -> None:
     """A batch whose handlers return at once runs in place, but only for `SLICE` at a time:
     a task beside it runs while the batch is half done, and each key's records still run in
