@@ -7,13 +7,14 @@ translated into `aio_cluster.errors` here, and nothing here imports ZooKeeper or
 
 Modules::
 
-    dead_letters.py   DeadLetters: failed records written to a dead-letter topic, idempotently
-    diagnosis.py      why a client could not connect: a refused handshake or credentials, or away
-    fetcher.py        Fetcher: records of one or many topics, from the partitions it is told
-    group_offsets.py  KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
-    list_offsets.py   ListOffsets: offsets asked of the partitions' leaders, never behind a fetch
-    offset_reader.py  OffsetReader: partitions, log bounds and offsets at a time, never records
-    options.py        KafkaOptions: the validated connection options (TLS, SASL), secrets masked
-    records.py        Record: one record as the library hands it out
-    topics.py         TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)
+    dead_letters.py    DeadLetters: failed records written to a dead-letter topic, idempotently
+    diagnosis.py       why a client could not connect: a refused handshake or credentials, or away
+    fetch_sessions.py  FetchSessions: incremental fetch sessions (KIP-227) for aiokafka's fetches
+    fetcher.py         Fetcher: records of one or many topics, from the partitions it is told
+    group_offsets.py   KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
+    list_offsets.py    ListOffsets: offsets asked of the partitions' leaders, never behind a fetch
+    offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
+    options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
+    records.py         Record: one record as the library hands it out
+    topics.py          TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)
 """

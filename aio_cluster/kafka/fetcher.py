@@ -9,7 +9,9 @@ the metadata and the offset look-ups go through an
 bootstraps once, holds one client's connections, and reads a topic's metadata once: the reader's
 first look-up follows the topic, and the partitions assigned afterwards find it followed. The
 look-ups ride the client's second connection to each broker: on the fetching one they would queue
-behind long-polling fetches (the broker answers a connection in order).
+behind long-polling fetches (the broker answers a connection in order). The fetches go in
+incremental fetch sessions (`aio_cluster.kafka.fetch_sessions`): a request and its response name
+only what changed, not every partition the member owns.
 
 A fetch error that retrying cannot mend (a codec this machine lacks, a corrupt batch, a topic not
 authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition and the first
@@ -54,6 +56,7 @@ from aiokafka.errors import (
 
 from ..errors import BrokerError, DeserializationError, FetchError, OffsetsOutOfRange
 from .diagnosis import connect_failure
+from .fetch_sessions import FetchSessions
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
@@ -189,6 +192,8 @@ class Fetcher:
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
+        self._sessions = FetchSessions()
+        """The fetches' incremental sessions, one per broker (see the module)."""
 
     async def start(self) -> None:
         """Connect to the cluster: the fetching consumer, whose client the look-ups share. No
@@ -207,6 +212,7 @@ class Fetcher:
         except BaseException:
             await self._consumer.stop()
             raise
+        self._sessions.install(self._consumer._fetcher, self._consumer._client)
         if self._budget is not None:
             self._one_response_per_broker()
 
