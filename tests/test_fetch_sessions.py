@@ -5,10 +5,13 @@ partition, a session the broker refuses starts again, every record is read once)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from aio_cluster.kafka.fetch_sessions import FetchSession, FetchSessions, Wire
 from aio_cluster.kafka.fetcher import Fetcher
@@ -153,13 +156,19 @@ async def read(fetcher: Fetcher, want: Counter[int], got: dict[int, list[int]]) 
     raise AssertionError(f"read {got} of {want}")
 
 
-@pytest.mark.asyncio
-async def test_idle_fetches_name_no_partition_and_every_record_is_read_once(
-    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest_asyncio.fixture
+async def produced(make_topic: MakeTopic, produce: Produce) -> tuple[str, Counter[int]]:
+    """A fresh topic of `KEYS`'s partitions, and how many of 300 records each got."""
     topic = await make_topic(partitions=len(KEYS))
-    counts = await produce(topic, 300)
-    # A few records a fetch: the reading takes many fetches, each moving some offsets.
+    return topic, await produce(topic, 300)
+
+
+@contextlib.asynccontextmanager
+async def fetching_all(
+    cluster: LocalCluster, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Fetcher, Spy]]:
+    """A started fetcher of every partition of ``topic`` from offset 0, a few records a fetch
+    (the reading takes many fetches, each moving some offsets), and its spy."""
     fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_bytes=1024)
     spy = Spy(fetcher, monkeypatch)
     await fetcher.start()
@@ -167,7 +176,26 @@ async def test_idle_fetches_name_no_partition_and_every_record_is_read_once(
     try:
         await fetcher.partitions(topic)
         fetcher.assign(dict.fromkeys(KEYS, 0))
-        got: dict[int, list[int]] = {p: [] for p in range(len(KEYS))}
+        yield fetcher, spy
+    finally:
+        await fetcher.stop()
+
+
+def each_once(got: dict[int, list[int]], produced: Counter[int]) -> None:
+    for p in range(len(KEYS)):
+        assert got[p] == list(range(produced[p])), f"partition {p}: each record once, in order"
+
+
+@pytest.mark.asyncio
+async def test_idle_fetches_name_no_partition_and_every_record_is_read_once(
+    cluster: LocalCluster,
+    produced: tuple[str, Counter[int]],
+    produce: Produce,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic, counts = produced
+    got: dict[int, list[int]] = {p: [] for p in range(len(KEYS))}
+    async with fetching_all(cluster, topic, monkeypatch) as (fetcher, spy):
         await read(fetcher, counts, got)
         read_by = len(spy.wires)
         for _ in range(5):
@@ -186,31 +214,24 @@ async def test_idle_fetches_name_no_partition_and_every_record_is_read_once(
 
         more = await produce(topic, 200, start=300)
         await read(fetcher, counts + more, got)
-        for p in range(len(KEYS)):
-            assert got[p] == list(range(counts[p] + more[p])), f"partition {p}: each record once"
+        each_once(got, counts + more)
 
         fetcher.seek(KEYS[0], 0)
         got[0] = []
         await read(fetcher, Counter({0: counts[0] + more[0]}), got)
         assert got[0] == list(range(counts[0] + more[0])), "sought back, it reads again"
-    finally:
-        await fetcher.stop()
 
 
 @pytest.mark.asyncio
 async def test_a_session_the_broker_refuses_starts_again_and_loses_no_record(
-    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster,
+    produced: tuple[str, Counter[int]],
+    produce: Produce,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    topic = await make_topic(partitions=len(KEYS))
-    counts = await produce(topic, 300)
-    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_bytes=1024)
-    spy = Spy(fetcher, monkeypatch)
-    await fetcher.start()
-    spy.watch()
-    try:
-        await fetcher.partitions(topic)
-        fetcher.assign(dict.fromkeys(KEYS, 0))
-        got: dict[int, list[int]] = {p: [] for p in range(len(KEYS))}
+    topic, counts = produced
+    got: dict[int, list[int]] = {p: [] for p in range(len(KEYS))}
+    async with fetching_all(cluster, topic, monkeypatch) as (fetcher, spy):
         await read(fetcher, Counter({p: counts[p] // 2 for p in range(len(KEYS))}), got)
         # Requests lost on the way: the broker expects an epoch the next request does not carry.
         for session in fetcher._sessions._sessions.values():
@@ -220,10 +241,7 @@ async def test_a_session_the_broker_refuses_starts_again_and_loses_no_record(
         await read(fetcher, counts + more, got)
         assert (INVALID_FETCH_SESSION_EPOCH, 0) in spy.answers, "the broker refused the session"
         assert any(wire.epoch == 0 for wire in spy.wires[1:]), "a new session was opened"
-        for p in range(len(KEYS)):
-            assert got[p] == list(range(counts[p] + more[p])), f"partition {p}: each record once"
-    finally:
-        await fetcher.stop()
+        each_once(got, counts + more)
 
 
 @pytest.mark.asyncio
