@@ -307,7 +307,10 @@ async def batch_of(batches: Pairs, partition: int) -> Batch:
 
 
 async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
-    """partition -> the offset stored for it, of the first ``partitions`` (those stored)."""
+    """partition -> the offset stored for it, of the first ``partitions`` (those stored), as
+    the ensemble committed them: the members that stored them are other clients, whose writes
+    a server answering this session's reads may not have applied yet (with several servers)."""
+    await zk.sync()
     found: dict[int, int] = {}
     for partition in range(partitions):
         try:

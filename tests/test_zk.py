@@ -68,6 +68,21 @@ async def test_forced_expiry_removes_ephemerals_and_is_reported(
         await victim.close()
 
 
+async def test_a_read_after_a_sync_sees_what_another_session_wrote(
+    cluster: LocalCluster, zk: ZooKeeper
+) -> None:
+    path = fresh_path()
+    writer = ZooKeeper(cluster.zookeeper)
+    await writer.start()
+    try:
+        await writer.create(path, b"1", makepath=True)
+        await writer.set(path, b"2")
+    finally:
+        await writer.close()
+    await zk.sync(path)
+    assert (await zk.get(path))[0] == b"2"
+
+
 async def test_errors_are_translated(zk: ZooKeeper) -> None:
     path = fresh_path()
     await zk.create(path, b"1", makepath=True)

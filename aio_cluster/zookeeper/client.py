@@ -570,6 +570,13 @@ class ZooKeeper:
         )
         return None if stat is None else _stat(stat)
 
+    async def sync(self, path: str = "/") -> None:
+        """Wait until the server this session talks to has applied every write the ensemble
+        committed before the call. A server answers reads from its own copy, which may lag the
+        leader's: a client that learns of another client's write other than through ZooKeeper
+        (the other said so, or closed) sees it surely only in a read after a sync."""
+        await self._call(f"sync {path}", lambda: self._client.sync_async(path))
+
     async def get_children(
         self, path: str, *, watch: Callable[[], None] | None = None
     ) -> list[str]:
