@@ -38,7 +38,7 @@ Partitions = list[tuple[str, list[tuple[int, int, int]]]]
 """aiokafka's fetch list: topic -> [(partition, fetch offset, max bytes)]."""
 
 _INITIAL_EPOCH = 0
-"""A request's epoch that opens a session (with session id 0)."""
+"""A request's epoch that opens a session (closing the one its session id names, if any)."""
 _MAX_EPOCH = 2**31 - 1
 _SESSION_VERSION = 7
 """The first fetch version with sessions."""
@@ -118,23 +118,28 @@ class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
     partition asked) for the response, the broker gets the session's `Wire`."""
 
     def __init__(self, request: Any, session: FetchSession) -> None:
-        self._fields = (
+        super().__init__(
             request._max_wait_ms,
             request._min_bytes,
             request._max_bytes,
             request._isolation_level,
+            request.topics,
+            rack_id=request._rack_id,
         )
-        super().__init__(*self._fields, request.topics, rack_id=request._rack_id)
-        self._rack = request._rack_id
         self.session = session
 
     def build(self, request_struct_class: Any) -> Any:
         if request_struct_class.API_VERSION < _SESSION_VERSION:
             return super().build(request_struct_class)
         wire = self.session.next(self.topics)
-        built = FetchRequest(*self._fields, wire.topics, rack_id=self._rack).build(
-            request_struct_class
-        )
+        built = FetchRequest(
+            self._max_wait_ms,
+            self._min_bytes,
+            self._max_bytes,
+            self._isolation_level,
+            wire.topics,
+            rack_id=self._rack_id,
+        ).build(request_struct_class)
         built.__dict__.update(
             session_id=wire.session_id,
             session_epoch=wire.epoch,
