@@ -1,7 +1,7 @@
 """The fetcher's assignments against the real server: a partition given up leaves the others
 reading where they were (aiokafka is given no new assignment, which would make every partition's
-state again and drop what each fetched ahead), a partition taken back reads from its new offset,
-and every record is read exactly once."""
+state again and drop what each fetched ahead) while the partitions given up are few, a partition
+taken back reads from its new offset, and every record is read exactly once."""
 
 from __future__ import annotations
 
@@ -73,6 +73,33 @@ async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_whe
         got[1] = []
         await read(fetcher, Counter({1: counts[1]}), got)
         assert got[1] == list(range(counts[1])), "sought back, a partition reads again"
+    finally:
+        await fetcher.stop()
+
+
+async def test_partitions_given_up_stay_in_aiokafka_only_while_they_are_few(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce
+) -> None:
+    # aiokafka's fetch goes over every partition of its assignment at each turn, paused or not:
+    # a member that gave most of its partitions up must not keep them there.
+    topic = await make_topic(partitions=4)
+    counts = await produce(topic, 200)
+    fetcher = fetcher_of(cluster, topic, fresh("few"), max_bytes=1024)
+    await fetcher.start()
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign(dict.fromkeys(KEYS, 0))
+        got: dict[int, list[int]] = {p: [] for p in range(4)}
+        await read(fetcher, Counter(dict.fromkeys(range(4), 1)), got)
+
+        fetcher.assign({key: fetcher.position(key) or 0 for key in KEYS[:3]})
+        assert len(fetcher._consumer.paused()) == 1, "one given up of four stays, paused"
+
+        fetcher.assign({KEYS[0]: fetcher.position(KEYS[0]) or 0})
+        assert fetcher._consumer.assignment() == {fetcher._tp(KEYS[0])}
+        assert not fetcher._consumer.paused(), "three of four given up: aiokafka holds one"
+        await read(fetcher, Counter({0: counts[0]}), got)
+        assert got[0] == list(range(counts[0])), "partition 0: each record once, in order"
     finally:
         await fetcher.stop()
 

@@ -77,6 +77,13 @@ once (a response, records taken or dropped, a seek, a resume, a new assignment),
 five times a second only cost CPU: two thirds of its turns in an idle member, each going over
 every partition it owns."""
 
+_KEPT_GONE = 2
+"""Partitions given up stay paused in aiokafka's assignment (see `Fetcher.assign`) while they
+number at most 1/_KEPT_GONE of those assigned. aiokafka's background fetch goes over every
+partition of its assignment at each turn, paused or not, and waits on each paused one's resume:
+a member that gave up partitions one by one as a group of a hundred grew from one member kept
+each of its 10,000 partitions there, and spent most of its CPU at rest on them."""
+
 _UNREADABLE = (
     UnsupportedCodecError,
     CorruptRecordException,
@@ -327,7 +334,11 @@ class Fetcher:
         tps = set(wanted.values())
         held: set[Any] = self._consumer.assignment()
         topics = {tp.topic for tp in tps}
-        if not tps <= held or any(tp.topic not in topics for tp in held):
+        if (
+            not tps <= held
+            or any(tp.topic not in topics for tp in held)
+            or len(held - tps) * _KEPT_GONE > len(tps)
+        ):
             # A partition new to aiokafka comes only with a whole new assignment, which makes
             # every partition's state again: each is sought, and fetched again.
             self._consumer.assign(list(wanted.values()))
@@ -337,9 +348,9 @@ class Fetcher:
         # Only partitions gone: a new assignment would drop what every other partition fetched
         # ahead, and make each one's state again (at a join, each of a hundred members gives up
         # one partition of a hundred). The partitions gone stay in aiokafka's assignment,
-        # paused, their records dropped, until the next new assignment names the exact set;
-        # only while their topics are still read (aiokafka asks the metadata again and again
-        # for a paused partition whose topic is gone).
+        # paused, their records dropped, until the next new assignment names the exact set:
+        # while their topics are still read (aiokafka asks the metadata again and again for a
+        # paused partition whose topic is gone), and while they are few (`_KEPT_GONE`).
         paused: set[Any] = self._consumer.paused()
         gone = [tp for tp in held - tps if tp not in paused]
         for tp in gone:
