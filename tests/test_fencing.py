@@ -1,6 +1,6 @@
 """Claim epochs that fence, and nodes nobody owns, against the real servers: a replaced owner
 node refuses the commit and survives the leave; a stray owner node of the member's own session is
-reconciled; a ZooKeeper restart during a join settles; a reset planned before a member claimed
+reconciled; a claim reads and watches a node in its way in one request; a ZooKeeper restart during a join settles; a reset planned before a member claimed
 wins over the offset the member held; a claim whose offset read fails, or whose session is lost
 during it, leaves no node and records no claim."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -279,6 +280,51 @@ async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
             logging.getLogger(name).setLevel(level)
     assert reads == 2, "planned again"
     assert await stored(zk, layout, 0) == 7, "the shift applies to what was stored at the write"
+
+
+async def test_a_claim_reads_and_watches_the_node_in_its_way_in_one_request(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a join most claims meet a node its owner has not released yet: the claim reads it and
+    watches it in one request (not a read, then an exists to watch), and takes the partition
+    once the node goes."""
+    topic = await make_topic(1)
+    layout = GroupLayout(group_name, topic)
+    await zk.create(layout.owner(0), b"leaving", ephemeral=True, makepath=True)
+    group = member(cluster, group_name, topic, claim_timeout=60.0)
+    client = group._member.zk
+    reads: Counter[str] = Counter()
+    for name in ("get", "exists"):
+        original = getattr(client, name)
+
+        async def counted(
+            path: str, *args: Any, _name: str = name, _call: Any = original, **kw: Any
+        ) -> Any:
+            if path == layout.owner(0):
+                reads[_name] += 1
+            return await _call(path, *args, **kw)
+
+        monkeypatch.setattr(client, name, counted)
+    joining = asyncio.ensure_future(group.register())
+    try:
+        await wait_until(lambda: reads["get"] >= 1, what="the claim reading the node in its way")
+        await asyncio.sleep(0.3)
+        assert not joining.done(), "the claim waits for the node to go"
+        await zk.delete(layout.owner(0))
+        await asyncio.wait_for(joining, 30)
+        assert group.claimed == [0]
+        # A newer rebalance may interrupt a wait, and the next claim reads the node again.
+        assert reads["get"] >= 1
+        assert reads["exists"] == 0, "each wait read and watched the node in one request"
+    finally:
+        await group.close()
+        if not joining.done():
+            joining.cancel()
+        await asyncio.gather(joining, return_exceptions=True)
 
 
 async def test_a_claim_whose_offset_read_fails_gives_its_node_back(

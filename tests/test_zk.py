@@ -109,6 +109,28 @@ async def test_watches_fire_on_the_loop(zk: ZooKeeper) -> None:
     await wait_until(lambda: fired == ["children"], what="the child watch")
 
 
+async def test_a_watched_node_tells_of_its_change_and_its_deletion(zk: ZooKeeper) -> None:
+    path = fresh_path()
+    with pytest.raises(NoNodeError):
+        await zk.watched(path)
+    await zk.create(path, b"1", makepath=True)
+    callbacks = len(zk._state_callbacks)
+
+    with await zk.watched(path) as node:
+        assert (node.data, node.stat.version) == (b"1", 0)
+        await zk.set(path, b"2")
+        await asyncio.wait_for(node.changed(), 10)
+    with await zk.watched(path) as node:
+        assert node.data == b"2"
+        waiting = asyncio.ensure_future(node.changed())
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "nothing changed yet"
+        await zk.delete(path)
+        await asyncio.wait_for(waiting, 10)
+    assert len(zk._state_callbacks) == callbacks, "leaving forgets the state callback"
+    assert not zk._watch_wrappers, "and the watch"
+
+
 async def test_unreachable_server_times_out_clearly() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

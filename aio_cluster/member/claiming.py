@@ -3,7 +3,7 @@ it back, and deleting the nodes of this member's session that no claim accounts 
 
 A partition is this member's while its owner node holds this member's id and belongs to this
 member's session, and the partition's fence is at the claim's epoch. Taking waits, by watch, for
-the previous owner to let go.
+the previous owner to let go (a node in the way is read and watched in one request).
 
 **Epochs that fence.** A claim is one transaction: create the owner node, set it once (so the
 owner node of a claim is at version 1; a node made by hand or by another tool is at version 0),
@@ -54,6 +54,7 @@ from ..zookeeper.client import (
     Op,
     SetData,
     Stat,
+    WatchedNode,
     ZooKeeper,
 )
 from .keyed_layout import KeyedLayout
@@ -124,26 +125,30 @@ class ClaimNodes:
             except NodeExistsError:
                 pass
             try:
-                data, stat = await self._zk.get(path)
+                # Read and watched at once: at a join most first tries meet a node its owner
+                # has not released yet, and a read, then a watch, cost a call more each.
+                node = await self._zk.watched(path)
             except NoNodeError:
                 continue
-            if stat.ephemeral_owner == self._zk.session_id:
-                try:
-                    epoch = await self._bump(partition, [Check(path, stat.version)])
-                except (BadVersionError, NoNodeError):
+            with node:
+                stat = node.stat
+                if stat.ephemeral_owner == self._zk.session_id:
+                    try:
+                        epoch = await self._bump(partition, [Check(path, stat.version)])
+                    except (BadVersionError, NoNodeError):
+                        continue
+                    return Taken(stat.version, epoch)
+                if self._takes_over and node.data == self._id.encode():
+                    try:
+                        return await self._replace(partition, stat.version)
+                    except (BadVersionError, NoNodeError, NodeExistsError):
+                        continue
+                remaining = deadline - loop.time()
+                if remaining > 0 and await self._wait_changed(node, remaining, newer):
                     continue
-                return Taken(stat.version, epoch)
-            if self._takes_over and data == self._id.encode():
-                try:
-                    return await self._replace(partition, stat.version)
-                except (BadVersionError, NoNodeError, NodeExistsError):
-                    continue
-            remaining = deadline - loop.time()
-            if remaining > 0 and await self._wait_released(path, remaining, newer):
-                continue
             if not newer.is_set():
                 self.timeouts += 1
-                await self._give_up(partition, data, stat, bound)
+                await self._give_up(partition, node.data, stat, bound)
             return None
 
     async def release(self, partition: PartitionKey, node_version: int, epoch: int) -> None:
@@ -328,16 +333,17 @@ class ClaimNodes:
             return False  # unknown: say nothing more than that the claim timed out
         return registration.ephemeral_owner != stat.ephemeral_owner
 
-    async def _wait_released(self, path: str, bound: float, newer: asyncio.Event) -> bool:
-        """Wait for an owner node to go; False on time-out or when ``newer`` is set."""
-        deleted = asyncio.ensure_future(self._zk.wait_deleted(path))
+    async def _wait_changed(self, node: WatchedNode, bound: float, newer: asyncio.Event) -> bool:
+        """Wait for an owner node to change or go (or the session's state to change: look
+        again); False on time-out or when ``newer`` is set."""
+        changed = asyncio.ensure_future(node.changed())
         interrupted = asyncio.ensure_future(newer.wait())
         try:
             await asyncio.wait(
-                {deleted, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
+                {changed, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
-            for waiter in (deleted, interrupted):
+            for waiter in (changed, interrupted):
                 waiter.cancel()
-            await asyncio.gather(deleted, interrupted, return_exceptions=True)
-        return deleted.done() and not deleted.cancelled() and deleted.exception() is None
+            await asyncio.gather(changed, interrupted, return_exceptions=True)
+        return changed.done() and not changed.cancelled() and changed.exception() is None

@@ -90,6 +90,7 @@ __all__ = [
     "SessionState",
     "SetData",
     "Stat",
+    "WatchedNode",
     "ZooKeeper",
     "expire_session",
     "parse_hosts",
@@ -168,6 +169,31 @@ class Delete:
 
 
 Op = Check | Create | SetData | Delete
+
+
+class WatchedNode:
+    """A node read with a watch (`ZooKeeper.watched()`): its data and stat as read, and
+    `changed()`. A context manager: leaving it forgets the watch (one that has not fired yet
+    fires later into nothing)."""
+
+    def __init__(
+        self, data: bytes, stat: Stat, changed: asyncio.Event, forget: Callable[[], None]
+    ) -> None:
+        self.data = data
+        self.stat = stat
+        self._changed = changed
+        self._forget = forget
+
+    async def changed(self) -> None:
+        """Return once the node changed or went since it was read, or the session's state
+        changed (a watch may be lost with its session: look again). The caller bounds it."""
+        await self._changed.wait()
+
+    def __enter__(self) -> WatchedNode:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._forget()
 
 
 def parse_hosts(hosts: str | Sequence[str]) -> str:
@@ -629,22 +655,26 @@ class ZooKeeper:
         """
         await self._call(f"delete {path}", lambda: self._client.delete_async(path, version=version))
 
-    async def wait_deleted(self, path: str) -> None:
-        """Return once ``path`` does not exist, woken by a watch (no polling).
+    async def watched(self, path: str) -> WatchedNode:
+        """Read a node and watch it, in one request: its data and stat, and a wait for its
+        next change (see `WatchedNode`).
 
-        The caller bounds the wait (``asyncio.wait_for``); a session change wakes it to look again.
+        Raises:
+            NoNodeError: there is no such node.
         """
-        gone = asyncio.Event()
-        unsubscribe = self.on_state_change(lambda _state: gone.set())
-        try:
-            while True:
-                gone.clear()
-                if await self.exists(path, watch=gone.set) is None:
-                    return
-                await gone.wait()
-        finally:
+        changed = asyncio.Event()
+        unsubscribe = self.on_state_change(lambda _state: changed.set())
+
+        def forget() -> None:
             unsubscribe()
-            self._watch_wrappers.pop(gone.set, None)
+            self._watch_wrappers.pop(changed.set, None)
+
+        try:
+            data, stat = await self.get(path, watch=changed.set)
+        except BaseException:
+            forget()
+            raise
+        return WatchedNode(data, stat, changed, forget)
 
     async def transaction(self, ops: Sequence[Op]) -> list[Stat | None]:
         """Apply ``ops`` atomically: all of them or none.
