@@ -1,8 +1,9 @@
 """Claim epochs that fence, and nodes nobody owns, against the real servers: a replaced owner
 node refuses the commit and survives the leave; a stray owner node of the member's own session is
-reconciled; a claim reads and watches a node in its way in one request; a ZooKeeper restart during a join settles; a reset planned before a member claimed
-wins over the offset the member held; a claim whose offset read fails, or whose session is lost
-during it, leaves no node and records no claim."""
+reconciled; a claim reads and watches a node in its way in one request; a ZooKeeper restart
+during a join settles; a reset planned before a member claimed wins over the offset the member
+held; a claim whose offset read fails, or whose session is lost during it, leaves no node and
+records no claim."""
 
 from __future__ import annotations
 
