@@ -33,6 +33,16 @@ async def read(fetcher: Fetcher, want: Counter[int], got: dict[int, list[int]]) 
     raise AssertionError(f"read {got} of {want}")
 
 
+async def start_reading(fetcher: Fetcher, topic: str) -> dict[int, list[int]]:
+    """Assign the topic's four partitions from their start and read at least a record of each:
+    the offsets read, by partition."""
+    await fetcher.partitions(topic)
+    fetcher.assign(dict.fromkeys(KEYS, 0))
+    got: dict[int, list[int]] = {p: [] for p in range(4)}
+    await read(fetcher, Counter(dict.fromkeys(range(4), 1)), got)
+    return got
+
+
 async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_where_they_were(
     cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -50,10 +60,7 @@ async def test_a_partition_given_up_and_taken_back_leaves_the_others_reading_whe
     monkeypatch.setattr(fetcher._consumer, "assign", assign)
     await fetcher.start()
     try:
-        await fetcher.partitions(topic)
-        fetcher.assign(dict.fromkeys(KEYS, 0))
-        got: dict[int, list[int]] = {p: [] for p in range(4)}
-        await read(fetcher, Counter(dict.fromkeys(range(4), 1)), got)
+        got = await start_reading(fetcher, topic)
 
         fetcher.assign({key: fetcher.position(key) or 0 for key in KEYS[:3]})
         assert fetcher.assigned == frozenset(KEYS[:3])
@@ -87,10 +94,7 @@ async def test_partitions_given_up_stay_in_aiokafka_only_while_they_are_few(
     fetcher = fetcher_of(cluster, topic, fresh("few"), max_bytes=1024)
     await fetcher.start()
     try:
-        await fetcher.partitions(topic)
-        fetcher.assign(dict.fromkeys(KEYS, 0))
-        got: dict[int, list[int]] = {p: [] for p in range(4)}
-        await read(fetcher, Counter(dict.fromkeys(range(4), 1)), got)
+        got = await start_reading(fetcher, topic)
 
         fetcher.assign({key: fetcher.position(key) or 0 for key in KEYS[:3]})
         assert len(fetcher._consumer.paused()) == 1, "one given up of four stays, paused"
