@@ -9,4 +9,5 @@ Modules::
     layout.py       the paths of a group's nodes and the data kept in them (pure)
     roster.py       the registrations a leader last read, in one node for newcomers (pure)
     security.py     credentials, ACLs and TLS settings; credentials masked in logs
+    threads.py      kazoo's thread handler, cheap for many small calls: poll, no extra hop
 """

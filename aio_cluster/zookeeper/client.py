@@ -78,6 +78,7 @@ from .security import (
     kazoo_log,
     shared_acl,
 )
+from .threads import LoopHandler
 
 __all__ = [
     "BadVersionError",
@@ -326,6 +327,7 @@ class ZooKeeper:
             auth_data=auth_data or None,
             default_acl=acls,
             logger=kazoo_log,
+            handler=LoopHandler(),
             **tls_args,
         )
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -1,0 +1,104 @@
+"""kazoo's threads, made cheap for many small calls.
+
+kazoo's own threading handler costs a request more CPU than the request itself:
+- its connection thread makes and closes an epoll selector for every wait, about five a request
+  (the loop's wait, the write, the answer's header, its body);
+- every answer crosses one thread more, kazoo's completion worker, before it reaches the callback
+  `ZooKeeper` links to it, which only hands it to the event loop.
+
+A rebalance makes a few calls a partition moved, and a process may host many members, each with
+a client and threads of its own: measured with ten clients in one process, a call cost 410 to 590
+µs of CPU with kazoo's handler and 125 to 160 µs with this one (docs/benchmarks.md).
+
+`LoopHandler` is kazoo's handler with both changed: it waits by ``poll`` (no limit on descriptor
+numbers, no kernel object made and closed), and a result's callbacks run at once on the thread
+that sets the result, kazoo's connection thread. That is safe because no such callback blocks:
+`ZooKeeper`'s only schedule a call on the event loop, and kazoo's own (``ensure_path_async``'s,
+``sync_async``'s) only read the result they were given and start other asynchronous calls.
+Watch callbacks keep kazoo's callback thread. Where ``poll`` does not exist (Windows), waits
+stay kazoo's.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from collections.abc import Sequence
+from typing import Any
+
+from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
+
+__all__ = ["LoopHandler"]
+
+log = logging.getLogger(__name__)
+
+_POLL = getattr(select, "poll", None)
+_READABLE = getattr(select, "POLLIN", 0) | getattr(select, "POLLPRI", 0)
+_WRITABLE = getattr(select, "POLLOUT", 0)
+_FAILED = (
+    getattr(select, "POLLHUP", 0) | getattr(select, "POLLERR", 0) | getattr(select, "POLLNVAL", 0)
+)
+"""What makes a descriptor ready either way, as ``select`` has it: the next read or write then
+tells the error."""
+
+
+class _DirectResult(AsyncResult):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's asynchronous result, its callbacks run by the thread that sets it."""
+
+    def _do_callbacks(self) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(self)
+            except Exception:  # as kazoo's worker does: one callback's failure ends nothing
+                log.exception("a ZooKeeper result's callback failed")
+
+
+class LoopHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's threading handler, its results' callbacks run on the connection thread and its
+    waits done by ``poll``."""
+
+    def async_result(self) -> AsyncResult:
+        return _DirectResult(self)
+
+    def select(
+        self,
+        rlist: Sequence[Any],
+        wlist: Sequence[Any],
+        xlist: Sequence[Any],
+        timeout: float | None = None,
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        if _POLL is None or xlist:
+            return super().select(rlist, wlist, xlist, timeout)  # type: ignore[no-any-return]
+        return poll_select(rlist, wlist, timeout)
+
+
+def poll_select(
+    rlist: Sequence[Any], wlist: Sequence[Any], timeout: float | None
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``select.select(rlist, wlist, [], timeout)`` done by one ``poll``: the objects of each list
+    that are ready (a descriptor that failed or hung up is ready both ways, as with ``select``).
+
+    Args:
+        rlist: objects with ``fileno()`` (or descriptors) waited on for reading.
+        wlist: the same, for writing.
+        timeout: seconds at most (None: no bound).
+    """
+    assert _POLL is not None
+    poller = _POLL()
+    wanted: dict[int, int] = {}
+    for objects, mask in ((rlist, _READABLE), (wlist, _WRITABLE)):
+        for obj in objects:
+            fd = _fileno(obj)
+            wanted[fd] = wanted.get(fd, 0) | mask
+    for fd, mask in wanted.items():
+        poller.register(fd, mask)
+    ready = dict(poller.poll(None if timeout is None else max(timeout, 0.0) * 1000))
+    return (
+        [obj for obj in rlist if ready.get(_fileno(obj), 0) & (_READABLE | _FAILED)],
+        [obj for obj in wlist if ready.get(_fileno(obj), 0) & (_WRITABLE | _FAILED)],
+        [],
+    )
+
+
+def _fileno(obj: Any) -> int:
+    return obj if isinstance(obj, int) else int(obj.fileno())
