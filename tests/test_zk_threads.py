@@ -1,7 +1,7 @@
 """kazoo's thread handler as the ZooKeeper adapter runs it: waits by ``poll`` that answer as
-``select`` does, and results whose callbacks run on the thread that sets them (pure: local
-sockets and threads, no server; the adapter's calls are tested against the real one in
-``test_zk.py``)."""
+``select`` does, and results and watch events whose callbacks run on the thread that has them
+(pure: local sockets and threads, no server; the adapter's calls are tested against the real one
+in ``test_zk.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kazoo.protocol.states import Callback
 
 from aio_cluster.zookeeper.threads import LoopHandler, poll_select
 
@@ -66,5 +67,25 @@ def test_results_call_back_on_the_thread_that_sets_them(caplog: pytest.LogCaptur
         # Heard by the time set() returned, on the setting thread, despite the callback before.
         assert heard == [("connection", 42)]
         assert "callback failed" in caplog.text
+    finally:
+        handler.stop()
+
+
+def test_watch_events_call_back_on_the_thread_that_has_them() -> None:
+    handler = LoopHandler()
+    handler.start()
+    try:
+        heard: list[tuple[str, str]] = []
+
+        def watch(what: str) -> None:
+            heard.append((threading.current_thread().name, what))
+
+        event = Callback("watch", watch, ("changed",))
+        dispatcher = threading.Thread(
+            target=handler.dispatch_callback, args=(event,), name="connection"
+        )
+        dispatcher.start()
+        dispatcher.join()
+        assert heard == [("connection", "changed")]
     finally:
         handler.stop()

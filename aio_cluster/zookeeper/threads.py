@@ -3,27 +3,27 @@
 kazoo's own threading handler costs a request more CPU than the request itself:
 - its connection thread makes and closes an epoll selector for every wait, about five a request
   (the loop's wait, the write, the answer's header, its body);
-- every answer crosses one thread more, kazoo's completion worker, before it reaches the callback
-  `ZooKeeper` links to it, which only hands it to the event loop.
+- every answer and every watch event crosses one thread more (kazoo's completion or callback
+  worker) before it reaches the callback `ZooKeeper` gave, which only hands it to the event loop.
 
 A rebalance makes a few calls a partition moved, and a process may host many members, each with
 a client and threads of its own: measured with ten clients in one process, a call cost 410 to 590
 µs of CPU with kazoo's handler and 125 to 160 µs with this one (docs/benchmarks.md).
 
 `LoopHandler` is kazoo's handler with both changed: it waits by ``poll`` (no limit on descriptor
-numbers, no kernel object made and closed), and a result's callbacks run at once on the thread
-that sets the result, kazoo's connection thread. That is safe because no such callback blocks:
-`ZooKeeper`'s only schedule a call on the event loop, and kazoo's own (``ensure_path_async``'s,
-``sync_async``'s) only read the result they were given and start other asynchronous calls.
-Watch callbacks keep kazoo's callback thread. Where ``poll`` does not exist (Windows), waits
-stay kazoo's.
+numbers, no kernel object made and closed), and result and watch callbacks run at once on the
+thread that has them, kazoo's connection thread. That is safe because no such callback blocks:
+`ZooKeeper`'s (its calls' and its watches') only schedule a call on the event loop, and kazoo's
+own (``ensure_path_async``'s, ``sync_async``'s) only read the result they were given and start
+other asynchronous calls; kazoo's recipes, whose callbacks may block, are not used. Where
+``poll`` does not exist (Windows), waits stay kazoo's.
 """
 
 from __future__ import annotations
 
 import logging
 import select
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
@@ -47,18 +47,26 @@ class _DirectResult(AsyncResult):  # type: ignore[misc]  # kazoo is untyped
 
     def _do_callbacks(self) -> None:
         for callback in self._callbacks:
-            try:
-                callback(self)
-            except Exception:  # as kazoo's worker does: one callback's failure ends nothing
-                log.exception("a ZooKeeper result's callback failed")
+            _run(callback, self)
+
+
+def _run(function: Callable[..., object], *args: object) -> None:
+    try:
+        function(*args)
+    except Exception:  # as kazoo's workers do: one callback's failure ends nothing
+        log.exception("a ZooKeeper callback failed")
 
 
 class LoopHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
-    """kazoo's threading handler, its results' callbacks run on the connection thread and its
-    waits done by ``poll``."""
+    """kazoo's threading handler, its result and watch callbacks run on the connection thread
+    and its waits done by ``poll``."""
 
     def async_result(self) -> AsyncResult:
         return _DirectResult(self)
+
+    def dispatch_callback(self, callback: Any) -> None:
+        """Run a watch's callback (kazoo's ``Callback``: ``func`` and ``args``) at once."""
+        _run(callback.func, *callback.args)
 
     def select(
         self,
