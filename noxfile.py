@@ -163,14 +163,15 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks: throughput against raw aiokafka and the peers' group consumers, join/leave
-    time against a Kafka group, settling at scale (partitions moved, ZooKeeper requests), one
-    member's memory over 200 partitions, the local cluster's start and stop with one and three
-    nodes of each, process() against its ideal and the async for loop, what OpenTelemetry costs
-    both, and the dashboard's refresh and page at 10,000 partitions."""
+    time against a Kafka group, settling at scale (partitions moved, ZooKeeper requests), the CPU
+    of a ZooKeeper call, one member's memory over 200 partitions, the local cluster's start and
+    stop with one and three nodes of each, process() against its ideal and the async for loop,
+    what OpenTelemetry costs both, and the dashboard's refresh and page at 10,000 partitions."""
     session.install("-e", ".[bench,otel,dashboard,examples]", "opentelemetry-sdk")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
     session.run("python", "benchmarks/scale.py")
+    session.run("python", "benchmarks/zookeeper_calls.py")
     session.run("python", "benchmarks/memory.py")
     session.run("python", "benchmarks/startup.py")
     session.run("python", "benchmarks/processing.py")
