@@ -13,6 +13,7 @@ Modules::
     fetcher.py         Fetcher: records of one or many topics, from the partitions it is told
     group_offsets.py   KafkaGroupOffsets: a group's offsets in Kafka's __consumer_offsets
     list_offsets.py    ListOffsets: offsets asked of the partitions' leaders, never behind a fetch
+    metadata.py        CompactMetadata: a client's topic metadata, kept out of the collector's way
     offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
     records.py         Record: one record as the library hands it out

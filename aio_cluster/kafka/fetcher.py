@@ -11,7 +11,9 @@ first look-up follows the topic, and the partitions assigned afterwards find it 
 look-ups ride the client's second connection to each broker: on the fetching one they would queue
 behind long-polling fetches (the broker answers a connection in order). The fetches go in
 incremental fetch sessions (`aio_cluster.kafka.fetch_sessions`): a request and its response name
-only what changed, not every partition the member owns.
+only what changed, not every partition the member owns. The client keeps its metadata compact
+(`aio_cluster.kafka.metadata`): a member of a large topic would otherwise hold four objects for
+the collector to go over for each of its partitions.
 
 A fetch error that retrying cannot mend (a codec this machine lacks, a corrupt batch, a topic not
 authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition and the first
@@ -57,6 +59,7 @@ from aiokafka.errors import (
 from ..errors import BrokerError, DeserializationError, FetchError, OffsetsOutOfRange
 from .diagnosis import connect_failure
 from .fetch_sessions import FetchSessions
+from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
@@ -175,6 +178,7 @@ class Fetcher:
             **connection,
         )
         client = self._consumer._client  # aiokafka has no public call for its client
+        client.cluster = CompactMetadata(**client.cluster.config)  # before anything reads it
         self._reader = OffsetReader(
             client=client,
             client_id=client_id,
