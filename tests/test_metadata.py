@@ -1,22 +1,32 @@
-"""The fetcher's compact metadata: it answers every question a consumer asks of aiokafka's
-metadata as aiokafka's own does, keeps nothing per partition that the garbage collector tracks,
-and is what a member's client reads against the real server."""
+"""A member's topic metadata: an answer read in one pass is what aiokafka's decoding reads (every
+version), the compact metadata answers every question a consumer asks as aiokafka's own does and
+keeps nothing per partition that the garbage collector tracks, and a member's client refreshes
+with both against the real server."""
 
 from __future__ import annotations
 
 import gc
+import io
+import struct
 from typing import Any
 
 import pytest
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.protocol import metadata as responses
 from aiokafka.protocol.metadata import MetadataResponse_v5
 from aiokafka.structs import TopicPartition
 
-from aio_cluster.kafka.metadata import CompactMetadata, PartitionTable
+from aio_cluster.kafka.metadata import (
+    CompactMetadata,
+    CompactMetadataRequest,
+    MetadataAnswer,
+    PartitionTable,
+    decode_metadata,
+)
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
-from support import fetcher_of, fresh
+from support import KafkaWire, fetcher_of, fresh
 
 BROKERS = [(1, "one", 9092, None), (2, "two", 9092, None)]
 
@@ -84,15 +94,92 @@ def test_the_collector_tracks_nothing_per_partition() -> None:
     assert not gc.is_tracked(table._rows)
 
 
+def encoded(version: int) -> bytes:
+    """A Metadata response of ``version`` as a broker sends it (aiokafka's encoding): two
+    brokers (one without a rack), a topic whose partitions have replicas, in-sync and offline
+    replicas, an internal topic without partitions, and a topic answered with an error."""
+    partitions = [(0, 0, 1, [1, 2], [1, 2], [2]), (9, 1, -1, [2, 1], [], [1, 2])]
+    topics: list[tuple[Any, ...]] = [
+        (0, "t", False, partitions),
+        (0, "__consumer_offsets", True, []),
+        (3, "gone", False, []),
+    ]
+    if version < 5:
+        topics = [(*topic[:3], [p[:5] for p in topic[3]]) for topic in topics]
+    if version == 0:
+        topics = [(error, name, parts) for error, name, _internal, parts in topics]
+    brokers: list[tuple[Any, ...]] = [(1, "one", 9092, "rack-a"), (2, "two", 9093, None)]
+    if version == 0:
+        brokers = [broker[:3] for broker in brokers]
+    fields: list[Any] = [brokers]
+    if version >= 2:
+        fields.append(None if version == 3 else "cluster")
+    if version >= 1:
+        fields.append(2)
+    fields.append(topics)
+    if version >= 3:
+        fields.insert(0, 0)
+    response = getattr(responses, f"MetadataResponse_v{version}")(*fields)
+    data: bytes = response.encode()
+    return data
+
+
+def tupled(topics: list[Any]) -> list[Any]:
+    """aiokafka's decoded topics with each partition's replica lists made tuples, as
+    `decode_metadata` reads them."""
+    return [
+        (*topic[:-1], [(*p[:3], *(tuple(ids) for ids in p[3:])) for p in topic[-1]])
+        for topic in topics
+    ]
+
+
+@pytest.mark.parametrize("version", range(6))
+def test_an_answer_read_in_one_pass_reads_as_aiokafka_reads_it(version: int) -> None:
+    data = encoded(version)
+    theirs = getattr(responses, f"MetadataResponse_v{version}").decode(io.BytesIO(data))
+    ours = decode_metadata(version, data)
+    assert version == ours.API_VERSION
+    assert ours.brokers == [tuple(broker) for broker in theirs.brokers]
+    assert ours.topics == tupled(theirs.topics)
+    assert ours.controller_id == (theirs.controller_id if version >= 1 else -1)
+    assert ours.cluster_id == (theirs.cluster_id if version >= 2 else None)
+    # aiokafka's metadata takes it as it takes its own decoding.
+    plain, from_ours = ClusterMetadata(), ClusterMetadata()
+    plain.update_metadata(theirs)
+    from_ours.update_metadata(ours)
+    assert from_ours.topics(exclude_internal_topics=False) == {"t", "__consumer_offsets"}
+    assert from_ours.brokers() == plain.brokers()
+    for partition in (0, 1):
+        tp = TopicPartition("t", partition)
+        assert from_ours.leader_for_partition(tp) == plain.leader_for_partition(tp)
+
+
+def test_a_cut_answer_or_an_unknown_version_is_refused() -> None:
+    data = encoded(5)
+    for cut in (3, 20, len(data) - 3):
+        with pytest.raises((struct.error, ValueError)):
+            decode_metadata(5, data[:cut])
+    with pytest.raises(ValueError, match="version 6"):
+        decode_metadata(6, data)
+
+
 @pytest.mark.asyncio
-async def test_a_members_client_reads_its_metadata_compact(
-    cluster: LocalCluster, make_topic: MakeTopic
+async def test_a_members_client_refreshes_in_one_pass_and_keeps_it_compact(
+    cluster: LocalCluster, make_topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = await make_topic(partitions=8)
-    fetcher = fetcher_of(cluster, topic, fresh("compact"))
+    wire = KafkaWire(monkeypatch)
+    answers: list[Any] = []
+    wire.answer = lambda request, answer: answers.append((request, answer))
+    client_id = fresh("compact")
+    fetcher = fetcher_of(cluster, topic, client_id)
     await fetcher.start()
     try:
         assert await fetcher.partitions(topic) == list(range(8))
+        assert wire.metadata(client_id) == [[], [topic]]  # the bootstrap's, then the look-up's
+        refresh, answer = answers[-1]
+        assert isinstance(refresh, CompactMetadataRequest)
+        assert isinstance(answer, MetadataAnswer)
         cluster_metadata = fetcher._consumer._client.cluster
         assert isinstance(cluster_metadata, CompactMetadata)
         assert isinstance(cluster_metadata._partitions[topic], PartitionTable)

@@ -27,6 +27,7 @@ answers by `TopicPartition`, in the same round trips as for one topic.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
@@ -42,6 +43,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
 from .list_offsets import EARLIEST, LATEST, ListOffsets, known
+from .metadata import CompactMetadataRequest
 from .options import KafkaOptions, parse_bootstrap
 from .topics import TopicPartition
 
@@ -103,6 +105,12 @@ class OffsetReader:
         """The topics the client's fetcher reads now: followed whatever the look-ups learn."""
         self._absent: set[str] = set()
         """The topics Kafka said last that it does not have: asked on their own, not followed."""
+        self._refreshing = asyncio.Lock()
+        """One refresh at a time: those asked meanwhile take its answer (see `_refresh`)."""
+        self._refreshes = 0
+        """The refreshes ended so far."""
+        self._last: tuple[frozenset[str], bool] = (frozenset(), False)
+        """The topics the last refresh asked, and whether it was answered."""
         self._list = ListOffsets(
             client,
             isolation=_ISOLATION[isolation_level],
@@ -191,13 +199,53 @@ class OffsetReader:
         for attempt in (1, 2):
             try:
                 with anyio.fail_after(self._timeout):
-                    if await self._client.force_metadata_update():
+                    if await self._refresh():
                         return
                 reason = "no broker answered"
             except TimeoutError:
                 reason = f"no answer within {self._timeout:g} s"
             if attempt == 2:
                 raise BrokerError(f"metadata request failed: {reason}")
+
+    async def _refresh(self) -> bool:
+        """Refresh the client's metadata: every topic it follows, in one request to a broker it
+        knows (the next on a failure), read in one pass (`CompactMetadataRequest`; aiokafka's
+        own refresh decodes the answer four times slower). A refresh under way when this is
+        asked serves, if it asked every topic followed now. False when no broker answered with
+        its brokers."""
+        wanted = frozenset(self._client._topics)  # see _follow()
+        before = self._refreshes
+        async with self._refreshing:
+            asked, answered = self._last
+            if self._refreshes > before and wanted <= asked:
+                # One under way when this was asked served it (the many topics of a member,
+                # asked together, share one request, as aiokafka's own refreshes do).
+                return answered
+            # A turn of the loop first: look-ups asked at the same moment (a member's topics,
+            # asked together) follow their topics meanwhile, and one request asks them all.
+            await asyncio.sleep(0)
+            asked = frozenset(self._client._topics)
+            answered = await self._ask(sorted(asked))
+            self._last = (asked, answered)
+            self._refreshes += 1
+            return answered
+
+    async def _ask(self, topics: list[str]) -> bool:
+        """Ask ``topics``' metadata of the brokers in turn; update the client's with the first
+        answer. False when none answered with its brokers."""
+        request = CompactMetadataRequest(topics)
+        nodes = [broker.nodeId for broker in self._client.cluster.brokers()]
+        random.shuffle(nodes)
+        for node in nodes:
+            try:
+                answer = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
+            except KafkaError:
+                continue
+            if not answer.brokers:
+                return False  # a broker knows no broker while it starts: none to go on with
+            self._client.cluster.update_metadata(answer)
+            return True
+        return False
 
     async def _described(self, topic: str) -> tuple[int, list[int]]:
         """``topic``'s error code and sorted partition ids, asked on its own: one topic to parse
