@@ -184,5 +184,9 @@ async def test_a_members_client_refreshes_in_one_pass_and_keeps_it_compact(
         assert isinstance(cluster_metadata, CompactMetadata)
         assert isinstance(cluster_metadata._partitions[topic], PartitionTable)
         assert cluster_metadata.available_partitions_for_topic(topic) == set(range(8))
+        # Followed now: asked on its own, answered the same way.
+        assert await fetcher.partitions(topic) == list(range(8))
+        assert wire.metadata(client_id)[-1] == [topic]
+        assert isinstance(answers[-1][1], MetadataAnswer)
     finally:
         await fetcher.stop()
