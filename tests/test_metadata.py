@@ -42,8 +42,9 @@ def response(partitions: int, *, leaderless: int | None = None, failed_topic: bo
     topics: list[tuple[object, ...]] = [(0, "t", False, rows)]
     if failed_topic:
         topics.append((3, "gone", False, []))
-    sent = MetadataResponse_v5(0, BROKERS, "cluster", 1, topics)
-    return MetadataResponse_v5.decode(sent.encode())
+    return MetadataResponse_v5.decode(
+        MetadataResponse_v5(0, BROKERS, "cluster", 1, topics).encode()
+    )
 
 
 def both(partitions: int, **options: Any) -> tuple[ClusterMetadata, CompactMetadata]:
@@ -84,14 +85,17 @@ def test_an_update_replaces_what_the_last_one_said() -> None:
 
 def test_the_collector_tracks_nothing_per_partition() -> None:
     _plain, compact = both(1000)
+    read = CompactMetadata()
+    read.update_metadata(decode_metadata(5, response(1000).encode()))
     # A tuple stops being tracked at the first pass that finds its items untracked: a row may
     # be looked at before its replicas' tuples, and is let go at the next pass.
     gc.collect()
     gc.collect()
-    table = compact._partitions["t"]
-    assert len(table) == 1000
-    assert not any(gc.is_tracked(row) for row in table._rows.values())
-    assert not gc.is_tracked(table._rows)
+    for metadata in (compact, read):
+        table = metadata._partitions["t"]
+        assert len(table) == 1000
+        assert not any(gc.is_tracked(row) for row in table._rows.values())
+        assert not gc.is_tracked(table._rows)
 
 
 def encoded(version: int) -> bytes:
@@ -152,6 +156,33 @@ def test_an_answer_read_in_one_pass_reads_as_aiokafka_reads_it(version: int) -> 
     for partition in (0, 1):
         tp = TopicPartition("t", partition)
         assert from_ours.leader_for_partition(tp) == plain.leader_for_partition(tp)
+
+
+@pytest.mark.parametrize("version", [1, 5])
+def test_an_answer_read_in_one_pass_is_kept_as_read(version: int) -> None:
+    data = encoded(version)
+    plain = ClusterMetadata()
+    plain.update_metadata(
+        getattr(responses, f"MetadataResponse_v{version}").decode(io.BytesIO(data))
+    )
+    answer = decode_metadata(version, data)
+    compact = CompactMetadata()
+    compact.update_metadata(answer)
+    assert compact.topics(exclude_internal_topics=False) == plain.topics(
+        exclude_internal_topics=False
+    )
+    assert compact.internal_topics == plain.internal_topics == {"__consumer_offsets"}
+    assert compact.brokers() == plain.brokers()
+    assert compact.controller == plain.controller
+    for broker in (1, 2):
+        assert compact.partitions_for_broker(broker) == plain.partitions_for_broker(broker)
+    table = compact._partitions["t"]
+    for partition in (0, 1):
+        kept = plain._partitions["t"][partition]
+        assert table[partition] == kept._replace(replicas=tuple(kept.replicas), isr=tuple(kept.isr))
+    # The rows are the answer's own: nothing was made again for them.
+    assert [table._rows[p] for p in (0, 1)] == answer.topics[0][-1]
+    assert all(table._rows[row[1]] is row for row in answer.topics[0][-1])
 
 
 def test_a_cut_answer_or_an_unknown_version_is_refused() -> None:

@@ -9,21 +9,23 @@ sooner (the collector runs a full pass once a quarter more objects than it holds
 survived). At 10 members a process, a full pass took about 100 ms, and one came with most joins
 of a group of a hundred.
 
-Here each partition is one plain tuple of numbers and the topic's name, which the collector stops
-tracking at its first pass: a `PartitionMetadata` is made only when asked for, and the broker's
-partitions only when asked (nothing in a consumer asks). aiokafka still updates the
-metadata as ever; what it wrote is compacted right after each update.
+Here each partition is one plain tuple of numbers, which the collector stops tracking at its
+first pass: a `PartitionMetadata` is made only when asked for, and the broker's partitions only
+when asked (nothing in a consumer asks).
 
 Reading: aiokafka decodes a response through its general schema machinery, a call and a list
-for every field, some 40 ms for one topic of 10,000 partitions, which a member pays as it starts.
-`CompactMetadataRequest` asks the same, and its answer (`MetadataAnswer`) is read in one pass of
-`struct` calls, its replica lists as tuples, which the collector stops tracking at once: about a
-quarter of the time. The look-ups of a member's Kafka client refresh its metadata with it
-(`aio_cluster.kafka.offset_reader`).
+for every field, then makes its four objects of each partition: some 55 ms for one topic of
+10,000 partitions, which a member pays as it starts. `CompactMetadataRequest` asks the same, and
+its answer (`MetadataAnswer`) is read in one pass of `struct` calls, each partition one tuple,
+its replica lists tuples too; aiokafka updates the brokers and the topics from it, and the
+partitions' tuples become the tables as they are: about 13 ms. The look-ups of a member's Kafka
+client refresh its metadata with it (`aio_cluster.kafka.offset_reader`). aiokafka's own
+refreshes (every five minutes) are read its way, and compacted right after.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -42,27 +44,44 @@ __all__ = [
     "decode_metadata",
 ]
 
-_Row = tuple[str, int, int, tuple[int, ...], tuple[int, ...], int]
-"""A partition's metadata as PartitionMetadata's fields: topic, partition, leader, replicas,
-in-sync replicas, error code; its lists made tuples, so that nothing in it is tracked."""
+_Row = tuple[Any, ...]
+"""A partition's metadata as a Metadata answer has it: error code, partition, leader, replicas,
+in-sync replicas (and, from version 5, the offline replicas), the replica lists as tuples, so
+that nothing in it is tracked."""
 
 
 class PartitionTable(Mapping[int, Any]):
     """One topic's partitions, read-only: partition id -> `PartitionMetadata`, made on access."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_rows", "_topic")
 
-    def __init__(self, partitions: Mapping[int, Any]) -> None:
+    def __init__(self, topic: str, rows: dict[int, _Row]) -> None:
         """Args:
-        partitions: partition id -> aiokafka's `PartitionMetadata`.
+        topic: the topic's name.
+        rows: partition id -> its row (see `_Row`).
         """
-        self._rows: dict[int, _Row] = {
-            partition: (m.topic, m.partition, m.leader, tuple(m.replicas), tuple(m.isr), m.error)
-            for partition, m in partitions.items()
-        }
+        self._topic = topic
+        self._rows = rows
+
+    @classmethod
+    def of(cls, topic: str, partitions: Mapping[int, Any]) -> PartitionTable:
+        """The table of aiokafka's ``partitions`` (partition id -> `PartitionMetadata`)."""
+        return cls(
+            topic,
+            {
+                p: (m.error, m.partition, m.leader, tuple(m.replicas), tuple(m.isr))
+                for p, m in partitions.items()
+            },
+        )
+
+    @classmethod
+    def read(cls, topic: str, entries: list[_Row]) -> PartitionTable:
+        """The table of a `MetadataAnswer`'s partitions of ``topic``, its rows kept as read."""
+        return cls(topic, {entry[1]: entry for entry in entries})
 
     def __getitem__(self, partition: int) -> Any:
-        return PartitionMetadata._make(self._rows[partition])
+        error, _partition, leader, replicas, isr, *_offline = self._rows[partition]
+        return PartitionMetadata(self._topic, partition, leader, replicas, isr, error)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._rows)
@@ -76,14 +95,15 @@ class PartitionTable(Mapping[int, Any]):
     def leader(self, partition: int) -> int | None:
         """The partition's leader (-1: none now), or None for a partition not known."""
         row = self._rows.get(partition)
-        return None if row is None else row[2]
+        return None if row is None else int(row[2])
 
 
 class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is untyped here
-    """aiokafka's cluster metadata, its partitions compacted after each update (see the module).
+    """aiokafka's cluster metadata, its partitions kept compact (see the module).
 
     Given to an aiokafka client before it starts (``client.cluster``): a consumer's client, which
-    never copies its metadata (`with_partitions()` is the producer's).
+    never copies its metadata (`with_partitions()` is the producer's) and subscribes to no
+    pattern (its listeners read no partition).
     """
 
     _partitions: dict[str, Any]
@@ -91,13 +111,31 @@ class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is unt
     after ours (an update that aiokafka ignored, of no broker, left the tables as they were)."""
 
     def update_metadata(self, metadata: Any) -> None:
-        super().update_metadata(metadata)
-        self._partitions = {
-            topic: partitions
-            if isinstance(partitions, PartitionTable)
-            else PartitionTable(partitions)
-            for topic, partitions in self._partitions.items()
-        }
+        """Update as aiokafka does, then keep the partitions compact. A `MetadataAnswer`'s
+        partitions are not given to aiokafka at all (it would make four objects of each, which
+        would only be compacted): it reads the rest, and the tables keep the answer's rows."""
+        if not isinstance(metadata, MetadataAnswer):
+            super().update_metadata(metadata)
+            tables = {
+                topic: partitions
+                if isinstance(partitions, PartitionTable)
+                else PartitionTable.of(topic, partitions)
+                for topic, partitions in self._partitions.items()
+            }
+        else:
+            read = {entry[1]: entry[-1] for entry in metadata.topics}
+            super().update_metadata(
+                dataclasses.replace(
+                    metadata, topics=[(*entry[:-1], []) for entry in metadata.topics]
+                )
+            )
+            tables = {
+                topic: partitions
+                if isinstance(partitions, PartitionTable)
+                else PartitionTable.read(topic, read[topic])
+                for topic, partitions in self._partitions.items()
+            }
+        self._partitions = tables
         self._broker_partitions.clear()  # made when asked: `partitions_for_broker`
 
     def leader_for_partition(self, partition: Any) -> int | None:
