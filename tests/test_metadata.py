@@ -187,7 +187,7 @@ def test_an_answer_read_in_one_pass_is_kept_as_read(version: int) -> None:
 
 def test_a_cut_answer_or_an_unknown_version_is_refused() -> None:
     data = encoded(5)
-    for cut in (3, 20, len(data) - 3):
+    for cut in range(len(data)):  # every byte short, the internal flag included
         with pytest.raises((struct.error, ValueError)):
             decode_metadata(5, data[:cut])
     with pytest.raises(ValueError, match="version 6"):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, ClassVar
@@ -114,28 +114,26 @@ class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is unt
         """Update as aiokafka does, then keep the partitions compact. A `MetadataAnswer`'s
         partitions are not given to aiokafka at all (it would make four objects of each, which
         would only be compacted): it reads the rest, and the tables keep the answer's rows."""
-        if not isinstance(metadata, MetadataAnswer):
-            super().update_metadata(metadata)
-            tables = {
-                topic: partitions
-                if isinstance(partitions, PartitionTable)
-                else PartitionTable.of(topic, partitions)
-                for topic, partitions in self._partitions.items()
-            }
-        else:
+        table: Callable[[str, Any], PartitionTable]
+        if isinstance(metadata, MetadataAnswer):
             read = {entry[1]: entry[-1] for entry in metadata.topics}
-            super().update_metadata(
-                dataclasses.replace(
-                    metadata, topics=[(*entry[:-1], []) for entry in metadata.topics]
-                )
+            metadata = dataclasses.replace(
+                metadata, topics=[(*entry[:-1], []) for entry in metadata.topics]
             )
-            tables = {
-                topic: partitions
-                if isinstance(partitions, PartitionTable)
-                else PartitionTable.read(topic, read[topic])
-                for topic, partitions in self._partitions.items()
-            }
-        self._partitions = tables
+
+            def as_read(topic: str, _emptied: Any) -> PartitionTable:
+                return PartitionTable.read(topic, read[topic])
+
+            table = as_read
+        else:
+            table = PartitionTable.of
+        super().update_metadata(metadata)
+        self._partitions = {
+            topic: partitions
+            if isinstance(partitions, PartitionTable)
+            else table(topic, partitions)
+            for topic, partitions in self._partitions.items()
+        }
         self._broker_partitions.clear()  # made when asked: `partitions_for_broker`
 
     def leader_for_partition(self, partition: Any) -> int | None:
@@ -154,6 +152,7 @@ class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is unt
 
 # -- reading ------------------------------------------------------------------------------------
 
+_BOOLEAN = struct.Struct(">?").unpack_from
 _INT16 = struct.Struct(">h").unpack_from
 _INT32 = struct.Struct(">i").unpack_from
 _PARTITION = struct.Struct(">hiii").unpack_from
@@ -194,6 +193,11 @@ class _Reader:
         (value,) = _INT32(self.data, self.at)
         self.at += 4
         return int(value)
+
+    def boolean(self) -> bool:
+        (value,) = _BOOLEAN(self.data, self.at)
+        self.at += 1
+        return bool(value)
 
     def string(self) -> str | None:
         length = self.int16()
@@ -244,10 +248,7 @@ def decode_metadata(version: int, data: bytes) -> MetadataAnswer:
     topics = []
     for _ in range(read.int32()):
         error, name = read.int16(), read.string()
-        internal = None
-        if version >= 1:
-            internal = data[read.at] != 0
-            read.at += 1
+        internal = read.boolean() if version >= 1 else None
         partitions = [read.partition(version >= 5) for _ in range(max(read.int32(), 0))]
         topics.append(
             (error, name, partitions) if version == 0 else (error, name, internal, partitions)
