@@ -92,18 +92,19 @@ def poll_select(
         timeout: seconds at most (None: no bound).
     """
     assert _POLL is not None
-    poller = _POLL()
+    readers = [(obj, _fileno(obj)) for obj in rlist]
+    writers = [(obj, _fileno(obj)) for obj in wlist]
     wanted: dict[int, int] = {}
-    for objects, mask in ((rlist, _READABLE), (wlist, _WRITABLE)):
-        for obj in objects:
-            fd = _fileno(obj)
+    for pairs, mask in ((readers, _READABLE), (writers, _WRITABLE)):
+        for _obj, fd in pairs:
             wanted[fd] = wanted.get(fd, 0) | mask
+    poller = _POLL()
     for fd, mask in wanted.items():
         poller.register(fd, mask)
     ready = dict(poller.poll(None if timeout is None else max(timeout, 0.0) * 1000))
     return (
-        [obj for obj in rlist if ready.get(_fileno(obj), 0) & (_READABLE | _FAILED)],
-        [obj for obj in wlist if ready.get(_fileno(obj), 0) & (_WRITABLE | _FAILED)],
+        [obj for obj, fd in readers if ready.get(fd, 0) & (_READABLE | _FAILED)],
+        [obj for obj, fd in writers if ready.get(fd, 0) & (_WRITABLE | _FAILED)],
         [],
     )
 
