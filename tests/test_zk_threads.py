@@ -61,7 +61,7 @@ def test_results_call_back_on_the_thread_that_sets_them(caplog: pytest.LogCaptur
         result.rawlink(failing)
         result.rawlink(lambda done: heard.append((threading.current_thread().name, done.get())))
         setter = threading.Thread(target=result.set, args=(42,), name="connection")
-        with caplog.at_level(logging.ERROR, logger="aio_cluster.zookeeper.threads"):
+        with caplog.at_level(logging.ERROR, logger="aio_cluster.zookeeper.seams"):
             setter.start()
             setter.join()
         # Heard by the time set() returned, on the setting thread, despite the callback before.

@@ -6,7 +6,8 @@ every call with a timeout. The interface is kept narrow (awaitable calls, one-sh
 session-state callback) so that an asyncio-native client can replace kazoo later without touching
 the rest of the library. Why kazoo and not aiozk: aiozk replays a request on a new session after
 the old one expired, and it can hang the event loop at shutdown (docs/concepts.md, "Why kazoo,
-not aiozk").
+not aiozk"). What it needs of kazoo beyond kazoo's documented interface is in `seams.py`, checked
+against the installed kazoo when a client is made.
 
 Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary; the three that
 are the server's answer to one request (`NodeExistsError`, `NoNodeError`, `BadVersionError`)
@@ -69,6 +70,7 @@ from ..errors import (
 )
 from ..net.addresses import parse_servers
 from ..net.tls import handshake_error, speaks_tls
+from .seams import note_handshakes, tls_arguments
 from .security import (
     Acl,
     ZooKeeperTLS,
@@ -306,17 +308,7 @@ class ZooKeeper:
         self._request_timeout = request_timeout
         auth_data = checked_auth(auth)
         self._tls = secure = ZooKeeperTLS() if tls is True else tls or None
-        tls_args: dict[str, Any] = {}
-        if secure is not None:
-            tls_args = {
-                "use_ssl": True,
-                "ca": secure.ca,
-                "certfile": secure.certfile,
-                "keyfile": secure.keyfile,
-                "keyfile_password": secure.keyfile_password,
-                "verify_certs": secure.verify_certs,
-                "check_hostname": secure.check_hostname,
-            }
+        tls_args = {} if secure is None else tls_arguments(secure)
         acls = default_acl(acl, auth_data)
         self._shared_acl = None if acls is None else shared_acl()
         self._client = KazooClient(
@@ -338,23 +330,13 @@ class ZooKeeper:
         self._client.add_listener(self._on_kazoo_state)
         self._negotiated = session_timeout
         self._heard_at = time.monotonic()
-        self._note_handshakes()
+        note_handshakes(self._client, self._noted_handshake)
 
-    def _note_handshakes(self) -> None:
-        """Learn the timeout the server granted at each (re)connection, and that it heard from
-        the session then: kazoo keeps neither. Its connection handler's handshake returns the
-        read timeout it derives from the granted timeout (two thirds of it, in milliseconds)."""
-        connection = self._client._connection
-        handshake = connection._connect
-
-        def noted(*args: Any) -> Any:
-            sent = time.monotonic()
-            read_timeout, connect_timeout = handshake(*args)
-            self._negotiated = read_timeout * 1.5 / 1000.0
-            self._heard_at = max(self._heard_at, sent)
-            return read_timeout, connect_timeout
-
-        connection._connect = noted
+    def _noted_handshake(self, sent: float, granted: float) -> None:
+        """A (re)connection's handshake began at ``sent`` and the server granted ``granted``
+        seconds: it heard from the session then (kazoo keeps neither; `seams`)."""
+        self._negotiated = granted
+        self._heard_at = max(self._heard_at, sent)
 
     @property
     def hosts(self) -> str:
@@ -371,7 +353,8 @@ class ZooKeeper:
     def negotiated_timeout(self) -> float:
         """Seconds the server keeps this session alive without hearing from it, as the server
         granted at the last connection (it bounds the asked-for timeout by its own
-        ``minSessionTimeout`` and ``maxSessionTimeout``); the asked-for one before that."""
+        ``minSessionTimeout`` and ``maxSessionTimeout``); the asked-for one before that, and
+        where the installed kazoo does not let the handshake be noted (`seams`)."""
         return self._negotiated
 
     @property

@@ -16,21 +16,21 @@ thread that has them, kazoo's connection thread. That is safe because no such ca
 `ZooKeeper`'s (its calls' and its watches') only schedule a call on the event loop, and kazoo's
 own (``ensure_path_async``'s, ``sync_async``'s) only read the result they were given and start
 other asynchronous calls; kazoo's recipes, whose callbacks may block, are not used. Where
-``poll`` does not exist (Windows), waits stay kazoo's.
+``poll`` does not exist (Windows), waits stay kazoo's; where kazoo's results or watch events are
+not shaped as `seams` expects, its own threads run their callbacks.
 """
 
 from __future__ import annotations
 
-import logging
 import select
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
 
-__all__ = ["LoopHandler"]
+from .seams import direct_result, direct_results_fit, direct_watches_fit, run_callback
 
-log = logging.getLogger(__name__)
+__all__ = ["LoopHandler"]
 
 _POLL = getattr(select, "poll", None)
 _READABLE = getattr(select, "POLLIN", 0) | getattr(select, "POLLPRI", 0)
@@ -42,31 +42,30 @@ _FAILED = (
 tells the error."""
 
 
-class _DirectResult(AsyncResult):  # type: ignore[misc]  # kazoo is untyped
-    """kazoo's asynchronous result, its callbacks run by the thread that sets it."""
-
-    def _do_callbacks(self) -> None:
-        for callback in self._callbacks:
-            _run(callback, self)
-
-
-def _run(function: Callable[..., object], *args: object) -> None:
-    try:
-        function(*args)
-    except Exception:  # as kazoo's workers do: one callback's failure ends nothing
-        log.exception("a ZooKeeper callback failed")
-
-
 class LoopHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
     """kazoo's threading handler, its result and watch callbacks run on the connection thread
-    and its waits done by ``poll``."""
+    and its waits done by ``poll``.
+
+    Running callbacks at once relies on kazoo's internals (`seams`): checked when the handler is
+    made, and where they do not fit, kazoo's own threads run those callbacks as they would.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._direct_results = direct_results_fit()
+        self._direct_watches = direct_watches_fit()
 
     def async_result(self) -> AsyncResult:
-        return _DirectResult(self)
+        if self._direct_results:
+            return direct_result(self)
+        return super().async_result()
 
     def dispatch_callback(self, callback: Any) -> None:
         """Run a watch's callback (kazoo's ``Callback``: ``func`` and ``args``) at once."""
-        _run(callback.func, *callback.args)
+        if self._direct_watches:
+            run_callback(callback.func, *callback.args)
+        else:
+            super().dispatch_callback(callback)
 
     def select(
         self,
