@@ -37,7 +37,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import AsyncResult
-from kazoo.protocol.states import Callback
+from kazoo.protocol import states
 
 from ..errors import ConfigurationError
 from .security import ZooKeeperTLS
@@ -161,7 +161,7 @@ def direct_result(handler: Any) -> AsyncResult:
 
 def direct_watches_fit() -> bool:
     """Whether kazoo's watch events carry ``func`` and ``args`` (warned if not)."""
-    fields = getattr(Callback, "_fields", ())
+    fields = getattr(states.Callback, "_fields", ())
     fits = "func" in fields and "args" in fields
     if not fits:
         _does_not_fit(
