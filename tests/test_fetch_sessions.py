@@ -6,29 +6,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import struct
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import AIOKafkaConnection
+from aiokafka.protocol.fetch import FetchRequest
 
-from aio_cluster.kafka.fetch_sessions import FetchSession, FetchSessions, Wire
+from aio_cluster.kafka.fetch_sessions import FetchSession, FetchSessions, Partitions, Stage, Wire
 from aio_cluster.kafka.fetcher import Fetcher
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic, Produce
-from support import fetcher_of, fresh
+from support import fetcher_of, fresh, wait_until
 
 INVALID_FETCH_SESSION_EPOCH = 71
+
+
+def opened(session: FetchSession, partitions: Partitions, session_id: int) -> None:
+    """``session`` opens with ``partitions``, the broker answering ``session_id``."""
+    session.answered(session.next(partitions), session_id, 0)
 
 
 def test_a_session_opens_in_full_then_names_only_what_changed() -> None:
     session = FetchSession()
     opening = session.next([("t", [(0, 5, 100), (1, 7, 100)])])
     assert opening == Wire(0, 0, [("t", [(0, 5, 100), (1, 7, 100)])], [])
-    session.answered(42, 0)
+    session.answered(opening, 42, 0)
 
     same = session.next([("t", [(1, 7, 100), (0, 5, 100)])])
     assert same == Wire(42, 1, [], []), "nothing changed: the request names no partition"
@@ -46,65 +57,140 @@ def test_a_session_opens_in_full_then_names_only_what_changed() -> None:
 
 def test_an_error_opens_a_new_session_in_full() -> None:
     session = FetchSession()
-    session.next([("t", [(0, 5, 100)])])
-    session.answered(42, 0)
-    session.next([("t", [(0, 6, 100)])])
-    session.answered(42, INVALID_FETCH_SESSION_EPOCH)
+    opened(session, [("t", [(0, 5, 100)])], 42)
+    wire = session.next([("t", [(0, 6, 100)])])
+    session.answered(wire, 42, INVALID_FETCH_SESSION_EPOCH)
     reopening = session.next([("t", [(0, 6, 100)])])
     assert reopening == Wire(42, 0, [("t", [(0, 6, 100)])], []), "closes 42, opens another"
-    session.answered(43, 0)
+    session.answered(reopening, 43, 0)
     assert session.next([("t", [(0, 6, 100)])]) == Wire(43, 1, [], [])
 
 
 def test_a_broker_that_keeps_no_session_is_asked_again_in_full() -> None:
     session = FetchSession()
-    session.next([("t", [(0, 5, 100)])])
-    session.answered(0, 0)  # its session cache is full
+    opened(session, [("t", [(0, 5, 100)])], 0)  # its session cache is full
     assert session.next([("t", [(0, 5, 100)])]) == Wire(0, 0, [("t", [(0, 5, 100)])], [])
 
 
 def test_the_epoch_wraps_to_one() -> None:
-    session = FetchSession(session_id=42, epoch=2**31 - 1, opening=False)
+    session = FetchSession(session_id=42, epoch=2**31 - 1, stage=Stage.OPEN)
     assert session.next([]).epoch == 2**31 - 1
     assert session.next([]).epoch == 1
 
 
+def test_while_an_opening_is_out_requests_are_outside_any_session() -> None:
+    """aiokafka sends again once it gave up on the opening request: that request opens no
+    session, and the session, once answered, goes on from what the opening request named."""
+    session = FetchSession()
+    opening = session.next([("t", [(0, 5, 100)])])
+    outside = session.next([("t", [(0, 5, 100), (1, 0, 100)])])
+    assert outside == Wire(0, -1, [("t", [(0, 5, 100), (1, 0, 100)])], [])
+    session.answered(outside, 0, 0)
+    assert session.stage is Stage.PENDING, "the answer of a request outside is no news"
+    session.answered(opening, 42, 0)
+    wire = session.next([("t", [(0, 5, 100), (1, 0, 100)])])
+    assert wire == Wire(42, 1, [("t", [(1, 0, 100)])], [])
+
+
+def test_a_reset_while_an_opening_is_out_closes_the_session_it_makes() -> None:
+    session = FetchSession()
+    opening = session.next([("t", [(0, 5, 100)])])
+    session.reset()  # a new assignment
+    session.answered(opening, 42, 0)
+    assert session.next([("t", [(1, 0, 100)])]) == Wire(42, 0, [("t", [(1, 0, 100)])], [])
+
+
+def test_late_answers_of_a_session_replaced_change_nothing() -> None:
+    session = FetchSession()
+    opened(session, [("t", [(0, 5, 100)])], 42)
+    incremental = session.next([("t", [(0, 6, 100)])])
+    session.reset()
+    reopening = session.next([("t", [(0, 6, 100)])])
+    session.answered(incremental, 42, INVALID_FETCH_SESSION_EPOCH)
+    session.answered(reopening, 43, 0)
+    session.answered(incremental, 42, INVALID_FETCH_SESSION_EPOCH)
+    assert session.next([("t", [(0, 6, 100)])]) == Wire(43, 1, [], [])
+
+
+def test_a_lost_request_opens_a_new_session() -> None:
+    session = FetchSession()
+    opened(session, [("t", [(0, 5, 100)])], 42)
+    session.failed(session.next([("t", [(0, 6, 100)])]))
+    opening = session.next([("t", [(0, 6, 100)])])
+    assert opening == Wire(42, 0, [("t", [(0, 6, 100)])], [])
+    session.failed(opening)
+    assert session.next([("t", [(0, 6, 100)])]) == Wire(42, 0, [("t", [(0, 6, 100)])], [])
+
+
+def test_a_closed_session_opens_none_and_is_closed_once() -> None:
+    session = FetchSession()
+    opened(session, [("t", [(0, 5, 100)])], 42)
+    session.next([("t", [(0, 6, 100)])])
+    session.close()
+    assert session.next([("t", [(0, 6, 100)])]) == Wire(0, -1, [("t", [(0, 6, 100)])], [])
+    assert session.closing() == Wire(42, -1, [], [])
+    assert session.closing() is None
+    assert session.next([("t", [(0, 6, 100)])]).epoch == -1, "closed for good"
+
+
+def test_a_session_opening_when_closed_is_closed_once_answered() -> None:
+    session = FetchSession()
+    opening = session.next([("t", [(0, 5, 100)])])
+    session.close()
+    assert session.closing() is None, "its id is not known yet"
+    session.answered(opening, 42, 0)
+    assert session.closing() == Wire(42, -1, [], [])
+    assert FetchSession().closing() is None, "no session, nothing to close"
+
+
+class Request:
+    """aiokafka's fetch request, as far as a session reads it."""
+
+    def __init__(self) -> None:
+        self._max_wait_ms, self._min_bytes, self._max_bytes = 500, 1, 1000
+        self._isolation_level, self._rack_id = 0, ""
+        self.topics = [("t", [(0, 5, 100)])]
+
+
+@dataclass
+class Answer:
+    session_id: int
+    error_code: int = 0
+
+
 @pytest.mark.asyncio
-async def test_a_failed_send_opens_a_new_session_and_a_cancelled_one_keeps_it() -> None:
-    """A send that failed may have lost the request or its answer: the session starts again. A
-    cancelled one was written (the broker reads it all the same): the session goes on."""
+async def test_a_cancelled_senders_answer_still_reaches_its_session() -> None:
+    """aiokafka cancels a fetch at each new assignment: the request was written all the same,
+    and the answer to an opening one names the session the broker made."""
     sessions = FetchSessions()
-
-    class Request:
-        def __init__(self) -> None:
-            self._max_wait_ms, self._min_bytes, self._max_bytes = 500, 1, 1000
-            self._isolation_level, self._rack_id = 0, ""
-            self.topics = [("t", [(0, 5, 100)])]
-
     ((node, request),) = sessions.wrap([(1, Request())])
     session = sessions.session(node)
-    session.next(request.topics)
-    session.answered(42, 0)
+    written = asyncio.Event()
+    answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+
+    async def send(node_id: int, request: Any) -> Answer:
+        request.wire = request.session.next(request.topics)  # as aiokafka builds it
+        written.set()
+        return await answer
+
+    sender = asyncio.ensure_future(sessions.watching(send)(node, request))
+    await written.wait()
+    sender.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sender
+    answer.set_result(Answer(42))
+    await asyncio.wait(set(sessions._sends))
+    assert (session.stage, session.session_id) == (Stage.OPEN, 42)
+
+    ((node, request),) = sessions.wrap([(1, Request())])
 
     async def failing(node_id: int, request: Any) -> Any:
-        request.session.next(request.topics)
+        request.wire = request.session.next(request.topics)
         raise ConnectionError("gone")
 
     with pytest.raises(ConnectionError):
         await sessions.watching(failing)(node, request)
-    assert session.opening
-    assert session.sent == {}
-
-    session.next(request.topics)
-    session.answered(43, 0)
-
-    async def cancelled(node_id: int, request: Any) -> Any:
-        request.session.next(request.topics)
-        raise asyncio.CancelledError
-
-    with pytest.raises(asyncio.CancelledError):
-        await sessions.watching(cancelled)(node, request)
-    assert (session.opening, session.session_id, session.epoch) == (False, 43, 2)
+    assert (session.stage, session.session_id) == (Stage.OPENING, 42), "42 closed when reopening"
 
 
 KEYS = [PartitionKey(p) for p in range(6)]
@@ -234,7 +320,7 @@ async def test_a_session_the_broker_refuses_starts_again_and_loses_no_record(
     async with fetching_all(cluster, topic, monkeypatch) as (fetcher, spy):
         await read(fetcher, Counter({p: counts[p] // 2 for p in range(len(KEYS))}), got)
         # Requests lost on the way: the broker expects an epoch the next request does not carry.
-        for session in fetcher._sessions._sessions.values():
+        for session in sessions_of(fetcher)._sessions.values():
             session.epoch += 3
         spy.clear()
         more = await produce(topic, 200, start=300)
@@ -271,3 +357,122 @@ async def test_a_new_assignment_learns_every_partitions_log_end(
         }
     finally:
         await fetcher.stop()
+
+
+def sessions_of(fetcher: Fetcher) -> FetchSessions:
+    """The fetcher's sessions (it has them: fetch sessions fit the installed aiokafka)."""
+    sessions = fetcher._sessions
+    assert sessions is not None
+    return sessions
+
+
+FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+class Witness:
+    """Every fetch session the broker made for this process, read from the answers as they
+    come in, the answers to cancelled requests included (aiokafka drops those unread)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[int] = []
+        handle = AIOKafkaConnection._handle_frame
+
+        def handle_frame(connection: AIOKafkaConnection, frame: bytes) -> Any:
+            _correlation_id, request, _future = connection._requests[0]
+            if request is not None and request.API_KEY == 1 and request.API_VERSION >= 7:
+                answer = io.BytesIO(frame)
+                request.parse_response_header(answer)
+                _throttle, _error, session_id = struct.unpack(">ihi", answer.read(10))
+                if session_id and session_id not in self.made:
+                    self.made.append(session_id)
+            return handle(connection, frame)
+
+        monkeypatch.setattr(AIOKafkaConnection, "_handle_frame", handle_frame)
+
+
+class _Probe(FetchRequest):  # type: ignore[misc]  # aiokafka is untyped here
+    """A fetch in session ``session_id`` at an epoch never reached: the broker answers
+    INVALID_FETCH_SESSION_EPOCH while it holds the session (and leaves it as it was),
+    FETCH_SESSION_ID_NOT_FOUND once it is closed."""
+
+    def __init__(self, session_id: int) -> None:
+        super().__init__(0, 1, 1, 0, [])
+        self.session_id = session_id
+
+    def build(self, request_struct_class: Any) -> Any:
+        built = super().build(request_struct_class)
+        built.session_id, built.session_epoch = self.session_id, 2**31 - 1
+        return built
+
+
+async def held(cluster: LocalCluster, session_ids: list[int]) -> dict[int, bool]:
+    """Whether the broker holds each of ``session_ids``, asked by a client of its own."""
+    client = AIOKafkaClient(bootstrap_servers=cluster.bootstrap)
+    await client.bootstrap()
+    try:
+        (node,) = [broker.nodeId for broker in client.cluster.brokers()]
+        found = {}
+        for session_id in session_ids:
+            error = (await client.send(node, _Probe(session_id))).error_code
+            assert error in (INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_ID_NOT_FOUND)
+            found[session_id] = error == INVALID_FETCH_SESSION_EPOCH
+        return found
+    finally:
+        await client.close()
+
+
+async def stop(fetcher: Fetcher) -> None:
+    """Stop ``fetcher`` as `Fetcher.stop()` does, its sessions closed first."""
+    await sessions_of(fetcher).close(5.0)
+    await fetcher.stop()
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_stopped_fetcher_leaves_no_session_on_the_broker(
+    cluster: LocalCluster,
+    produced: tuple[str, Counter[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic, counts = produced
+    witness = Witness(monkeypatch)
+    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_bytes=1024)
+    await fetcher.start()
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign(dict.fromkeys(KEYS, 0))
+        await read(fetcher, counts, {p: [] for p in range(len(KEYS))})
+        assert witness.made, "the broker made a session"
+        assert (await held(cluster, witness.made[-1:])) == {witness.made[-1]: True}
+    finally:
+        await stop(fetcher)
+    assert await held(cluster, witness.made) == dict.fromkeys(witness.made, False)
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_an_opening_request_cancelled_in_flight_leaves_no_session_on_the_broker(
+    cluster: LocalCluster, make_topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiokafka cancels its fetches at a new assignment; the broker made the session the
+    cancelled opening request asked for all the same: the next opening request closes it."""
+    topic = await make_topic(partitions=2)
+    witness = Witness(monkeypatch)
+    # Nothing to read: the broker holds each fetch for max_wait, the opening one included.
+    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_wait_ms=1500)
+    await fetcher.start()
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign({PartitionKey(0): 0})
+        sessions = sessions_of(fetcher)._sessions
+        await wait_until(lambda: len(sessions) == 1, what="the fetch request out")
+        (session,) = sessions.values()
+        await wait_until(lambda: session.stage is Stage.PENDING, what="the opening request out")
+        fetcher.assign({PartitionKey(0): 0, PartitionKey(1): 0})  # cancels the fetch
+        await wait_until(lambda: len(witness.made) == 2, what="a session made, then another")
+        cancelled, opened = witness.made
+        await wait_until(lambda: session.session_id == opened, what="the second one in use")
+        assert await held(cluster, witness.made) == {cancelled: False, opened: True}
+    finally:
+        await stop(fetcher)
+    assert await held(cluster, witness.made) == dict.fromkeys(witness.made, False)

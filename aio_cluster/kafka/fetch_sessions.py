@@ -22,23 +22,40 @@ request, so nothing is skipped, only a round trip spent. A new aiokafka assignme
 that gains partitions) starts new sessions too: it makes every partition's state again, and only
 a full answer tells each its log end. A broker too old for sessions (before fetch version 7) gets
 aiokafka's own requests.
+
+The broker keeps a session until it is closed or evicted, in a cache of its own
+(``max.incremental.fetch.session.cache.slots``, 1,000 by default) shared by every client of the
+broker: a session left behind takes a slot another client's session needs. So every session the
+broker made for us is closed: by the next opening request (which names it), or by
+`FetchSessions.close()` when the fetcher stops. Answers are read even for requests aiokafka gave up
+on (it cancels its fetches at every new assignment): an opening request's answer is the only
+place the new session's id appears.
 """
 
 from __future__ import annotations
 
+import asyncio
+import enum
+import functools
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from aiokafka.protocol.fetch import FetchRequest
 
-__all__ = ["FetchSession", "FetchSessions", "Partitions", "Wire"]
+__all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
+
+log = logging.getLogger(__name__)
 
 Partitions = list[tuple[str, list[tuple[int, int, int]]]]
 """aiokafka's fetch list: topic -> [(partition, fetch offset, max bytes)]."""
 
 _INITIAL_EPOCH = 0
 """A request's epoch that opens a session (closing the one its session id names, if any)."""
+_FINAL_EPOCH = -1
+"""A request's epoch that opens no session (closing the one its session id names, if any)."""
 _MAX_EPOCH = 2**31 - 1
 _SESSION_VERSION = 7
 """The first fetch version with sessions."""
@@ -56,31 +73,57 @@ class Wire:
     """The partitions the session drops."""
 
 
+class Stage(enum.Enum):
+    """Where a `FetchSession` stands with its broker."""
+
+    OPENING = "the next request opens a session"
+    PENDING = "an opening request is out: its answer names the session"
+    OPEN = "requests are incremental"
+
+
 @dataclass
 class FetchSession:
-    """The incremental fetch session with one broker: pure state, no I/O."""
+    """The incremental fetch session with one broker: pure state, no I/O.
+
+    ``OPENING`` --next()--> ``PENDING`` --answered(id)--> ``OPEN`` --reset(), an error-->
+    ``OPENING``. A ``PENDING`` opening that fails, or whose answer names no session, goes back
+    to ``OPENING``. While ``PENDING`` (aiokafka sends again once it gave up on the opening
+    request), and once closed, requests open no session: the broker fetches as for aiokafka's own
+    requests. A reset while ``PENDING`` makes the coming session stale: its id is kept for the next
+    opening request to close. Closed is for good: `closing()` gives the request that closes the
+    session the broker holds.
+    """
 
     session_id: int = 0
-    """The session's id; while `opening`, the one the opening request closes (0: none)."""
+    """The session the broker holds for us (0: none known); the next opening request closes it."""
     epoch: int = _INITIAL_EPOCH
-    opening: bool = True
-    """The next request opens a session, in full."""
+    """The epoch of the next incremental request."""
+    stage: Stage = Stage.OPENING
     sent: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     """(topic, partition) -> (fetch offset, max bytes), as the broker holds them."""
+    opening: Wire | None = None
+    """The opening request out, while ``PENDING``."""
+    stale: bool = False
+    """The ``PENDING`` opening's session is to be closed, not used."""
+    closed: bool = False
+    """No session is opened any more (see `close()`)."""
 
     def next(self, partitions: Partitions) -> Wire:
         """The request that makes the broker fetch exactly ``partitions``; taken as sent."""
+        if self.closed or self.stage is Stage.PENDING:
+            # A request outside any session, as aiokafka's own: id 0 at the final epoch.
+            return Wire(0, _FINAL_EPOCH, partitions, [])
         wanted = {
             (topic, partition): (offset, size)
             for topic, entries in partitions
             for partition, offset, size in entries
         }
-        if self.opening:
+        if self.stage is Stage.OPENING:
             # Everything, in full, at the initial epoch: the broker closes the session named
             # (if any) and answers with a new one's id.
-            self.epoch = _INITIAL_EPOCH
-            self.sent = wanted
-            return Wire(self.session_id, _INITIAL_EPOCH, partitions, [])
+            self.stage, self.stale, self.sent = Stage.PENDING, False, wanted
+            self.opening = Wire(self.session_id, _INITIAL_EPOCH, partitions, [])
+            return self.opening
         changed: dict[str, list[tuple[int, int, int]]] = {}
         for (topic, partition), (offset, size) in wanted.items():
             if self.sent.get((topic, partition)) != (offset, size):
@@ -94,23 +137,75 @@ class FetchSession:
         self.sent = wanted
         return Wire(self.session_id, epoch, list(changed.items()), list(forgotten.items()))
 
-    def answered(self, session_id: int, error_code: int) -> None:
-        """The broker answered a request of this session: with an error (it forgot the
-        session, or an epoch went missing) the next request opens a new one."""
-        if error_code:
-            self.reset()
-        elif self.opening:
-            # The answer to an opening request. An id of 0: the broker keeps no session for us
-            # now (its cache is full), and the next request asks again.
+    def answered(self, wire: Wire, session_id: int, error_code: int) -> None:
+        """The broker answered the request that carried ``wire``, naming ``session_id``.
+
+        The answer to the opening request names the new session (0: the broker keeps none for
+        us now, its cache is full, and the next request asks again). An error in the open
+        session's answer (the broker forgot the session, or an epoch went missing) makes the next
+        request open a new one. Answers to requests outside the session are no news.
+        """
+        if wire is self.opening:
+            # The opening request closed `session_id` before making this one.
             self.session_id = session_id
-            self.opening = session_id == 0
-            self.epoch = 1
+            self.opening = None
+            if error_code or session_id == 0 or self.stale or self.closed:
+                self._reopen()
+            else:
+                self.stage, self.epoch = Stage.OPEN, 1
+        elif error_code and self._carried_by(wire):
+            self.reset()
+
+    def failed(self, wire: Wire) -> None:
+        """The request that carried ``wire`` or its answer was lost (the connection broke): the
+        broker's session, if any, went out of step, and the next request opens a new one. A lost
+        opening request's session cannot be closed, its id unknown: the broker evicts it once
+        idle and short of room."""
+        if wire is self.opening:
+            self.opening = None
+            self._reopen()
+        elif self._carried_by(wire):
+            self.reset()
 
     def reset(self) -> None:
-        """The next request opens a new session, in full (closing this one)."""
-        self.opening = True
-        self.epoch = _INITIAL_EPOCH
-        self.sent = {}
+        """The next request opens a new session, in full (closing this one); while ``PENDING``,
+        the session coming is closed by that request."""
+        if self.stage is Stage.PENDING:
+            self.stale = True
+        else:
+            self._reopen()
+
+    def close(self) -> None:
+        """Open no session from now on: each request is outside any session."""
+        self.closed = True
+
+    def closing(self) -> Wire | None:
+        """The request that closes the session the broker holds, if one is known (taken as sent:
+        the session is forgotten). Ask once no opening request is ``PENDING``: its session is
+        not known yet."""
+        if self.session_id == 0 or self.stage is Stage.PENDING:
+            return None
+        wire = Wire(self.session_id, _FINAL_EPOCH, [], [])
+        self.session_id = 0
+        self._reopen()
+        return wire
+
+    def _carried_by(self, wire: Wire) -> bool:
+        """Whether ``wire`` is an incremental request of the open session."""
+        return self.stage is Stage.OPEN and wire.session_id == self.session_id and wire.epoch > 0
+
+    def _reopen(self) -> None:
+        self.stage, self.epoch, self.sent, self.stale = Stage.OPENING, _INITIAL_EPOCH, {}, False
+
+
+def _with_session(built: Any, wire: Wire) -> Any:
+    """``built`` (a fetch request struct of a version with sessions) carrying ``wire``."""
+    built.__dict__.update(
+        session_id=wire.session_id,
+        session_epoch=wire.epoch,
+        forgotten_topics_data=wire.forgotten,
+    )
+    return built
 
 
 class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is untyped here
@@ -127,11 +222,13 @@ class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
             rack_id=request._rack_id,
         )
         self.session = session
+        self.wire: Wire | None = None
+        """What the request carried of the session, once built (None: nothing)."""
 
     def build(self, request_struct_class: Any) -> Any:
         if request_struct_class.API_VERSION < _SESSION_VERSION:
             return super().build(request_struct_class)
-        wire = self.session.next(self.topics)
+        self.wire = wire = self.session.next(self.topics)
         built = FetchRequest(
             self._max_wait_ms,
             self._min_bytes,
@@ -140,12 +237,22 @@ class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
             wire.topics,
             rack_id=self._rack_id,
         ).build(request_struct_class)
-        built.__dict__.update(
-            session_id=wire.session_id,
-            session_epoch=wire.epoch,
-            forgotten_topics_data=wire.forgotten,
-        )
-        return built
+        return _with_session(built, wire)
+
+
+class _ClosingFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is untyped here
+    """A fetch of no partition that closes a session (its `Wire` from `FetchSession.closing`):
+    the broker answers it at once."""
+
+    def __init__(self, wire: Wire) -> None:
+        super().__init__(0, 1, 1, 0, [])
+        self.wire = wire
+
+    def build(self, request_struct_class: Any) -> Any:
+        built = super().build(request_struct_class)
+        if request_struct_class.API_VERSION < _SESSION_VERSION:
+            return built
+        return _with_session(built, self.wire)
 
 
 class FetchSessions:
@@ -159,6 +266,9 @@ class FetchSessions:
         self._sessions: dict[int, FetchSession] = {}
         self._assignment: Any = None
         """aiokafka's assignment the sessions were made for."""
+        self._client: Any = None
+        self._sends: set[asyncio.Future[Any]] = set()
+        """The session requests whose answers are still to come."""
 
     def install(self, fetcher: Any, client: Any) -> None:
         """Send ``fetcher``'s requests (aiokafka's) within sessions, through ``client``."""
@@ -176,6 +286,7 @@ class FetchSessions:
             return (self.wrap(fetches), *rest)
 
         fetcher._get_actions_per_node = with_sessions
+        self._client = client
         client.send = self.watching(client.send)
 
     def wrap(self, fetches: Iterable[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -192,19 +303,63 @@ class FetchSessions:
         return found
 
     def watching(self, send: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        """``send`` that tells a session's requests' answers to the session: a failed send may
-        have lost the request or its answer, so the session starts again."""
+        """``send`` that tells a session's requests' answers to the session, even the answers to
+        requests whose sender was cancelled meanwhile (the send goes on, shielded, until its
+        answer comes or its connection fails)."""
 
         async def sent(node_id: int, request: Any, **options: Any) -> Any:
             if not isinstance(request, _SessionFetchRequest):
                 return await send(node_id, request, **options)
-            try:
-                response = await send(node_id, request, **options)
-            except Exception:
-                request.session.reset()
-                raise
-            if response.API_VERSION >= _SESSION_VERSION:
-                request.session.answered(response.session_id, response.error_code)
-            return response
+            sending = asyncio.ensure_future(send(node_id, request, **options))
+            self._sends.add(sending)
+            sending.add_done_callback(functools.partial(self._settled, request))
+            return await asyncio.shield(sending)
 
         return sent
+
+    def _settled(self, request: _SessionFetchRequest, sending: asyncio.Future[Any]) -> None:
+        self._sends.discard(sending)
+        wire = request.wire
+        if wire is None:
+            return  # never written, or outside sessions (an old broker)
+        if sending.cancelled() or sending.exception() is not None:
+            request.session.failed(wire)
+        else:
+            response = sending.result()
+            request.session.answered(wire, response.session_id, response.error_code)
+
+    async def close(self, timeout: float) -> None:
+        """Close the sessions the brokers hold for us, within ``timeout`` seconds; call it while
+        the client is still connected (before the consumer stops). From now on no request
+        opens a session. The answers to opening requests still out are awaited first: they name
+        sessions to close. A broker that does not answer in time keeps its session until it
+        evicts it; errors are logged, never raised: a stop goes on whatever the brokers do.
+        """
+        for session in self._sessions.values():
+            session.close()
+        with anyio.move_on_after(timeout) as scope:
+            if self._sends:
+                await asyncio.wait(set(self._sends))
+            await asyncio.gather(
+                *(
+                    self._close_one(node, wire)
+                    for node, session in self._sessions.items()
+                    if (wire := session.closing()) is not None
+                )
+            )
+        if scope.cancelled_caught:
+            log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
+
+    async def _close_one(self, node: int, wire: Wire) -> None:
+        try:
+            response = await self._client.send(node, _ClosingFetchRequest(wire))
+        except Exception as exc:  # a stop goes on whatever the broker does
+            log.info("fetch session %d on broker %d not closed: %r", wire.session_id, node, exc)
+            return
+        if response.error_code:
+            log.info(
+                "fetch session %d on broker %d not closed: error %d",
+                wire.session_id,
+                node,
+                response.error_code,
+            )
