@@ -1,15 +1,24 @@
-"""Every routine of the project, as a nox session: ``nox -s tests``, ``tests_compat``, ``lint``,
-``typecheck``, ``chaos``, ``demo``, ``bench``, ``docs``."""
+"""Every routine of the project, as a nox session: ``nox -s tests``, ``tests_compat``, ``deps``,
+``lint``, ``typecheck``, ``chaos``, ``soak``, ``demo``, ``bench``, ``docs``."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import nox
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -29,9 +38,20 @@ they compute, so more of them than cores (2 on the CI machine) still shortens th
 CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
 """Where these name a cluster, the tests use it instead of starting one."""
 
-SERVER_FREE = "(server_free or smoke) and not chaos"
+LONG = "not chaos and not soak"
+"""The long runs, each in a session of its own (``chaos``, ``soak``), which no other runs."""
+
+SERVER_FREE = f"(server_free or smoke) and {LONG}"
 """What ``tests_compat`` runs: every test that uses no cluster fixture (tests/conftest.py marks
 them), and the few real-server smoke tests (marked ``smoke``)."""
+
+PINNED = ("aiokafka", "kazoo")
+"""The dependencies whose private names the package uses (its seams, ``aio_cluster/kafka/`` and
+``aio_cluster/zookeeper/``): ``deps`` runs the tests on each bound of their pins."""
+
+SEAMS = f"(seams or server_free or smoke) and {LONG}"
+"""What ``deps`` runs: the seams' contract tests, and the suite ``tests_compat`` runs (so that
+the selection is never empty)."""
 
 
 def _interpreters_on_path(versions: list[str]) -> None:
@@ -85,11 +105,11 @@ def tests(session: nox.Session) -> None:
     with _shared_cluster(session) as cluster:
         session.run(
             *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile"),
-            *("-m", "not serial and not chaos"),
+            *("-m", f"not serial and {LONG}"),
             env=cluster,
         )
         # The tests marked serial, alone; none so marked (exit status 5) is no failure.
-        session.run("pytest", "-m", "serial and not chaos", env=cluster, success_codes=[0, 5])
+        session.run("pytest", "-m", f"serial and {LONG}", env=cluster, success_codes=[0, 5])
         session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
 
 
@@ -130,11 +150,69 @@ def tests_compat(session: nox.Session) -> None:
 
 
 @nox.session
+@nox.parametrize("bound", ["lowest", "highest"], ids=["lowest", "highest"])
+def deps(session: nox.Session, bound: str) -> None:
+    """The seams' contract tests (marked ``seams``) and the ``tests_compat`` suite against the
+    lowest (``nox -s "deps(lowest)"``) or the highest versions that pyproject.toml's pins
+    of aiokafka and kazoo allow, on one cluster the session starts (as ``tests`` does). uv
+    resolves the bounds from the pins as written, so they follow a raised floor."""
+    pins = _resolved_bounds(session, bound)
+    session.install("-e", ".[test,examples]", *pins)
+    session.log(f"{bound} bounds: {' '.join(pins)}")
+    with _shared_cluster(session) as cluster:
+        session.run("pytest", "-m", SEAMS, *session.posargs, env=cluster)
+
+
+def _resolved_bounds(session: nox.Session, bound: str) -> list[str]:
+    """``name==version`` of each of `PINNED` at the ``lowest`` or ``highest`` bound its
+    requirement in pyproject.toml allows, as uv resolves them for the session's Python."""
+    with open("pyproject.toml", "rb") as file:
+        dependencies: list[str] = tomllib.load(file)["project"]["dependencies"]
+    wanted = [line for line in dependencies if canonicalize_name(Requirement(line).name) in PINNED]
+    if len(wanted) != len(PINNED):
+        session.error(f"pyproject.toml does not pin each of {PINNED}: {wanted}")
+    requirements = Path(session.create_tmp()) / "pinned.in"
+    requirements.write_text("\n".join(wanted) + "\n")
+    if shutil.which("uv") is None:
+        session.install("uv")
+    resolution = "lowest-direct" if bound == "lowest" else "highest"
+    output = session.run(
+        *("uv", "pip", "compile", "--quiet", "--no-header", "--no-annotate"),
+        *("--resolution", resolution, "--python", str(Path(session.bin) / "python")),
+        str(requirements),
+        external=True,
+        silent=True,
+    )
+    assert isinstance(output, str)
+    resolved = [line for line in output.split() if canonicalize_name(line.split("==")[0]) in PINNED]
+    if len(resolved) != len(PINNED):
+        session.error(f"uv resolved no version of each of {PINNED}: {output}")
+    return resolved
+
+
+@nox.session
 def chaos(session: nox.Session) -> None:
     """Random joins, graceful leaves, SIGKILLs and freezes of the oldest past its session of member
     processes: nothing may be lost, and one leader at the end."""
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "chaos", "-rP", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """Members live for minutes through churn (joins, leaves, kills, freezes, ZooKeeper cuts) while
+    a producer writes, on a cluster of the test's own; a long-lived member's memory, descriptors,
+    tasks and threads, and its ZooKeeper watches, ephemerals and connections, must not grow, and
+    nothing may be lost (tests/soak/). ``nox -s soak -- --minutes 2`` for a shorter run (default
+    15, or ``AIO_CLUSTER_SOAK_MINUTES``); other arguments go to pytest."""
+    session.install("-e", ".[test]")
+    arguments = list(session.posargs)
+    env: dict[str, str] = {}
+    if "--minutes" in arguments:
+        at = arguments.index("--minutes")
+        env["AIO_CLUSTER_SOAK_MINUTES"] = arguments[at + 1]
+        del arguments[at : at + 2]
+    session.run("pytest", "-m", "soak", "-rP", "tests/soak", *arguments, env=env)
 
 
 @nox.session
