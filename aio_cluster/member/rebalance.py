@@ -270,6 +270,10 @@ class Rebalancer:
             raise
         if self._epoch != epoch:
             # Checked after the last wait: a claim of a lost session must never be recorded.
+            # Its node is given back all the same: kazoo sends a create queued across the
+            # expiry on the next session, where it would block the partition for that
+            # session's life (under the claim's fence, so no other claim's node is touched).
+            await self._nodes.unrecorded(partition, taken.node_version, taken.epoch)
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         self._states.claimed(
             Claim(
