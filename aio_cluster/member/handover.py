@@ -6,8 +6,9 @@ awaited (at most ``rebalance_timeout``; then abandoned, and its cancelled handle
 listener hears of it, its completed offset is stored, and only then is its claim deleted; a
 partition whose handler ignores its cancellation stays, handing out nothing, until it ended. A
 new claim is positioned and handed to the fetcher; its first batch waits until the listener
-heard of it. When the member leaves, running bodies are not awaited (their batches go to the
-next owner), but the listener hears of every partition it gives up.
+heard of it, and until what the claim before it noted as finished past its offset was read
+(see `aio_cluster.member.finished`). When the member leaves, running bodies are not awaited
+(their batches go to the next owner), but the listener hears of every partition it gives up.
 
 The partitions' state is `aio_cluster.member.partitions.PartitionStates`; this part holds none.
 """
@@ -142,6 +143,8 @@ class Handover:
         new = self._states.unannounced()
         self._states.withhold(new)
         try:
+            claims = self._states.claims
+            await self._offsets.read_notes([claims[p] for p in new if p in claims])
             await self._mirror.take_over(self._states.claims, self._states.migrated)
             await self._delivery.position()
             changed = await self._delivery.reassign()

@@ -6,6 +6,10 @@ checks the owner node's version and the partition's fence at the claim's epoch (
 replaced, an offset reset bumped the fence) never overwrites what the next owner, or the reset,
 stored. A claim such a write finds gone is marked ``fenced``: nothing is stored for it again, its
 offsets are not mirrored, and ``on_fenced`` asks for the rebalance that drops it.
+
+The records noted as finished past a claim's offset (`aio_cluster.member.finished`) are stored
+in the same transaction, in a node of the project's own; a claim's first batch is handed out
+only once the notes of the claim before it were read (`Offsets.read_notes()`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
+from ..errors import CoordinationError
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import (
     BadVersionError,
     Check,
     Create,
+    Delete,
     NodeExistsError,
     NoNodeError,
     Op,
@@ -28,6 +34,7 @@ from ..zookeeper.client import (
     ZooKeeper,
 )
 from ..zookeeper.layout import decode_offset
+from . import finished
 from .claims import Claim
 from .keyed_layout import KeyedLayout
 from .partitions import PartitionStates
@@ -63,6 +70,50 @@ class Offsets:
         self._on_fenced = on_fenced
         self._store_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
+        self._notes: set[str] = set()
+        """The note nodes known to exist (`aio_cluster.member.finished`)."""
+        self._parents: set[str] = set()
+        """The note parents known to exist."""
+
+    async def read_notes(self, claims: list[Claim]) -> None:
+        """Learn what the claims before ``claims`` noted as finished past the offsets they
+        stored (see `aio_cluster.member.finished`): one read of each topic's notes, and one of
+        each note of these partitions. A note that does not go with the claim's offset and
+        epoch is ignored; so is any that cannot be read (its records are handled again)."""
+        by_parent: dict[str, list[Claim]] = {}
+        for claim in claims:
+            if claim.stored is not None:
+                by_parent.setdefault(finished.parent(self._layout, claim.partition), []).append(
+                    claim
+                )
+        try:
+            for parent, some in by_parent.items():
+                try:
+                    names = set(await self._zk.get_children(parent))
+                except NoNodeError:
+                    continue
+                self._parents.add(parent)
+                for claim in some:
+                    path = finished.path(self._layout, claim.partition)
+                    if path.rpartition("/")[2] in names:
+                        self._notes.add(path)
+                        await self._read_note(claim, path)
+        except CoordinationError as exc:
+            log.warning("the notes of finished records could not be read (%s): ignored", exc)
+
+    async def _read_note(self, claim: Claim, path: str) -> None:
+        try:
+            data, _stat = await self._zk.get(path)
+        except NoNodeError:
+            self._notes.discard(path)
+            return
+        found = finished.decode(data)
+        if found is None:
+            return
+        epoch, offset, offsets = found
+        if epoch == claim.epoch - 1 and offset == claim.stored:
+            # Stored again under this claim's epoch with its next offset (not stored yet).
+            finished.note(claim, offset, offsets)
 
     async def stored(self, partition: PartitionKey) -> int | None:
         """The offset stored for ``partition``, or None when none is.
@@ -94,7 +145,9 @@ class Offsets:
         stored.
         """
         async with self._store_lock:
+            partitions = list(partitions)
             due = self._states.unstored(partitions)
+            due.extend(self._notes_due(partitions, due))
             if not due:
                 return {}
             with anyio.CancelScope(shield=True):
@@ -107,6 +160,7 @@ class Offsets:
                     due = await self._still_ours(due)
                     for claim in due:
                         self._states.learned(claim, await self.stored(claim.partition))
+                        await self._learn_note(claim)
                     written = await self._write(due)
             return self._states.stored(written)
 
@@ -138,14 +192,91 @@ class Offsets:
             and fence.version == claim.epoch
         )
 
+    def _notes_due(self, partitions: list[PartitionKey], due: list[Claim]) -> list[Claim]:
+        """Of ``partitions``, the owned claims not in ``due`` whose note is not stored yet:
+        their offset is written again with it (see `_offset()`)."""
+        claims, found = self._states.claims, []
+        for partition in dict.fromkeys(partitions):
+            claim = claims.get(partition)
+            if claim is None or claim.fenced or claim in due:
+                continue
+            known = finished.noted(claim)
+            if known is not None and not known.stored:
+                found.append(claim)
+        return found
+
+    @staticmethod
+    def _offset(claim: Claim) -> int | None:
+        """The offset to write for ``claim``: its pending one; else (only its note is due) the
+        one stored, or the note's prefix where that is further (a batch given up before its
+        prefix moved, of a claim that stored nothing yet), so it never goes back."""
+        if claim.pending is not None:
+            return claim.pending
+        known = finished.noted(claim)
+        if known is None:
+            return claim.stored
+        return known.base if claim.stored is None else max(claim.stored, known.base)
+
+    async def _learn_note(self, claim: Claim) -> None:
+        """Whether the note node of ``claim``'s partition exists (a write found otherwise)."""
+        path = finished.path(self._layout, claim.partition)
+        if await self._zk.exists(path) is None:
+            self._notes.discard(path)
+        else:
+            self._notes.add(path)
+
     async def _write(self, claims: list[Claim]) -> dict[Claim, int]:
-        written = {claim: claim.pending for claim in claims if claim.pending is not None}
+        written: dict[Claim, int] = {}
+        for claim in claims:
+            offset = self._offset(claim)
+            if offset is not None:
+                written[claim] = offset
         ops: list[Op] = []
+        notes: dict[Claim, frozenset[int]] = {}
         for claim, offset in written.items():
             ops.append(Check(self._layout.owner(claim.partition), claim.node_version))
             ops.append(Check(self._layout.fence(claim.partition), claim.epoch))
             data = str(offset).encode()
             path = self._layout.offset(claim.partition)
             ops.append(SetData(path, data) if claim.stored is not None else Create(path, data))
+            beyond = await self._note_ops(claim, offset, ops)
+            if beyond is not None:
+                notes[claim] = beyond
         await self._zk.transaction(ops)
+        for claim, offset in written.items():
+            if claim in notes:
+                self._wrote_note(claim, offset, notes[claim])
+            else:  # deleted, if it was there
+                self._notes.discard(finished.path(self._layout, claim.partition))
         return written
+
+    async def _note_ops(self, claim: Claim, offset: int, ops: list[Op]) -> frozenset[int] | None:
+        """Add to ``ops`` the steps that store what finished past ``offset`` for ``claim``
+        (or delete a note that no longer holds).
+
+        Returns:
+            The offsets noted, when a note is written.
+        """
+        path = finished.path(self._layout, claim.partition)
+        known = finished.noted(claim)
+        beyond = frozenset() if known is None else known.beyond(offset)
+        data = finished.encode(claim.epoch, offset, beyond) if beyond else b""
+        if not beyond or len(data) > finished.MAX_BYTES:
+            if known is not None and not beyond:
+                finished.forget(claim)
+            if path in self._notes:
+                ops.append(Delete(path))
+            return None
+        parent = finished.parent(self._layout, claim.partition)
+        if parent not in self._parents:
+            await self._zk.ensure_path(parent)
+            self._parents.add(parent)
+        ops.append(SetData(path, data) if path in self._notes else Create(path, data))
+        return beyond
+
+    def _wrote_note(self, claim: Claim, offset: int, beyond: frozenset[int]) -> None:
+        """ZooKeeper holds the note of ``claim``: stored, unless it grew meanwhile."""
+        self._notes.add(finished.path(self._layout, claim.partition))
+        known = finished.noted(claim)
+        if known is not None and known.beyond(offset) == beyond:
+            finished.note(claim, known.base, known.offsets, stored=True)

@@ -50,6 +50,7 @@ from .claims import Batch, Claim
 from .delivery import Delivery
 from .eager import resumed
 from .failures import Retries
+from .finished import forget, note, noted
 from .windows import Entry, Window
 
 if TYPE_CHECKING:
@@ -374,11 +375,46 @@ class Processor:
         self.failed_at.pop(claim.partition, None)
         self._held += len(batch)
         self._idle.clear()
+        if self._pass_finished(window):
+            return  # every record finished before: committed
         if self.lingering((claim.partition,)):
             self._deferred[claim.partition] = window
             return
         self._open.append(window)
         self._wake(len(batch))
+
+    def _pass_finished(self, window: Window) -> bool:
+        """Pass over the records of ``window`` noted as finished (by an earlier ``process()``
+        stopped without a graceful handover, here or on another member: see
+        `aio_cluster.member.finished`); a batch that starts before the note's prefix (read
+        again after a seek back) forgets it.
+
+        Returns:
+            True when every record finished before (the batch is settled).
+        """
+        claim, batch = window.claim, window.batch
+        found = noted(claim)
+        if found is None:
+            return False
+        if batch[0].offset < found.base:
+            forget(claim)
+            return False
+        offsets = found.offsets
+        window.pass_over([i for i, record in enumerate(batch) if record.offset in offsets])
+        self._grew(window, window.take_grown())
+        return window.gone
+
+    def _note_finished(self, window: Window) -> None:
+        """``window`` ends unfinished: note the records that finished past its prefix (with
+        those noted before, past it), to be stored beside its offset, so that none is handled
+        again (see `aio_cluster.member.finished`)."""
+        batch, claim = window.batch, window.claim
+        base = batch[window.prefix].offset
+        offsets = {batch[index].offset for index in window.finished_beyond()}
+        earlier = noted(claim)
+        if earlier is not None:
+            offsets.update(earlier.beyond(base))
+        note(claim, base, frozenset(offsets))
 
     def _next(self) -> Entry | None:
         """The next record to run: one out and ready first, else the next record taken from
@@ -962,6 +998,8 @@ class Processor:
         if window.gone:
             return
         grown, unfinished = window.take_grown(), window.unfinished
+        if unfinished:
+            self._note_finished(window)
         if unfinished and (grown or window in self._untold):
             # Delivered again from the first unfinished record: the delivery must know it.
             offset = window.batch[window.prefix].offset
@@ -1008,6 +1046,8 @@ class Processor:
             window = self._windows.pop(partition, None)
             if window is None:
                 continue
+            if window.unfinished:
+                self._note_finished(window)
             window.give_up()
             self._held -= window.take_grown() + window.unfinished
             if not window.running and window.in_place < 0:

@@ -98,6 +98,9 @@ class Window:
     """Records the prefix passed since `take_grown()` was last asked."""
     horizon: int = -1
     """Once it stopped taking: the last index that may still start (-1: none)."""
+    _last_passed: int = -1
+    """The last record finished before the batch came (`pass_over()`; -1: none): up to it,
+    taking passes over finished records."""
     running: set[Entry] = field(default_factory=set)
     """Records started and not finished that other tasks may see: in a handler that waits,
     waiting for a retry, or being sent to the dead-letter topic."""
@@ -160,6 +163,28 @@ class Window:
             self._keys = [key if counts[key] > 1 else _ALONE for key in keys]
         return self._keys
 
+    def pass_over(self, indices: list[int]) -> None:
+        """The records at ``indices`` (ascending) finished before the batch came (see
+        `aio_cluster.member.finished`): none of them is taken, and the prefix passes them."""
+        if not indices:
+            return
+        for index in indices:
+            self.done[index] = 1
+        self._furthest = max(self._furthest, indices[-1])
+        self._last_passed = indices[-1]
+        self._advance(self._prefix)
+
+    def finished_beyond(self) -> list[int]:
+        """The indices of the records past the prefix that finished."""
+        done, prefix = self.done, self.prefix
+        return [index for index in range(prefix + 1, len(self.batch)) if done[index]]
+
+    def _pass_finished(self) -> None:
+        """Move the cursor past the records that finished before the batch came."""
+        done, size = self.done, len(self.batch)
+        while self.cursor < size and done[self.cursor]:
+            self.cursor += 1
+
     def take(self) -> int:
         """The index of the next record that may start now, taken (-1: none now).
 
@@ -169,6 +194,8 @@ class Window:
         size = len(self.batch)
         if not self.taking:
             return -1
+        if self.cursor <= self._last_passed:
+            self._pass_finished()
         busy = self.busy
         if not busy or self.ordering == "none":
             if self.cursor < size:
@@ -181,6 +208,8 @@ class Window:
         while self.cursor < size:
             index = self.cursor
             self.cursor += 1
+            if index <= self._last_passed and self.done[index]:
+                continue
             key = keys[index]
             if key not in busy:
                 return index
@@ -198,8 +227,13 @@ class Window:
         if not self.taking:
             return range(0)
         if not self.busy or self.ordering == "none":
-            run = range(self.cursor, len(self.batch))
-            self.cursor = len(self.batch)
+            stop = len(self.batch)
+            if self.cursor <= self._last_passed:
+                self._pass_finished()
+                if self.cursor <= self._last_passed:
+                    stop = self.done.find(1, self.cursor)  # the next one passed over
+            run = range(self.cursor, stop)
+            self.cursor = stop
         else:
             index = self.take()
             run = range(index, index + 1) if index >= 0 else range(0)

@@ -1,0 +1,118 @@
+"""A cancelled ``process()`` against the real local ZooKeeper and Kafka: the records whose
+handlers finished beyond the completed prefix are not handled again, by the next owner nor by
+the same member's next ``process()``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from aio_cluster import ConsumerGroup, Record
+from aio_cluster.local import LocalCluster
+
+from conftest import MakeTopic
+from support import wait_until
+
+pytestmark = pytest.mark.asyncio
+
+RECORDS = 200
+
+
+def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> ConsumerGroup:
+    options.setdefault("loop_delay", 0.1)
+    options.setdefault("claim_timeout", 10.0)
+    options.setdefault("commit_interval", 0.2)
+    return ConsumerGroup(group, [cluster.bootstrap], [cluster.zookeeper], topic, **options)
+
+
+async def one_slow_key_first(producer: AIOKafkaProducer, topic: str) -> None:
+    """Offset 0 under key ``slow``, then `RECORDS` - 1 records of keys of their own."""
+    futures = [await producer.send(topic, key=b"slow", value=b"0")]
+    for i in range(1, RECORDS):
+        futures.append(await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode()))
+    await asyncio.gather(*futures)
+
+
+class Counting:
+    """A handler that counts its finished runs by offset; offset 0 waits until ``slow`` is set
+    (it is cancelled meanwhile, by the test)."""
+
+    def __init__(self) -> None:
+        self.finished: Counter[int] = Counter()
+        self.slow = asyncio.Event()
+
+    async def __call__(self, record: Record) -> None:
+        if record.offset == 0:
+            await self.slow.wait()
+        else:
+            await asyncio.sleep(0)  # a handler that waits, as most do
+        self.finished[record.offset] += 1
+
+
+async def stored_at(group: ConsumerGroup, offset: int) -> bool:
+    return await group.offset(0) == offset
+
+
+async def cancelled_after_the_rest(group: ConsumerGroup, handler: Counting) -> None:
+    """Run ``process()`` until every record but the slow one finished, then cancel it."""
+    task = asyncio.create_task(group.process(handler, ordering="key", concurrency=50))
+    await wait_until(
+        lambda: len(handler.finished) == RECORDS - 1 or task.done(),
+        what="every record but the slow one finished",
+    )
+    assert not task.done(), task
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_the_next_owner_repeats_no_finished_record(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await one_slow_key_first(producer, topic)
+    first = Counting()
+    async with member(cluster, group_name, topic) as group:
+        await cancelled_after_the_rest(group, first)
+
+    second = Counting()
+    second.slow.set()
+    async with member(cluster, group_name, topic) as group:
+        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
+        try:
+            await wait_until(lambda: 0 in second.finished, what="the slow record handled")
+            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    repeated = sorted(set(first.finished) & set(second.finished))
+    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
+    assert set(second.finished) == {0}
+
+
+async def test_the_same_members_next_call_repeats_no_finished_record(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await one_slow_key_first(producer, topic)
+    first = Counting()
+    async with member(cluster, group_name, topic) as group:
+        await cancelled_after_the_rest(group, first)
+        second = Counting()
+        second.slow.set()
+        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
+        try:
+            await wait_until(lambda: 0 in second.finished, what="the slow record handled")
+            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    repeated = sorted(set(first.finished) & set(second.finished))
+    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
