@@ -179,7 +179,7 @@ async def test_a_cancelled_senders_answer_still_reaches_its_session() -> None:
     with pytest.raises(asyncio.CancelledError):
         await sender
     answer.set_result(Answer(42))
-    await asyncio.wait(set(sessions._sends))
+    await asyncio.wait(list(sessions._sends))
     assert (session.stage, session.session_id) == (Stage.OPEN, 42)
 
     ((node, request),) = sessions.wrap([(1, Request())])

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from aiokafka.client import ConnectionGroup
 from aiokafka.protocol.fetch import FetchRequest
 
 __all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
@@ -267,7 +268,7 @@ class FetchSessions:
         self._assignment: Any = None
         """aiokafka's assignment the sessions were made for."""
         self._client: Any = None
-        self._sends: set[asyncio.Future[Any]] = set()
+        self._sends: dict[asyncio.Future[Any], _SessionFetchRequest] = {}
         """The session requests whose answers are still to come."""
 
     def install(self, fetcher: Any, client: Any) -> None:
@@ -311,14 +312,14 @@ class FetchSessions:
             if not isinstance(request, _SessionFetchRequest):
                 return await send(node_id, request, **options)
             sending = asyncio.ensure_future(send(node_id, request, **options))
-            self._sends.add(sending)
+            self._sends[sending] = request
             sending.add_done_callback(functools.partial(self._settled, request))
             return await asyncio.shield(sending)
 
         return sent
 
     def _settled(self, request: _SessionFetchRequest, sending: asyncio.Future[Any]) -> None:
-        self._sends.discard(sending)
+        del self._sends[sending]
         wire = request.wire
         if wire is None:
             return  # never written, or outside sessions (an old broker)
@@ -332,14 +333,21 @@ class FetchSessions:
         """Close the sessions the brokers hold for us, within ``timeout`` seconds; call it while
         the client is still connected (before the consumer stops). From now on no request
         opens a session. The answers to opening requests still out are awaited first: they name
-        sessions to close. A broker that does not answer in time keeps its session until it
+        sessions to close. The closing requests ride the client's second connection to each
+        broker, not to queue behind a long-polling fetch: every request of a session was
+        answered by then. A broker that does not answer in time keeps its session until it
         evicts it; errors are logged, never raised: a stop goes on whatever the brokers do.
         """
         for session in self._sessions.values():
             session.close()
         with anyio.move_on_after(timeout) as scope:
-            if self._sends:
-                await asyncio.wait(set(self._sends))
+            openings = [
+                sending
+                for sending, request in self._sends.items()
+                if request.wire is not None and request.wire is request.session.opening
+            ]
+            if openings:
+                await asyncio.wait(openings)
             await asyncio.gather(
                 *(
                     self._close_one(node, wire)
@@ -352,7 +360,9 @@ class FetchSessions:
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
-            response = await self._client.send(node, _ClosingFetchRequest(wire))
+            response = await self._client.send(
+                node, _ClosingFetchRequest(wire), group=ConnectionGroup.COORDINATION
+            )
         except Exception as exc:  # a stop goes on whatever the broker does
             log.info("fetch session %d on broker %d not closed: %r", wire.session_id, node, exc)
             return
