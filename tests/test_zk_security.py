@@ -1,9 +1,13 @@
 """The ZooKeeper adapter's security against the real server: digest authentication, the
-creator ACL (read by anyone, changed only by its identity), typed refusals, no credential logged."""
+creator ACL (read by anyone, changed only by its identity), typed refusals, no credential logged;
+TLS with the installed kazoo, whose host name check is made where kazoo can make it (2.11 on) and
+refused by name where it cannot."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -13,8 +17,9 @@ import pytest_asyncio
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from aio_cluster import AccessDeniedError, ConfigurationError
+from aio_cluster import AccessDeniedError, ConfigurationError, ZooKeeperTLS
 from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper import seams
 from aio_cluster.zookeeper.client import Create, SetData, ZooKeeper
 
 ALICE = ("digest", "alice:alice-Pa55word")
@@ -145,3 +150,39 @@ async def test_the_credential_never_reaches_the_logs(
     assert "alice-Pa55word" not in logged
     assert "alice-Pa55word" not in caplog.text
     assert all(record.levelno < logging.ERROR for record in caplog.records)
+
+
+async def _tls_session_works(connect: str, tls: ZooKeeperTLS) -> None:
+    client = ZooKeeper(connect, tls=tls)
+    await client.start()
+    try:
+        path = f"/tls-{uuid.uuid4().hex[:12]}"
+        await client.create(path, b"over tls", ephemeral=True)
+        assert (await client.get(path))[0] == b"over tls"
+    finally:
+        await client.close()
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_client_speaks_tls_with_the_installed_kazoo(tls_cluster: LocalCluster) -> None:
+    await _tls_session_works(tls_cluster.zookeeper_secure, tls_cluster.zookeeper_tls)
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_host_name_check_is_made_or_refused_naming_kazoos_version(
+    tls_cluster: LocalCluster,
+) -> None:
+    checking = dataclasses.replace(tls_cluster.zookeeper_tls, check_hostname=True)
+    if "check_hostname" in inspect.signature(KazooClient.__init__).parameters:
+        # The certificate names 127.0.0.1, the host connected to.
+        await _tls_session_works(tls_cluster.zookeeper_secure, checking)
+    else:
+        with pytest.raises(ConfigurationError, match=f"kazoo {seams.kazoo_version()} is"):
+            ZooKeeper(tls_cluster.zookeeper_secure, tls=checking)
+
+
+def test_a_host_name_check_without_verified_certificates_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="needs verify_certs=True"):
+        ZooKeeper("127.0.0.1:2181", tls=ZooKeeperTLS(check_hostname=True, verify_certs=False))
