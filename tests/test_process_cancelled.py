@@ -31,11 +31,15 @@ def member(cluster: LocalCluster, group: str, topic: str, **options: Any) -> Con
 
 
 async def one_slow_key_first(producer: AIOKafkaProducer, topic: str) -> None:
-    """Offset 0 under key ``slow``, then `RECORDS` - 1 records of keys of their own."""
-    futures = [await producer.send(topic, key=b"slow", value=b"0")]
-    for i in range(1, RECORDS):
-        futures.append(await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode()))
-    await asyncio.gather(*futures)
+    """Offset 0 under key ``slow``, then `RECORDS` - 1 records of keys of their own, written
+    20 at a time (so that a small ``max_bytes`` fetches them in many batches)."""
+    await (await producer.send(topic, key=b"slow", value=b"0"))
+    for start in range(1, RECORDS, 20):
+        futures = [
+            await producer.send(topic, key=f"k{i}".encode(), value=str(i).encode())
+            for i in range(start, min(start + 20, RECORDS))
+        ]
+        await asyncio.gather(*futures)
 
 
 class Counting:
@@ -71,9 +75,16 @@ async def cancelled_after_the_rest(group: ConsumerGroup, handler: Counting) -> N
         await task
 
 
+@pytest.mark.parametrize("max_bytes", [None, 1024], ids=["one batch", "small batches"])
 async def test_the_next_owner_repeats_no_finished_record(
-    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+    max_bytes: int | None,
 ) -> None:
+    """The next owner handles only the slow record; with small batches, most of its batches
+    finished before they came."""
     topic = await make_topic(1)
     await one_slow_key_first(producer, topic)
     first = Counting()
@@ -82,7 +93,8 @@ async def test_the_next_owner_repeats_no_finished_record(
 
     second = Counting()
     second.slow.set()
-    async with member(cluster, group_name, topic) as group:
+    options = {} if max_bytes is None else {"max_bytes": max_bytes}
+    async with member(cluster, group_name, topic, **options) as group:
         task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
         try:
             await wait_until(lambda: 0 in second.finished, what="the slow record handled")

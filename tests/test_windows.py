@@ -150,6 +150,36 @@ def test_a_failed_record_stops_everything_after_it() -> None:
     assert w.take() == -1
 
 
+def test_records_finished_before_the_batch_came_are_passed_over() -> None:
+    w = window([b"a", b"b", b"c", b"d", b"e"])
+    w.pass_over([2, 3])
+    assert w.prefix == 0
+    assert w.begin_run() == range(2), "a run stops before the first record passed over"
+    w.end_run(2)
+    assert w.prefix == 4, "the prefix passes the records passed over"
+    assert w.take_grown() == 4
+    assert w.begin_run() == range(4, 5)
+    keyed = window([b"a", b"a", b"b", b"b", b"c"])
+    keyed.pass_over([0, 3])
+    assert keyed.prefix == 1
+    assert keyed.take() == 1
+    keyed.put_out(1)
+    assert keyed.take() == 2
+    keyed.put_out(2)
+    assert keyed.take() == 4, "record 3 (b) is passed over, not queued behind record 2"
+    assert keyed.finished(2, out=True)[0] == -1, "b hands on nothing"
+
+
+def test_the_records_finished_past_the_prefix_are_found() -> None:
+    w = window([b"a", b"b", b"c", b"d"])
+    assert w.take() == 0
+    w.put_out(0)
+    assert w.begin_run() == range(1, 4)
+    w.end_run(4)
+    assert w.prefix == 0
+    assert w.finished_beyond() == [1, 2, 3]
+
+
 KEYS = [b"a", b"b", b"c", None]
 
 
@@ -161,15 +191,19 @@ class WindowMachine(RuleBasedStateMachine):
     @initialize(
         keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=30),
         ordering=st.sampled_from(["key", "partition", "none"]),
+        passed=st.sets(st.integers(0, 29)),
     )
-    def start(self, keys: list[bytes | None], ordering: Ordering) -> None:
+    def start(self, keys: list[bytes | None], ordering: Ordering, passed: set[int]) -> None:
         self.keys = keys
         self.ordering = ordering
         self.window = window(keys, ordering)
+        self.passed = sorted(index for index in passed if index < len(keys))
+        """Records that finished before the batch came (`Window.pass_over()`)."""
+        self.window.pass_over(self.passed)
         self.out: dict[int, Entry] = {}
         """Records put out and running (as the processor keeps them in `Window.running`)."""
         self.started: list[int] = []
-        self.finished: set[int] = set()
+        self.finished: set[int] = set(self.passed)
         self.grown = 0
         """What the window said its prefix grew by, in all."""
 
@@ -178,6 +212,7 @@ class WindowMachine(RuleBasedStateMachine):
 
     def begin(self, index: int) -> None:
         assert index not in self.started, f"record {index} started twice"
+        assert index not in self.passed, f"record {index} started, though finished before"
         assert self.window.may_start(index)
         if self.ordering != "none":
             clash = [i for i in self.out if self.key(i) == self.key(index)]
@@ -277,7 +312,8 @@ class WindowMachine(RuleBasedStateMachine):
             self.begin(index)
             self.finish(index, out=False)
         if self.window.taking:
-            assert sorted(self.started) == list(range(len(self.keys))), "every record ran"
+            every = [index for index in range(len(self.keys)) if index not in self.passed]
+            assert sorted(self.started) == every, "every record ran, but those passed over"
         else:
             assert self.window.prefix > self.window.horizon, "the gaps were filled"
         assert not self.window.busy

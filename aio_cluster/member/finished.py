@@ -31,7 +31,17 @@ from ..zookeeper.layout import group_path
 from .claims import Claim
 from .keyed_layout import KeyedLayout
 
-__all__ = ["Note", "decode", "encode", "forget", "note", "noted", "parent", "path"]
+__all__ = [
+    "Note",
+    "anything_noted",
+    "decode",
+    "encode",
+    "forget",
+    "note",
+    "noted",
+    "parent",
+    "path",
+]
 
 MAX_BYTES = 512 * 1024
 """The largest note stored (a ZooKeeper node holds at most 1 MiB by default); a larger one is
@@ -72,6 +82,11 @@ def note(claim: Claim, base: int, offsets: frozenset[int], *, stored: bool = Fal
         _NOTES[claim] = Note(base, offsets, stored)
     else:
         _NOTES.pop(claim, None)
+
+
+def anything_noted() -> bool:
+    """Whether any claim has a note (most often none has: a cheap look first)."""
+    return bool(_NOTES)
 
 
 def forget(claim: Claim) -> None:

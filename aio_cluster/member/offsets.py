@@ -195,7 +195,9 @@ class Offsets:
     def _notes_due(self, partitions: list[PartitionKey], due: list[Claim]) -> list[Claim]:
         """Of ``partitions``, the owned claims not in ``due`` whose note is not stored yet:
         their offset is written again with it (see `_offset()`)."""
-        claims, found = self._states.claims, []
+        claims, found = self._states.claims, list[Claim]()
+        if not finished.anything_noted():
+            return found
         for partition in dict.fromkeys(partitions):
             claim = claims.get(partition)
             if claim is None or claim.fenced or claim in due:
@@ -246,7 +248,7 @@ class Offsets:
         for claim, offset in written.items():
             if claim in notes:
                 self._wrote_note(claim, offset, notes[claim])
-            else:  # deleted, if it was there
+            elif self._notes:  # deleted, if it was there
                 self._notes.discard(finished.path(self._layout, claim.partition))
         return written
 
@@ -257,8 +259,10 @@ class Offsets:
         Returns:
             The offsets noted, when a note is written.
         """
-        path = finished.path(self._layout, claim.partition)
         known = finished.noted(claim)
+        if known is None and not self._notes:
+            return None  # the common case: nothing noted, nothing to delete
+        path = finished.path(self._layout, claim.partition)
         beyond = frozenset() if known is None else known.beyond(offset)
         data = finished.encode(claim.epoch, offset, beyond) if beyond else b""
         if not beyond or len(data) > finished.MAX_BYTES:

@@ -27,6 +27,10 @@ A window that stops taking records (a handover, a shutdown) still starts the rec
 last one finished or running (its *horizon*): once they finished, the prefix passes every
 finished record, so the next owner repeats none. One whose record failed for good starts
 nothing more.
+
+Records that finished before the batch came (noted by a ``process()`` that stopped without a
+graceful handover: `aio_cluster.member.finished`) are passed over (`Window.pass_over()`): never
+taken, and passed by the prefix like any finished record.
 """
 
 from __future__ import annotations
@@ -165,12 +169,12 @@ class Window:
 
     def pass_over(self, indices: list[int]) -> None:
         """The records at ``indices`` (ascending) finished before the batch came (see
-        `aio_cluster.member.finished`): none of them is taken, and the prefix passes them."""
+        `aio_cluster.member.finished`): none of them is taken, and the prefix passes them.
+        They do not move the horizon: a stop runs no gap before them (they stay noted)."""
         if not indices:
             return
         for index in indices:
             self.done[index] = 1
-        self._furthest = max(self._furthest, indices[-1])
         self._last_passed = indices[-1]
         self._advance(self._prefix)
 
@@ -221,9 +225,10 @@ class Window:
 
     def begin_run(self) -> range:
         """Records one worker may run in place, one after another, taken: the rest of the batch
-        while no key of it is busy (under ``"none"``, always), else the one record `take()`
-        finds. The worker sets `in_place` to each record as it starts it, and ends a run that
-        is not empty with `end_run()`."""
+        while no key of it is busy (under ``"none"``, always; up to the next record passed
+        over, the rest staying taken until `end_run()`), else the one record `take()` finds.
+        The worker sets `in_place` to each record as it starts it, and ends a run that is not
+        empty with `end_run()`."""
         if not self.taking:
             return range(0)
         if not self.busy or self.ordering == "none":
@@ -233,7 +238,8 @@ class Window:
                 if self.cursor <= self._last_passed:
                     stop = self.done.find(1, self.cursor)  # the next one passed over
             run = range(self.cursor, stop)
-            self.cursor = stop
+            # The rest stays taken while the run holds it; `end_run()` gives it back.
+            self.cursor = len(self.batch)
         else:
             index = self.take()
             run = range(index, index + 1) if index >= 0 else range(0)
