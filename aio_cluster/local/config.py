@@ -36,7 +36,8 @@ def zookeeper_config(
         "clientPort": str(port),
         "clientPortAddress": HOST,
         "admin.enableServer": "false",
-        "4lw.commands.whitelist": "srvr,ruok,stat,cons,mntr",
+        # wchc and dump: a session's watches and ephemerals, which the soak samples (tests/soak/).
+        "4lw.commands.whitelist": "srvr,ruok,stat,cons,mntr,wchc,dump",
         "maxClientCnxns": "0",  # the default of 60 per address is low for a test suite on one host
         "forceSync": "no",  # written data survives the process, not the machine: enough here
     }
