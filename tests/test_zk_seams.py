@@ -182,3 +182,24 @@ async def test_renamed_watch_events_go_through_kazoos_callback_thread(
     (warning,) = seam_warnings(caplog)
     assert "Callback.func and Callback.args" in warning
     assert f"kazoo {seams.kazoo_version()}" in warning
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_client_closed_with_requests_in_flight_ends_its_session(
+    cluster: LocalCluster, zk: ZooKeeper
+) -> None:
+    """Why kazoo 2.11 is the floor: kazoo 2.10.0 stops its connection loop as soon as it is told
+    to stop, and with requests still queued it never sends the session's Close: a member's
+    claims and registration would stay for the session timeout (kazoo's #688, reverted in 2.11)."""
+    for _ in range(3):
+        path = f"/aio-cluster-test/seams-{uuid.uuid4().hex}"
+        owner = ZooKeeper(cluster.zookeeper, session_timeout=ASKED)
+        await owner.start()
+        await owner.create(path, b"", ephemeral=True, makepath=True)
+        in_flight = [asyncio.ensure_future(owner.exists("/")) for _ in range(20)]
+        await asyncio.sleep(0)  # the requests are sent to kazoo
+        await owner.close()
+        await asyncio.gather(*in_flight, return_exceptions=True)
+        await zk.sync(path)
+        assert await zk.exists(path) is None, "the closed session's node is gone"

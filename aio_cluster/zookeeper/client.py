@@ -70,7 +70,7 @@ from ..errors import (
 )
 from ..net.addresses import parse_servers
 from ..net.tls import handshake_error, speaks_tls
-from .seams import note_handshakes, tls_arguments
+from .seams import note_handshakes
 from .security import (
     Acl,
     ZooKeeperTLS,
@@ -264,6 +264,29 @@ def _translate(exc: BaseException, what: str) -> BaseException:
     return mapped
 
 
+def _tls_arguments(tls: ZooKeeperTLS) -> dict[str, Any]:
+    """`KazooClient`'s keyword arguments that make it speak TLS as ``tls`` says.
+
+    Raises:
+        ConfigurationError: ``check_hostname`` without ``verify_certs``: a host name is checked
+            against the verified certificate (kazoo would fail on its connection thread).
+    """
+    if tls.check_hostname and not tls.verify_certs:
+        raise ConfigurationError(
+            "ZooKeeperTLS(check_hostname=True) needs verify_certs=True: the host name is checked "
+            "against the verified certificate"
+        )
+    return {
+        "use_ssl": True,
+        "ca": tls.ca,
+        "certfile": tls.certfile,
+        "keyfile": tls.keyfile,
+        "keyfile_password": tls.keyfile_password,
+        "verify_certs": tls.verify_certs,
+        "check_hostname": tls.check_hostname,
+    }
+
+
 class ZooKeeper:
     """An asyncio client of one ZooKeeper session (and its successors after expiry).
 
@@ -298,8 +321,8 @@ class ZooKeeper:
 
         Raises:
             ConfigurationError: a malformed connect string, a non-positive timeout, a credential
-                that is not ``("digest", "user:password")``, an unknown ``acl``, or ``"creator"``
-                without credentials.
+                that is not ``("digest", "user:password")``, an unknown ``acl``, ``"creator"``
+                without credentials, or a host name check without verified certificates.
         """
         if session_timeout <= 0 or request_timeout <= 0:
             raise ConfigurationError("session_timeout and request_timeout must be positive")
@@ -308,7 +331,7 @@ class ZooKeeper:
         self._request_timeout = request_timeout
         auth_data = checked_auth(auth)
         self._tls = secure = ZooKeeperTLS() if tls is True else tls or None
-        tls_args = {} if secure is None else tls_arguments(secure)
+        tls_args = {} if secure is None else _tls_arguments(secure)
         acls = default_acl(acl, auth_data)
         self._shared_acl = None if acls is None else shared_acl()
         self._client = KazooClient(

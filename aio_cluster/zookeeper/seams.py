@@ -20,9 +20,6 @@ The uses, what each is for, and what replaces it when it does not fit:
 - ``Callback(type, func, args)``, the watch event a handler's ``dispatch_callback`` receives (a
   public class, but its fields are the handler's contract, not the client's): `LoopHandler` runs
   ``func(*args)`` at once. Replaced by: kazoo's own dispatch, through its callback thread.
-- ``KazooClient(check_hostname=...)``, public from kazoo 2.11 only (2.10 takes no such keyword and
-  never checks the server's host name): `tls_arguments()` passes it where kazoo takes it. Nothing
-  replaces a host name check: asked for where kazoo cannot make it, it is refused.
 """
 
 from __future__ import annotations
@@ -39,16 +36,12 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import AsyncResult
 from kazoo.protocol import states
 
-from ..errors import ConfigurationError
-from .security import ZooKeeperTLS
-
 __all__ = [
     "direct_result",
     "direct_results_fit",
     "direct_watches_fit",
     "note_handshakes",
     "run_callback",
-    "tls_arguments",
 ]
 
 log = logging.getLogger(__name__)
@@ -170,35 +163,3 @@ def direct_watches_fit() -> bool:
             "kazoo's callback thread runs watch callbacks",
         )
     return fits
-
-
-def tls_arguments(tls: ZooKeeperTLS) -> dict[str, Any]:
-    """`KazooClient`'s keyword arguments that make it speak TLS as ``tls`` says.
-
-    Raises:
-        ConfigurationError: ``check_hostname`` without ``verify_certs`` (a host name is only
-            known from a verified certificate), or ``check_hostname`` with a kazoo that cannot
-            check host names (before 2.11); the message names kazoo's version.
-    """
-    arguments: dict[str, Any] = {
-        "use_ssl": True,
-        "ca": tls.ca,
-        "certfile": tls.certfile,
-        "keyfile": tls.keyfile,
-        "keyfile_password": tls.keyfile_password,
-        "verify_certs": tls.verify_certs,
-    }
-    if not tls.check_hostname:
-        # kazoo before 2.11 never checks the host name; from 2.11 it checks it only when asked.
-        return arguments
-    if not tls.verify_certs:
-        raise ConfigurationError(
-            "ZooKeeperTLS(check_hostname=True) needs verify_certs=True: the name is checked "
-            "against the verified certificate"
-        )
-    if "check_hostname" not in inspect.signature(KazooClient.__init__).parameters:
-        raise ConfigurationError(
-            f"ZooKeeperTLS(check_hostname=True) needs kazoo 2.11 or later, which checks the "
-            f"server's host name; kazoo {kazoo_version()} is installed"
-        )
-    return {**arguments, "check_hostname": True}
