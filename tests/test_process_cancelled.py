@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from aio_cluster import ConsumerGroup, Record
+from aio_cluster.cli import main as cli
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -128,3 +130,37 @@ async def test_the_same_members_next_call_repeats_no_finished_record(
                 await task
     repeated = sorted(set(first.finished) & set(second.finished))
     assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
+
+
+async def test_an_offset_reset_makes_the_note_stale(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """A reset to the very offset stored beside the note (it bumps the fences) means: handle
+    everything from there again, the records noted as finished included."""
+    topic = await make_topic(1)
+    await one_slow_key_first(producer, topic)
+    first = Counting()
+    async with member(cluster, group_name, topic) as group:
+        await cancelled_after_the_rest(group, first)
+    argv = [
+        *("reset-offsets", group_name, "--topic", topic, "--to-offset", "0", "--execute"),
+        *("--bootstrap", cluster.bootstrap, "--zookeeper", cluster.zookeeper),
+    ]
+    levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
+    try:
+        assert await asyncio.to_thread(cli.main, argv) == 0
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+    second = Counting()
+    second.slow.set()
+    async with member(cluster, group_name, topic) as group:
+        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
+        try:
+            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert sorted(second.finished) == list(range(RECORDS)), "every record handled again"
