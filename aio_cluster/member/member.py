@@ -11,10 +11,10 @@ Its life runs in one task, made when it joins::
                  background, one task group: the rebalances, the offset stores, the metadata
                  checks, the mirror and the liveness, until close() asks for the closing.
     closing      within close_timeout from close(): the handlers of process() finish (bounded
-                 by rebalance_timeout) while the background goes on; the background's scope is
-                 left (cancelled); the member leaves (the listener hears of every partition
-                 given up, their offsets are stored, the claims released); process() has
-                 ended; the clients close; the state is CLOSED.
+                 by rebalance_timeout) while the background goes on; the offsets completed are
+                 stored; the background's scope is left (cancelled); the member leaves (the
+                 listener hears of every partition given up, their offsets are stored, the
+                 claims released); process() has ended; the clients close; the state is CLOSED.
 
 ``close()`` waits for the closing, shielded: a cancelled ``close()`` waits until it is done and
 then raises the cancellation. Called from the member's own work, it cannot wait for the closing,
@@ -586,6 +586,7 @@ class Member:
                     if self.processor is not None and self.processor.running:
                         # Handlers in flight finish first (bounded), so their offsets are stored.
                         await self.processor.shutdown(self.settings.timing.rebalance_timeout)
+                    await self._store_completed()
                     background.cancel_scope.cancel()
                 _WORK.set(_Work(self, _already_closing))
                 try:
@@ -596,6 +597,17 @@ class Member:
                 log.warning("member %s: leaving took over %gs", self.id, timeout)
         finally:
             await self._end()
+
+    async def _store_completed(self) -> None:
+        """Store the offsets completed since the last periodic store, before the background is
+        cancelled: its cancellation may take most of ``close_timeout`` (a shielded offset store
+        on a slow ZooKeeper), and the deadline then cuts the leave short; these offsets must not
+        be what it skips, or their records are delivered again. The leave stores what completes
+        after."""
+        try:
+            await self.handover.store(list(self.states.claims))
+        except AioClusterError as exc:
+            log.warning("member %s: storing the completed offsets failed: %s", self.id, exc)
 
     async def _background(self) -> None:
         """Every loop of the member, until the closing cancels them. A failure nobody foresaw,
