@@ -452,23 +452,25 @@ async def test_a_stopped_fetcher_leaves_no_session_on_the_broker(
 @pytest.mark.seams
 @pytest.mark.asyncio
 async def test_an_opening_request_cancelled_in_flight_leaves_no_session_on_the_broker(
-    cluster: LocalCluster, make_topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """aiokafka cancels its fetches at a new assignment; the broker made the session the
     cancelled opening request asked for all the same: the next opening request closes it."""
     topic = await make_topic(partitions=2)
+    ends = await produce(topic, 20)  # the partitions' leaders ready
     witness = Witness(monkeypatch)
-    # Nothing to read: the broker holds each fetch for max_wait, the opening one included.
+    # Nothing to read past the ends: the broker holds each fetch for max_wait, the opening one
+    # included.
     fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_wait_ms=1500)
     await fetcher.start()
     try:
         await fetcher.partitions(topic)
-        fetcher.assign({PartitionKey(0): 0})
+        fetcher.assign({PartitionKey(0): ends[0]})
         sessions = sessions_of(fetcher)._sessions
         await wait_until(lambda: len(sessions) == 1, what="the fetch request out")
         (session,) = sessions.values()
         await wait_until(lambda: session.stage is Stage.PENDING, what="the opening request out")
-        fetcher.assign({PartitionKey(0): 0, PartitionKey(1): 0})  # cancels the fetch
+        fetcher.assign({PartitionKey(0): ends[0], PartitionKey(1): ends[1]})  # cancels it
         await wait_until(lambda: len(witness.made) == 2, what="a session made, then another")
         cancelled, opened = witness.made
         await wait_until(lambda: session.session_id == opened, what="the second one in use")
