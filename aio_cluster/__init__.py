@@ -51,6 +51,7 @@ from .errors import CoordinationTimeout as CoordinationTimeout
 from .errors import CorruptOffsetError as CorruptOffsetError
 from .errors import DeserializationError as DeserializationError
 from .errors import FetchError as FetchError
+from .errors import FetchStalledError as FetchStalledError
 from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
@@ -81,6 +82,7 @@ __all__ = [
     "CorruptOffsetError",
     "DeserializationError",
     "FetchError",
+    "FetchStalledError",
     "Fetching",
     "GroupClosedError",
     "GroupState",

@@ -27,8 +27,9 @@ reach a caller, an ``except`` of its parent catches it::
     ├── IllegalTransition           internal: a partition state change it does not allow (a bug)
     ├── BrokerError                 Kafka did not answer as expected (retriable)
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
-    └── FetchError                  records of a partition cannot be read: retrying cannot mend it
-        └── DeserializationError    the key or value deserializer refused a record
+    ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
+    │   └── DeserializationError    the key or value deserializer refused a record
+    └── FetchStalledError           Kafka fetching kept dying under the member: it gave its partitions up
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "CorruptOffsetError",
     "DeserializationError",
     "FetchError",
+    "FetchStalledError",
     "GroupClosedError",
     "IllegalTransition",
     "LocalClusterError",
@@ -258,3 +260,12 @@ class DeserializationError(FetchError):
         self.key = key
         self.value = value
         self.field = field
+
+
+class FetchStalledError(AioClusterError):
+    """The member's Kafka fetching stopped again and again: aiokafka's background fetch ended
+    (an error in it ends it for good) more often than the member starts it again within a few
+    minutes (see `aio_cluster.kafka.fetcher`). The iteration and `process()` raise it, and the
+    member leaves the group, so that its partitions go to members that can read them. The
+    cause of the last end is the ``__cause__``.
+    """

@@ -42,10 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
+import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import (
     CorruptRecordException,
@@ -56,16 +59,26 @@ from aiokafka.errors import (
     UnsupportedCodecError,
 )
 
-from ..errors import BrokerError, DeserializationError, FetchError, OffsetsOutOfRange
+from ..errors import (
+    BrokerError,
+    DeserializationError,
+    FetchError,
+    FetchStalledError,
+    OffsetsOutOfRange,
+)
+from . import seams
 from .diagnosis import connect_failure
 from .fetch_sessions import FetchSessions
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .records import DecodedRecord
+from .seams import Seam, Seams
 from .topics import PartitionKey, TopicKeys
 
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
+
+log = logging.getLogger(__name__)
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
@@ -97,6 +110,33 @@ _UNREADABLE = (
 
 _PROBE_MS = 5_000
 """How long the search for the partition behind an unreadable fetch waits for its answers."""
+
+_RESTARTS = 3
+"""How often aiokafka's background fetch is started again within `_RESTART_WINDOW`: once more
+and the fetcher raises `FetchStalledError` (the member then gives its partitions up)."""
+_RESTART_WINDOW = 300.0
+
+_IN_FETCH_ROUTINE = frozenset(
+    {Seam.FETCH_SESSIONS, Seam.RESPONSE_BOUND, Seam.COMPACT_METADATA, Seam.DROP_PAUSED}
+)
+"""The seams whose code runs inside aiokafka's background fetch (see `Fetcher._restart`)."""
+
+_PACKAGE = str(Path(__file__).resolve().parent.parent)
+
+
+def _raised_here(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from, passed through this package."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        trace = current.__traceback__
+        while trace is not None:
+            if trace.tb_frame.f_code.co_filename.startswith(_PACKAGE):
+                return True
+            trace = trace.tb_next
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _reason(exc: KafkaError) -> str:
@@ -154,44 +194,33 @@ class Fetcher:
             ConfigurationError: malformed servers or options.
         """
         self.keys = keys
-        self._servers = servers = parse_bootstrap(bootstrap)
-        self._options = connection = KafkaOptions(
-            {"request_timeout_ms": request_timeout_ms, **(options or {})}
-        )
+        self._servers = parse_bootstrap(bootstrap)
+        self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
         self._client_id = client_id
         self._max_bytes = max_bytes
         self._budget = max_buffered_bytes
         self._brokers = 1
         """How many responses aiokafka may hold at once: one per broker (see the module)."""
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=servers,
-            client_id=client_id,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            fetch_max_bytes=self.response_bytes,  # with a budget, set again over the brokers
-            max_partition_fetch_bytes=max_bytes,
-            fetch_max_wait_ms=max_wait_ms,
-            fetch_min_bytes=min_bytes,
-            consumer_timeout_ms=_IDLE_LOOK_MS,
-            isolation_level=isolation_level,
-            **connection,
-        )
-        client = self._consumer._client  # aiokafka has no public call for its client
-        client.cluster = CompactMetadata(**client.cluster.config)  # before anything reads it
-        self._reader = OffsetReader(
-            client=client,
-            client_id=client_id,
-            request_timeout_ms=int(connection["request_timeout_ms"]),
-            isolation_level=isolation_level,
-        )
-        # aiokafka's assign() makes the client follow exactly the topics of the partitions
-        # assigned (set_topics()), which drops those the look-ups follow (a refresh for them
-        # again at the next look-up) and, when nothing is assigned, follows no topic at all: the
-        # client then asks every topic of the cluster at once and at each refresh. The reader
-        # keeps the assigned topics followed besides its own instead, and refreshes only for a
-        # topic new to the client. aiokafka has no public call for this.
-        client.set_topics = self._reader.hold
+        self._isolation_level = isolation_level
+        self._fetch_options = {
+            "max_partition_fetch_bytes": max_bytes,
+            "fetch_max_wait_ms": max_wait_ms,
+            "fetch_min_bytes": min_bytes,
+        }
+        self._max_wait = max_wait_ms / 1000
+        self._seams = Seams()
+        self._consumer, self._reader = self._build()
+        self._task: asyncio.Future[Any] | None = None
+        """aiokafka's background fetch, watched (see `_watch`); None where it cannot be."""
+        self._deaths: list[float] = []
+        """When the background fetch was found dead, within the last `_RESTART_WINDOW`."""
+        self._counted: asyncio.Future[Any] | None = None
+        """The last dead task counted in `_deaths`."""
+        self._drops = False
+        """Whether `Seam.DROP_PAUSED` serves (set at start)."""
+        self._empty_since: float | None = None
+        """Without the task to watch: since when fetches of fetchable partitions came back
+        empty (see `_stalled`)."""
         self._assigned: frozenset[PartitionKey] = frozenset()
         self._held: frozenset[PartitionKey] = frozenset()
         """The assigned partitions paused in aiokafka by `hold()`."""
@@ -203,8 +232,52 @@ class Fetcher:
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
-        self._sessions = FetchSessions()
-        """The fetches' incremental sessions, one per broker (see the module)."""
+        self._sessions: FetchSessions | None = None
+        """The fetches' incremental sessions, one per broker (see the module), once started."""
+
+    def _build(self) -> tuple[AIOKafkaConsumer, OffsetReader]:
+        """A new aiokafka consumer and the reader of its look-ups: through the consumer's
+        client where `Seams.client` allows, else through a client of the reader's own."""
+        connection = self._options
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._servers,
+            client_id=self._client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            fetch_max_bytes=self.response_bytes,  # with a budget, set again over the brokers
+            consumer_timeout_ms=_IDLE_LOOK_MS,
+            isolation_level=self._isolation_level,
+            **self._fetch_options,
+            **connection,
+        )
+        timeout_ms = int(connection["request_timeout_ms"])
+        client = self._seams.client(consumer)
+        if client is None:
+            return consumer, OffsetReader(
+                self._servers,
+                client_id=self._client_id,
+                options=connection,
+                isolation_level=self._isolation_level,
+                seams=self._seams,
+            )
+        self._seams.compact(client, CompactMetadata)  # before anything reads it
+        reader = OffsetReader(
+            client=client,
+            client_id=self._client_id,
+            request_timeout_ms=timeout_ms,
+            isolation_level=self._isolation_level,
+            seams=self._seams,
+        )
+        if self._seams.follows(client):
+            # aiokafka's assign() makes the client follow exactly the topics of the partitions
+            # assigned (set_topics()), which drops those the look-ups follow (a refresh for them
+            # again at the next look-up) and, when nothing is assigned, follows no topic at all:
+            # the client then asks every topic of the cluster at once and at each refresh. The
+            # reader keeps the assigned topics followed besides its own instead, and refreshes
+            # only for a topic new to the client. aiokafka has no public call for this.
+            client.set_topics = reader.hold
+        return consumer, reader
 
     async def start(self) -> None:
         """Connect to the cluster: the fetching consumer, whose client the look-ups share. No
@@ -215,30 +288,50 @@ class Fetcher:
             AuthenticationError: a broker refused the TLS handshake or the SASL credentials.
             BrokerError: no broker answered.
         """
+        await self._start(self._consumer, self._reader)
+
+    async def _start(self, consumer: AIOKafkaConsumer, reader: OffsetReader) -> None:
+        """Start ``consumer`` (and ``reader``, if it has a client of its own), then reach under
+        aiokafka where the seams fit: fetch sessions, the bound on responses, the watch."""
         try:
-            await self._consumer.start()
+            await consumer.start()
+            await reader.start()
         except KafkaError as exc:
-            await self._consumer.stop()
+            await self._close(consumer, reader)
             raise await connect_failure(self._servers, self._options, self._client_id, exc) from exc
         except BaseException:
-            await self._consumer.stop()
+            await self._close(consumer, reader)
             raise
-        self._sessions.install(self._consumer._fetcher, self._consumer._client)
-        if self._budget is not None:
-            self._one_response_per_broker()
-
-    def _one_response_per_broker(self) -> None:
-        """Make aiokafka hold at most one response per broker, of at most `response_bytes`
-        (see the module). aiokafka has no public setting for either: its fetcher reads both
-        attributes for every request it builds."""
-        self._brokers = max(1, len(self._consumer._client.cluster.brokers()))
-        inner = self._consumer._fetcher
-        inner._fetch_max_bytes = self.response_bytes
-        inner._prefetch_backoff = math.inf
+        self._sessions = None
+        client = self._seams.client(consumer)
+        inner = self._seams.sessions(consumer, client) if client is not None else None
+        if inner is not None:
+            self._sessions = FetchSessions()
+            self._sessions.install(inner, client)
+        if self._budget is not None and client is not None:
+            # Make aiokafka hold at most one response per broker, of at most
+            # `response_bytes` (see the module): its fetcher reads both for every request.
+            self._brokers = max(1, len(client.cluster.brokers()))
+            if not self._seams.bound(consumer, self.response_bytes):
+                self._brokers = 1
+        self._drops = self._seams.drops(consumer)
+        self._task = self._seams.fetch_task(consumer)
 
     async def stop(self) -> None:
         """Close every connection; buffered records are dropped."""
-        await self._consumer.stop()
+        await self._close(self._consumer, self._reader)
+
+    async def _close(self, consumer: AIOKafkaConsumer, reader: OffsetReader) -> None:
+        """Stop ``consumer`` and ``reader``; a consumer whose fetch routine died raises what
+        ended it when stopped, which is known already (see `_watch`)."""
+        await reader.stop()
+        try:
+            await consumer.stop()
+        except KafkaError:
+            # Its fetcher raised what ended its routine before the client closed.
+            client = self._seams.client(consumer)
+            if client is not None:
+                await client.close()
 
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see
@@ -319,6 +412,10 @@ class Fetcher:
             self._consumer.resume(*(self._tp(partition) for partition in released))
         if newly := held - self._held:
             self._consumer.pause(*(self._tp(partition) for partition in newly))
+            if not self._drops:
+                # What aiokafka fetched of them is dropped by a seek to where they are.
+                for partition in newly:
+                    self._consumer.seek(self._tp(partition), self._positions[partition])
         self._held = held
 
     def assign(self, positions: Mapping[PartitionKey, int]) -> None:
@@ -441,23 +538,37 @@ class Fetcher:
             DeserializationError: the next record of a partition failed to deserialize.
             BrokerError: the fetch failed otherwise (retriable).
         """
+        await self._watch()
         self._drop_paused()
-        tps = [self._tp(partition) for partition in partitions if partition in self._assigned]
+        tps = [
+            self._tp(partition)
+            for partition in partitions
+            if partition in self._assigned and partition not in self._held
+        ]
         if not tps:
             await asyncio.sleep(timeout_ms / 1000)
             return {}
         before = {self._key(tp): self._positions[self._key(tp)] for tp in tps}
         try:
-            fetched = await self._consumer.getmany(*tps, timeout_ms=timeout_ms)
-        except OffsetOutOfRangeError as exc:
-            detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-            raise OffsetsOutOfRange({self._key(tp): off for tp, off in detail.items()}) from exc
-        except _UNREADABLE as exc:
-            fetched = await self._isolate(tps, before, exc)
-        except KafkaError as exc:
-            raise BrokerError(f"fetch failed: {exc}") from exc
-        for tp in tps:
-            self._positions[self._key(tp)] = await self._consumer.position(tp)
+            try:
+                fetched = await self._consumer.getmany(*tps, timeout_ms=timeout_ms)
+            except OffsetOutOfRangeError as exc:
+                detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+                raise OffsetsOutOfRange({self._key(tp): off for tp, off in detail.items()}) from exc
+            except _UNREADABLE as exc:
+                fetched = await self._isolate(tps, before, exc)
+            except KafkaError as exc:
+                raise BrokerError(f"fetch failed: {exc}") from exc
+            moved = {self._key(tp): await self._consumer.position(tp) for tp in tps}
+        except BaseException:
+            # Cancelled, or failed, after aiokafka may have handed out records that are now
+            # not returned: it reads them again from where it was.
+            for tp in tps:
+                self._consumer.seek(tp, before[self._key(tp)])
+            raise
+        self._positions.update(moved)
+        if self._task is None:
+            await self._check_progress(fetched, before)
         found = {self._key(tp): records for tp, records in fetched.items() if records}
         if self._key_deserializer is None and self._value_deserializer is None:
             return found
@@ -468,16 +579,102 @@ class Fetcher:
         assigned): it returns no record of a paused partition, and with a budget it sends no
         request to a broker while it holds records of one (see the module). aiokafka's position
         moves only as records are taken, so they are read again from the same offset once the
-        partition is fetched again. aiokafka has no public call for either step."""
-        paused = self._consumer.paused()
-        if not paused:
+        partition is fetched again. Without `Seam.DROP_PAUSED`, `hold()` seeks instead."""
+        if self._drops and (paused := self._consumer.paused()):
+            seams.drop_paused(self._consumer, paused)
+
+    # -- watching aiokafka's background fetch ---------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Start aiokafka's background fetch again if it ended: any error in it ends it for
+        good, and its consumer then returns no record, ever. Looked at before each fetch, so an
+        end is noticed within one ``max_wait`` of the fetch under way.
+
+        Raises:
+            FetchStalledError: it ended more than `_RESTARTS` times within `_RESTART_WINDOW`.
+            BrokerError: a consumer made anew could not start (tried again at the next fetch).
+        """
+        task = self._task
+        if task is None or not task.done():
             return
-        inner = self._consumer._fetcher
-        dropped = [inner._records.pop(tp, None) for tp in paused]
-        if any(result is not None for result in dropped):
-            # Its background fetch waits for records to be taken before it looks again (with
-            # a budget, for ever): tell it, as taking them would.
-            inner._notify(inner._wait_consume_future)
+        cause = None if task.cancelled() else task.exception()
+        if task is not self._counted:
+            self._counted = task
+            await self._restart(cause, "aiokafka's background fetch ended")
+        else:
+            await self._renew()
+
+    async def _check_progress(
+        self, fetched: Mapping[Any, list[Any]], before: Mapping[PartitionKey, int]
+    ) -> None:
+        """Without aiokafka's fetch task to watch: when fetches have come back empty for over
+        ``max_wait`` and a second while a partition's log end is past where it reads, the
+        background fetch has stopped, and is started again (see `_watch`)."""
+        now = time.monotonic()
+        if any(fetched.values()) or self._empty_since is None:
+            self._empty_since = now
+            return
+        if now - self._empty_since < self._max_wait + 1:
+            return
+        self._empty_since = now
+        ends = await self.ends(list(before))
+        behind = [key for key, at in before.items() if ends.get(key, at) > self._positions[key]]
+        if behind:
+            await self._restart(
+                None,
+                f"no record came for {self._max_wait + 1:g} s while {len(behind)} partition(s) "
+                "had more",
+            )
+
+    async def _restart(self, cause: BaseException | None, what: str) -> None:
+        """Count a death of the background fetch, and fetch on with a consumer made anew.
+
+        An end whose cause passed through code of this package (a hook under aiokafka) switches
+        off, for this fetcher, every seam that runs inside aiokafka's fetch routine, so that
+        the new consumer fetches the public way.
+
+        Raises:
+            FetchStalledError: the `_RESTARTS` + 1st death within `_RESTART_WINDOW`.
+        """
+        now = time.monotonic()
+        self._deaths = [at for at in self._deaths if now - at < _RESTART_WINDOW]
+        self._deaths.append(now)
+        if len(self._deaths) > _RESTARTS:
+            raise FetchStalledError(
+                f"{what}, {len(self._deaths)} times within {_RESTART_WINDOW:g} s; last cause: "
+                f"{cause!r}"
+            ) from cause
+        ours = cause is not None and _raised_here(cause)
+        if ours:
+            self._seams.off |= _IN_FETCH_ROUTINE
+        log.warning(
+            "%s (%r); fetching on with a new consumer from the positions held%s",
+            what,
+            cause,
+            ", without the seams under aiokafka's fetch" if ours else "",
+        )
+        await self._renew()
+
+    async def _renew(self) -> None:
+        """Replace the consumer (and the reader of its client) with new ones, started, assigned
+        the same partitions from the positions held, the same ones held; the old ones closed.
+
+        Raises:
+            BrokerError: the new consumer could not start (the old one stays, its death known).
+        """
+        consumer, reader = self._build()
+        await self._start(consumer, reader)
+        old = self._consumer, self._reader
+        self._consumer, self._reader = consumer, reader
+        positions = {partition: self._positions[partition] for partition in self._assigned}
+        held = self._held
+        self._assigned = frozenset()
+        self._held = frozenset()
+        self.assign(positions)
+        self.hold(held)
+        self._empty_since = None
+        with anyio.move_on_after(self._max_wait + 1, shield=True):
+            await self._close(*old)
 
     async def _isolate(
         self, tps: list[Any], before: dict[PartitionKey, int], error: KafkaError

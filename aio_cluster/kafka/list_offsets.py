@@ -50,12 +50,14 @@ class ListOffsets:
         self,
         client: Any,
         *,
+        backoff: float,
         isolation: int,
         timeout: float,
         refresh: Callable[[Collection[str]], Awaitable[None]],
     ) -> None:
         """Args:
         client: the aiokafka client (``AIOKafkaClient``) to ask through.
+        backoff: seconds between tries (the client's own retry backoff).
         isolation: ListOffsets' isolation level (1, read_committed: a log end is the last
             stable offset).
         timeout: seconds to go on asking, the retries included.
@@ -63,6 +65,7 @@ class ListOffsets:
             `BrokerError` when it cannot): called on stale leadership.
         """
         self._client = client
+        self._backoff = backoff
         self._isolation = isolation
         self._timeout = timeout
         self._refresh = refresh
@@ -79,7 +82,7 @@ class ListOffsets:
             BrokerError: a partition's error that asking again does not mend, or no answer within
                 the request timeout.
         """
-        backoff = float(self._client._retry_backoff)  # aiokafka has no public call for this
+        backoff = self._backoff
         last: KafkaError | None = None
         try:
             with anyio.fail_after(self._timeout):

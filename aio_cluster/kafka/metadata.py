@@ -36,7 +36,11 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import PartitionMetadata, TopicPartition
 
+from . import seams
+from .seams import Seam, misfit
+
 __all__ = [
+    "READ_VERSIONS",
     "CompactMetadata",
     "CompactMetadataRequest",
     "MetadataAnswer",
@@ -104,11 +108,12 @@ class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is unt
     Given to an aiokafka client before it starts (``client.cluster``): a consumer's client, which
     never copies its metadata (`with_partitions()` is the producer's) and subscribes to no
     pattern (its listeners read no partition).
-    """
 
-    _partitions: dict[str, Any]
-    """topic -> its partitions: aiokafka's dicts right after its update, `PartitionTable`s
-    after ours (an update that aiokafka ignored, of no broker, left the tables as they were)."""
+    Its partitions (topic -> partition table) are aiokafka's dicts right after aiokafka's
+    update, `PartitionTable`s after ours (an update that aiokafka ignored, of no broker, left the
+    tables as they were); read and replaced through `aio_cluster.kafka.seams`, which checks
+    that aiokafka keeps them where this class expects before a fetcher installs it.
+    """
 
     def update_metadata(self, metadata: Any) -> None:
         """Update as aiokafka does, then keep the partitions compact. A `MetadataAnswer`'s
@@ -128,22 +133,24 @@ class CompactMetadata(ClusterMetadata):  # type: ignore[misc]  # aiokafka is unt
         else:
             table = PartitionTable.of
         super().update_metadata(metadata)
-        self._partitions = {
-            topic: partitions
-            if isinstance(partitions, PartitionTable)
-            else table(topic, partitions)
-            for topic, partitions in self._partitions.items()
-        }
-        self._broker_partitions.clear()  # made when asked: `partitions_for_broker`
+        seams.replace_tables(
+            self,
+            {
+                topic: partitions
+                if isinstance(partitions, PartitionTable)
+                else table(topic, partitions)
+                for topic, partitions in seams.tables(self).items()
+            },
+        )
 
     def leader_for_partition(self, partition: Any) -> int | None:
-        table = self._partitions.get(partition.topic)
+        table = seams.tables(self).get(partition.topic)
         return None if table is None else table.leader(partition.partition)
 
     def partitions_for_broker(self, broker_id: int) -> set[Any] | None:
         found = {
             TopicPartition(topic, partition)
-            for topic, table in self._partitions.items()
+            for topic, table in seams.tables(self).items()
             for partition in table
             if table.leader(partition) == broker_id
         }
@@ -267,6 +274,8 @@ class _Answer:
 
 
 _ANSWERS = {v: type(f"MetadataAnswerV{v}", (_Answer,), {"version": v}) for v in range(6)}
+READ_VERSIONS = frozenset(_ANSWERS)
+"""The Metadata versions `decode_metadata` reads."""
 
 
 class CompactMetadataRequest(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped here
@@ -275,5 +284,14 @@ class CompactMetadataRequest(MetadataRequest):  # type: ignore[misc]  # aiokafka
 
     def build(self, request_struct_class: Any) -> Any:
         built = super().build(request_struct_class)
-        built.RESPONSE_TYPE = _ANSWERS[request_struct_class.API_VERSION]
+        answer = _ANSWERS.get(request_struct_class.API_VERSION)
+        if answer is None:
+            # A version newer than this reader (an aiokafka that learned it): aiokafka's own
+            # decoding reads the answer, and `CompactMetadata` compacts what it made.
+            misfit(
+                Seam.METADATA_READER,
+                f"Metadata v{request_struct_class.API_VERSION} was chosen, which it does not read",
+            )
+        else:
+            built.RESPONSE_TYPE = answer
         return built

@@ -40,12 +40,14 @@ from aiokafka.errors import (
     KafkaError,
     NoBrokersAvailable,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
 from .list_offsets import EARLIEST, LATEST, ListOffsets, known
-from .metadata import CompactMetadataRequest
+from .metadata import READ_VERSIONS, CompactMetadata, CompactMetadataRequest
 from .options import KafkaOptions, parse_bootstrap
+from .seams import Seams, follow, followed
 from .topics import TopicPartition
 
 __all__ = ["OffsetReader"]
@@ -70,6 +72,7 @@ class OffsetReader:
         options: Mapping[str, Any] | None = None,
         client: Any = None,
         isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
+        seams: Seams | None = None,
     ) -> None:
         """Configure the reader; nothing connects before `start()`.
 
@@ -84,6 +87,8 @@ class OffsetReader:
                 through, started and stopped by its owner (a fetching consumer's).
             isolation_level: ``"read_committed"`` makes a partition's log end its last stable
                 offset (the end of what a read_committed consumer reads).
+            seams: what may be used of aiokafka's private names (`aio_cluster.kafka.seams`),
+                shared with the fetcher that lends its client; a view of its own if None.
 
         Raises:
             ConfigurationError: malformed bootstrap servers or options, or neither (or both)
@@ -102,6 +107,13 @@ class OffsetReader:
             self.servers = servers = parse_bootstrap(bootstrap)
             client = AIOKafkaClient(bootstrap_servers=servers, client_id=client_id, **connection)
         self._client = client
+        seams = Seams() if seams is None else seams
+        self._direct = seams.follows(client)
+        """Whether the client's followed topics are read and set directly (see `_follow`)."""
+        self._compact = isinstance(client.cluster, CompactMetadata) and seams.reads_metadata(
+            READ_VERSIONS
+        )
+        """Whether Metadata answers are read in one pass (`CompactMetadataRequest`)."""
         self._held: frozenset[str] = frozenset()
         """The topics the client's fetcher reads now: followed whatever the look-ups learn."""
         self._absent: set[str] = set()
@@ -114,6 +126,7 @@ class OffsetReader:
         """The topics the last refresh asked, and whether it was answered."""
         self._list = ListOffsets(
             client,
+            backoff=seams.retry_backoff(client),
             isolation=_ISOLATION[isolation_level],
             timeout=self._timeout,
             refresh=self._refreshed,
@@ -171,20 +184,22 @@ class OffsetReader:
     def _follow(self, topics: Collection[str]) -> bool:
         """Make the client follow ``topics`` too; True when one of them is new to it (then its
         next refresh asks it)."""
-        # aiokafka has no public call that adds topics without replacing those followed. A new
-        # set, not the old one changed: a refresh under way tells a change by comparing them.
-        followed: set[str] = self._client._topics
+        # aiokafka has no public call that adds topics without replacing those followed.
+        followed = self._followed()
         new = set(topics) - followed
         if new:
-            self._client._topics = followed | new
+            follow(self._client, followed | new, self._direct)
         return bool(new)
+
+    def _followed(self) -> frozenset[str]:
+        return followed(self._client, self._direct)
 
     def _unfollow(self, topic: str) -> None:
         """Stop following ``topic``, unless the fetcher reads it or the client would follow no
         topic at all: aiokafka then asks the metadata of every topic at each refresh."""
-        followed: set[str] = self._client._topics  # see _follow()
+        followed = self._followed()
         if topic in followed and topic not in self._held and len(followed) > 1:
-            self._client._topics = followed - {topic}
+            follow(self._client, followed - {topic}, self._direct)
 
     async def _refreshed(self, topics: Collection[str]) -> None:
         """Follow ``topics`` too, and refresh the client's metadata: one request for every topic
@@ -214,7 +229,7 @@ class OffsetReader:
         own refresh decodes the answer four times slower). A refresh under way when this is
         asked serves, if it asked every topic followed now. False when no broker answered with
         its brokers."""
-        wanted = frozenset(self._client._topics)  # see _follow()
+        wanted = self._followed()
         before = self._refreshes
         async with self._refreshing:
             asked, answered = self._last
@@ -225,16 +240,21 @@ class OffsetReader:
             # A turn of the loop first: look-ups asked at the same moment (a member's topics,
             # asked together) follow their topics meanwhile, and one request asks them all.
             await asyncio.sleep(0)
-            asked = frozenset(self._client._topics)
+            asked = self._followed()
             answered = await self._ask(sorted(asked))
             self._last = (asked, answered)
             self._refreshes += 1
             return answered
 
+    def _metadata_request(self, topics: list[str]) -> Any:
+        """A Metadata request of ``topics``: answered in one pass where the client's metadata
+        is compact and the reader knows the versions aiokafka may send, else aiokafka's own."""
+        return CompactMetadataRequest(topics) if self._compact else MetadataRequest(topics)
+
     async def _ask(self, topics: list[str]) -> bool:
         """Ask ``topics``' metadata of the brokers in turn; update the client's with the first
         answer. False when none answered with its brokers."""
-        request = CompactMetadataRequest(topics)
+        request = self._metadata_request(topics)
         nodes = [broker.nodeId for broker in self._client.cluster.brokers()]
         random.shuffle(nodes)
         for node in nodes:
@@ -257,7 +277,7 @@ class OffsetReader:
         Raises:
             BrokerError: the request failed (after one retry on fresh metadata).
         """
-        request = CompactMetadataRequest([topic])
+        request = self._metadata_request([topic])
         for attempt in (1, 2):
             try:
                 node = self._client.get_random_node()
@@ -290,7 +310,7 @@ class OffsetReader:
             BrokerError: the metadata request failed, or Kafka answered the topic with an error
                 code (its leader moving, say).
         """
-        if topic in self._absent or topic in self._client._topics:  # see _follow()
+        if topic in self._absent or topic in self._followed():
             code, partitions = await self._described(topic)
             if code == _UNKNOWN_TOPIC or topic not in self._absent:
                 return self._found(topic, code, partitions)
@@ -334,7 +354,7 @@ class OffsetReader:
         asked = set(names)
         if not asked:
             return {}
-        new = asked - set(self._client._topics)  # see _follow()
+        new = asked - self._followed()
         await self._refreshed(asked)
         cluster = self._client.cluster
         found: dict[str, list[int]] = {}
@@ -426,6 +446,6 @@ class OffsetReader:
             BrokerError: the metadata request failed.
         """
         topics = {topic for topic, partitions in wanted.items() if partitions}
-        if not topics <= set(self._client._topics):  # see _follow()
+        if not topics <= self._followed():
             await self._refreshed(topics)
         return [KafkaPartition(t, p) for t, partitions in wanted.items() for p in partitions]

@@ -20,7 +20,9 @@ holds (`PartitionStates.buffered_bytes`) plus one response per broker would pass
 with `FetcherLike.ahead_bytes` waiting is not fetched on until they are handed out.
 
 A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
-iterating caller; a retriable one is logged and the fetch tried again.
+iterating caller; a retriable one is logged and the fetch tried again. A fetcher that cannot
+fetch any more (`FetchStalledError`) is told to `Delivery.stalled`: the member fails with it,
+which the iterating caller gets, and leaves.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any, Protocol, cast
 
 import anyio
 
-from ..errors import BrokerError, NotOwnedError, OffsetsOutOfRange
+from ..errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
 from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import PartitionStates
@@ -162,6 +164,9 @@ class Delivery:
         """Told when running batches must end early, if set."""
         self.handed_out: Callable[[Batch], None] | None = None
         """Told of each batch handed out, if set (the member's OpenTelemetry counter)."""
+        self.stalled: Callable[[FetchStalledError], None] | None = None
+        """Told when the fetcher cannot fetch any more (the member fails and leaves), if set;
+        else the fetch raises it."""
         self.fresh: Callable[[], bool] = lambda: True
         """Whether ZooKeeper was heard from recently enough that work may start (see
         `aio_cluster.member.liveness`); when not, it suspends this delivery itself."""
@@ -228,6 +233,12 @@ class Delivery:
                 return True
             except BrokerError as exc:
                 log.warning("member %s: %s", self._id, exc)
+                return False
+            except FetchStalledError as exc:
+                if self.stalled is None:
+                    raise
+                log.error("member %s gives its partitions up: %s", self._id, exc)
+                self.stalled(exc)
                 return False
         for partition, records in fetched.items():
             self._states.fetched(partition, records)

@@ -258,6 +258,7 @@ class Member:
         )
         if self.telemetry is not None:
             self.delivery.handed_out = self.telemetry.consumed
+        self.delivery.stalled = self._give_up
         self.liveness = Liveness(
             self.zk, self.delivery, member_id=self.id, on_back=self.membership.request_rebalance
         )
@@ -322,6 +323,13 @@ class Member:
         """The member cannot go on: the next batch (or register()) raises ``error``."""
         self._failure = error
         self.wake()
+
+    def _give_up(self, error: AioClusterError) -> None:
+        """The member cannot consume: it fails with ``error`` and leaves, so that its partitions
+        go to members that can read them instead of waiting for its close()."""
+        self._fail(error)
+        if self.state in (GroupState.JOINING, GroupState.JOINED):
+            self._begin_closing()
 
     def _lag(self) -> list[tuple[Mapping[str, str | int], int]]:
         """Each claimed partition's lag for the OpenTelemetry gauge: the log end the last fetch
