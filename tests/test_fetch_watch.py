@@ -20,6 +20,7 @@ from aio_cluster import ConsumerGroup, FetchStalledError
 from aio_cluster.kafka.fetch_sessions import FetchSessions
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic
 from support import fresh, member, owners, producer_of, wait_until
@@ -154,7 +155,8 @@ async def test_ends_that_keep_coming_raise_and_give_the_partitions_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = await make_topic(partitions=2)
-    group = member(cluster, fresh("stalled"), topic)
+    name = fresh("stalled")
+    group = member(cluster, name, topic)
     await produce(cluster, topic, 0, 10)
 
     def broken(self: Any, assignment: Any) -> Any:
@@ -166,7 +168,7 @@ async def test_ends_that_keep_coming_raise_and_give_the_partitions_up(
         with pytest.raises(FetchStalledError):
             async for _partition, _batch in group:
                 pass
-        layout = group._member.layout
+        layout = GroupLayout(name, topic)
 
         async def given_up() -> bool:
             return not await owners(zk, layout, [0, 1])
