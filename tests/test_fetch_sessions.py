@@ -422,8 +422,7 @@ async def held(cluster: LocalCluster, session_ids: list[int]) -> dict[int, bool]
 
 
 async def stop(fetcher: Fetcher) -> None:
-    """Stop ``fetcher`` as `Fetcher.stop()` does, its sessions closed first."""
-    await sessions_of(fetcher).close(5.0)
+    """Stop ``fetcher``: its sessions are closed first."""
     await fetcher.stop()
 
 

@@ -46,6 +46,8 @@ import anyio
 from aiokafka.client import ConnectionGroup
 from aiokafka.protocol.fetch import FetchRequest
 
+from .seams import Actions, actions_hook, fetch_fields
+
 __all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
 
 log = logging.getLogger(__name__)
@@ -214,14 +216,8 @@ class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
     partition asked) for the response, the broker gets the session's `Wire`."""
 
     def __init__(self, request: Any, session: FetchSession) -> None:
-        super().__init__(
-            request._max_wait_ms,
-            request._min_bytes,
-            request._max_bytes,
-            request._isolation_level,
-            request.topics,
-            rack_id=request._rack_id,
-        )
+        self.fields = max_wait, min_bytes, max_bytes, isolation, rack = fetch_fields(request)
+        super().__init__(max_wait, min_bytes, max_bytes, isolation, request.topics, rack_id=rack)
         self.session = session
         self.wire: Wire | None = None
         """What the request carried of the session, once built (None: nothing)."""
@@ -230,13 +226,9 @@ class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
         if request_struct_class.API_VERSION < _SESSION_VERSION:
             return super().build(request_struct_class)
         self.wire = wire = self.session.next(self.topics)
+        max_wait, min_bytes, max_bytes, isolation, rack = self.fields
         built = FetchRequest(
-            self._max_wait_ms,
-            self._min_bytes,
-            self._max_bytes,
-            self._isolation_level,
-            wire.topics,
-            rack_id=self._rack_id,
+            max_wait, min_bytes, max_bytes, isolation, wire.topics, rack_id=rack
         ).build(request_struct_class)
         return _with_session(built, wire)
 
@@ -273,20 +265,22 @@ class FetchSessions:
 
     def install(self, fetcher: Any, client: Any) -> None:
         """Send ``fetcher``'s requests (aiokafka's) within sessions, through ``client``."""
-        actions: Callable[[Any], tuple[Any, ...]] = fetcher._get_actions_per_node
 
-        def with_sessions(assignment: Any) -> tuple[Any, ...]:
-            if assignment is not self._assignment:
-                # A new assignment makes every partition's state again in aiokafka, its log
-                # end unknown: a session's answers would name only the partitions that
-                # changed. New sessions answer the first time in full.
-                self._assignment = assignment
-                for session in self._sessions.values():
-                    session.reset()
-            fetches, *rest = actions(assignment)
-            return (self.wrap(fetches), *rest)
+        def hooked(actions: Actions) -> Actions:
+            def with_sessions(assignment: Any) -> tuple[Any, ...]:
+                if assignment is not self._assignment:
+                    # A new assignment makes every partition's state again in aiokafka, its
+                    # log end unknown: a session's answers would name only the partitions that
+                    # changed. New sessions answer the first time in full.
+                    self._assignment = assignment
+                    for session in self._sessions.values():
+                        session.reset()
+                fetches, *rest = actions(assignment)
+                return (self.wrap(fetches), *rest)
 
-        fetcher._get_actions_per_node = with_sessions
+            return with_sessions
+
+        actions_hook(fetcher, hooked)
         self._client = client
         client.send = self.watching(client.send)
 

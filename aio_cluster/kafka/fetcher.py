@@ -318,12 +318,21 @@ class Fetcher:
         self._task = self._seams.fetch_task(consumer)
 
     async def stop(self) -> None:
-        """Close every connection; buffered records are dropped."""
-        await self._close(self._consumer, self._reader)
+        """Close the fetch sessions, then every connection; buffered records are dropped."""
+        await self._close(self._consumer, self._reader, self._sessions)
 
-    async def _close(self, consumer: AIOKafkaConsumer, reader: OffsetReader) -> None:
-        """Stop ``consumer`` and ``reader``; a consumer whose fetch routine died raises what
-        ended it when stopped, which is known already (see `_watch`)."""
+    async def _close(
+        self,
+        consumer: AIOKafkaConsumer,
+        reader: OffsetReader,
+        sessions: FetchSessions | None = None,
+    ) -> None:
+        """Stop ``consumer`` and ``reader``, ``sessions`` (the consumer's) closed first while its
+        client is connected: the broker's session cache is shared by all its clients. A consumer
+        whose fetch routine died raises what ended it when stopped, which is known already (see
+        `_watch`)."""
+        if sessions is not None:
+            await sessions.close(self._max_wait + 1)
         await reader.stop()
         try:
             await consumer.stop()
@@ -663,8 +672,9 @@ class Fetcher:
             BrokerError: the new consumer could not start (the old one stays, its death known).
         """
         consumer, reader = self._build()
+        sessions = self._sessions
         await self._start(consumer, reader)
-        old = self._consumer, self._reader
+        old = self._consumer, self._reader, sessions
         self._consumer, self._reader = consumer, reader
         positions = {partition: self._positions[partition] for partition in self._assigned}
         held = self._held
@@ -673,7 +683,7 @@ class Fetcher:
         self.assign(positions)
         self.hold(held)
         self._empty_since = None
-        with anyio.move_on_after(self._max_wait + 1, shield=True):
+        with anyio.move_on_after(2 * (self._max_wait + 1), shield=True):
             await self._close(*old)
 
     async def _isolate(
