@@ -164,3 +164,32 @@ async def test_an_offset_reset_makes_the_note_stale(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     assert sorted(second.finished) == list(range(RECORDS)), "every record handled again"
+
+
+async def test_a_close_that_cuts_a_handler_short_repeats_no_finished_record(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """``close()`` waits for the slow handler at most ``rebalance_timeout``, then cancels it:
+    the records that finished meanwhile are not handled again."""
+    topic = await make_topic(1)
+    await one_slow_key_first(producer, topic)
+    first = Counting()
+    async with member(cluster, group_name, topic, rebalance_timeout=0.5) as group:
+        task = asyncio.create_task(group.process(first, ordering="key", concurrency=50))
+        await wait_until(
+            lambda: len(first.finished) == RECORDS - 1, what="every record but the slow one"
+        )
+    await task  # the member closed: process() returned
+
+    second = Counting()
+    second.slow.set()
+    async with member(cluster, group_name, topic) as group:
+        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
+        try:
+            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert 0 not in first.finished
+    assert sorted(second.finished) == [0], "only the record cut short is handled again"
