@@ -38,13 +38,13 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from chaos.test_chaos import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
 
 from aio_cluster.local import FaultProxy, LocalCluster
 from aio_cluster.local.probes import servers, zookeeper_monitor
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
+from chaos.test_chaos import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
 from support import Worker, create_topic, now, numbered_by, producer_of, wait_until
 
 MINUTES = float(os.environ.get("AIO_CLUSTER_SOAK_MINUTES", "15"))
