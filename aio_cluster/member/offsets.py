@@ -195,7 +195,8 @@ class Offsets:
     def _notes_due(self, partitions: list[PartitionKey], due: list[Claim]) -> list[Claim]:
         """Of ``partitions``, the owned claims not in ``due`` whose note is not stored yet:
         their offset is written again with it (see `_offset()`)."""
-        claims, found = self._states.claims, list[Claim]()
+        claims = self._states.claims
+        found: list[Claim] = []
         if not finished.anything_noted():
             return found
         for partition in dict.fromkeys(partitions):
@@ -220,8 +221,13 @@ class Offsets:
         return known.base if claim.stored is None else max(claim.stored, known.base)
 
     async def _learn_note(self, claim: Claim) -> None:
-        """Whether the note node of ``claim``'s partition exists (a write found otherwise)."""
+        """Whether the note node of ``claim``'s partition exists, when a write would touch it
+        (a write found a node missing or there)."""
+        if finished.noted(claim) is None and not self._notes:
+            return
         path = finished.path(self._layout, claim.partition)
+        if finished.noted(claim) is None and path not in self._notes:
+            return
         if await self._zk.exists(path) is None:
             self._notes.discard(path)
         else:

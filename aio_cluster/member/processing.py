@@ -19,7 +19,10 @@ of the event loop, and at once before it gives a batch up.
 A batch ends when all its records finished (it is committed, as a completed loop body), when its
 partition is handed over (the handover waits for the handlers in flight, and only the gaps before
 the furthest record start; past ``rebalance_timeout`` they are cancelled and awaited, and the
-first unfinished record is delivered again), or when the processor stops.
+first unfinished record is delivered again), or when the processor stops. A batch that ends
+unfinished notes the records that finished past its prefix, which are stored beside its offset
+and passed over when its records come again, here or on the next owner
+(`aio_cluster.member.finished`): a stop that cuts handlers short repeats no finished record.
 
 A failing record is retried (`aio_cluster.member.failures`; a record waiting for its retry holds
 back only its own key and no handler slot), then, by policy, written to a dead-letter topic and
@@ -414,6 +417,8 @@ class Processor:
         earlier = noted(claim)
         if earlier is not None:
             offsets.update(earlier.beyond(base))
+            if earlier.base == base and earlier.offsets == offsets:
+                return  # as noted (and maybe stored) already
         note(claim, base, frozenset(offsets))
 
     def _next(self) -> Entry | None:
