@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections import Counter
 from typing import Any
 
@@ -193,3 +194,54 @@ async def test_a_close_that_cuts_a_handler_short_repeats_no_finished_record(
                 await task
     assert 0 not in first.finished
     assert sorted(second.finished) == [0], "only the record cut short is handled again"
+
+
+async def test_joins_and_leaves_by_cancellation_repeat_no_finished_record(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """The issue's churn: members join, and leave by their ``process()`` task cancelled (as a
+    SIGTERM handler does) before they close, while handlers of many keys run; no record whose
+    handler finished is handled again."""
+    topic = await make_topic(4)
+    total = 4000
+    futures = [
+        await producer.send(topic, key=f"k{i % 40}".encode(), value=str(i).encode())
+        for i in range(total)
+    ]
+    await asyncio.gather(*futures)
+    rng = random.Random(43)
+    finished: Counter[tuple[int, int]] = Counter()
+
+    async def handler(record: Record) -> None:
+        await asyncio.sleep(rng.random() * 0.004)
+        finished[(record.partition, record.offset)] += 1
+
+    members: list[tuple[ConsumerGroup, asyncio.Task[None]]] = []
+
+    async def join() -> None:
+        group = member(cluster, group_name, topic)
+        await group.register()
+        task = asyncio.create_task(group.process(handler, ordering="key", concurrency=50))
+        members.append((group, task))
+
+    async def leave_by_cancelling() -> None:
+        group, task = members.pop(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await group.close()
+
+    async def progress(count: int) -> None:
+        goal = min(total, len(finished) + count)
+        await wait_until(lambda: len(finished) >= goal, timeout=60, what=f"{goal} finished")
+
+    try:
+        for step in (join, join, leave_by_cancelling, join, leave_by_cancelling, join):
+            await step()
+            await progress(400)
+        await wait_until(lambda: len(finished) == total, timeout=60, what="every record")
+    finally:
+        while members:
+            await leave_by_cancelling()
+    repeated = sorted(slot for slot, runs in finished.items() if runs > 1)
+    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
