@@ -17,7 +17,9 @@ import pytest
 from aiokafka.consumer.fetcher import Fetcher as AiokafkaFetcher
 
 from aio_cluster import ConsumerGroup, FetchStalledError
+from aio_cluster.kafka import seams
 from aio_cluster.kafka.fetch_sessions import FetchSessions
+from aio_cluster.kafka.seams import Seam
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
@@ -42,6 +44,21 @@ def break_once(group: ConsumerGroup) -> None:
         raise RuntimeError("a fetch routine broken by the test")
 
     fetcher._get_actions_per_node = broken
+
+
+def break_metadata(group: ConsumerGroup) -> None:
+    """Make the compact metadata's update fail at the next refresh of aiokafka's client, which
+    runs it in the client's background refresh: that ends, for good."""
+    client = group._member.fetcher._consumer._client
+    original = seams.replace_tables
+
+    def broken(cluster: Any, tables: dict[str, Any]) -> None:
+        if cluster is client.cluster:
+            raise RuntimeError("a metadata update broken by the test")
+        original(cluster, tables)
+
+    seams.replace_tables = broken  # restored by the test
+    client.force_metadata_update()
 
 
 async def produce(cluster: LocalCluster, topic: str, start: int, count: int) -> None:
@@ -70,7 +87,10 @@ async def consume_through_a_death(
         consuming = asyncio.ensure_future(consume(seen))
         try:
             await wait_until(lambda: sum(seen.values()) >= RECORDS, what="the first records")
+            fetcher = group._member.fetcher
             dead = inner_fetcher(group).error_future
+            if kill is break_metadata:
+                dead = fetcher._consumer._client._sync_task
             kill(group)
             await wait_until(dead.done, what="the background fetch to end")
             await produce(cluster, topic, RECORDS, RECORDS)
@@ -99,7 +119,7 @@ async def test_async_for_consumes_on_after_the_fetch_routine_dies(
         seen = await consume_through_a_death(cluster, topic, group, consume, break_once)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
-    assert any("background fetch ended" in r.getMessage() for r in caplog.records)
+    assert any("background task of aiokafka" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.seams
@@ -144,6 +164,25 @@ async def test_an_end_through_a_hook_of_ours_switches_the_hooks_off(
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
     assert group._member.fetcher._sessions is None, "fetch sessions stayed on"
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_metadata_refresh_that_dies_is_started_again_without_our_tables(
+    cluster: LocalCluster, make_topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = await make_topic(partitions=2)
+    group = member(cluster, fresh("watched"), topic)
+    monkeypatch.setattr(seams, "replace_tables", seams.replace_tables)  # restored after
+
+    async def consume(seen: Counter[bytes]) -> None:
+        async for _partition, batch in group:
+            seen.update(record.key for record in batch if record.key is not None)
+
+    seen = await consume_through_a_death(cluster, topic, group, consume, break_metadata)
+    assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
+    assert set(seen.values()) == {1}, "a record came twice"
+    assert Seam.COMPACT_METADATA in group._member.fetcher._seams.off
 
 
 @pytest.mark.seams

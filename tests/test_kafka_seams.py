@@ -96,7 +96,7 @@ async def test_every_use_fits_the_installed_aiokafka(
             assert view.off == set(), "a use was switched off"
             assert fetcher._sessions is not None
             assert fetcher._drops
-            assert fetcher._task is not None
+            assert len(fetcher._tasks) == 2
             assert isinstance(fetcher._consumer._client.cluster, CompactMetadata)
         finally:
             await fetcher.stop()

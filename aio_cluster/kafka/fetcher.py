@@ -210,12 +210,13 @@ class Fetcher:
         self._max_wait = max_wait_ms / 1000
         self._seams = Seams()
         self._consumer, self._reader = self._build()
-        self._task: asyncio.Future[Any] | None = None
-        """aiokafka's background fetch, watched (see `_watch`); None where it cannot be."""
+        self._tasks: tuple[asyncio.Future[Any], ...] = ()
+        """aiokafka's background fetch and metadata refresh, watched (see `_watch`); none
+        where they cannot be."""
         self._deaths: list[float] = []
         """When the background fetch was found dead, within the last `_RESTART_WINDOW`."""
         self._counted: asyncio.Future[Any] | None = None
-        """The last dead task counted in `_deaths`."""
+        """The last ended task counted in `_deaths`."""
         self._drops = False
         """Whether `Seam.DROP_PAUSED` serves (set at start)."""
         self._empty_since: float | None = None
@@ -315,7 +316,7 @@ class Fetcher:
             if not self._seams.bound(consumer, self.response_bytes):
                 self._brokers = 1
         self._drops = self._seams.drops(consumer)
-        self._task = self._seams.fetch_task(consumer)
+        self._tasks = self._seams.background(consumer)
 
     async def stop(self) -> None:
         """Close the fetch sessions, then every connection; buffered records are dropped."""
@@ -329,18 +330,15 @@ class Fetcher:
     ) -> None:
         """Stop ``consumer`` and ``reader``, ``sessions`` (the consumer's) closed first while its
         client is connected: the broker's session cache is shared by all its clients. A consumer
-        whose fetch routine died raises what ended it when stopped, which is known already (see
-        `_watch`)."""
+        whose background tasks ended (see `_watch`) is stopped all the same."""
         if sessions is not None:
             await sessions.close(self._max_wait + 1)
         await reader.stop()
+        self._seams.settle(consumer)
         try:
             await consumer.stop()
-        except KafkaError:
-            # Its fetcher raised what ended its routine before the client closed.
-            client = self._seams.client(consumer)
-            if client is not None:
-                await client.close()
+        except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
+            log.warning("the Kafka consumer did not stop cleanly: %r", exc)
 
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see
@@ -576,7 +574,7 @@ class Fetcher:
                 self._consumer.seek(tp, before[self._key(tp)])
             raise
         self._positions.update(moved)
-        if self._task is None:
+        if not self._tasks:
             await self._check_progress(fetched, before)
         found = {self._key(tp): records for tp, records in fetched.items() if records}
         if self._key_deserializer is None and self._value_deserializer is None:
@@ -595,21 +593,22 @@ class Fetcher:
     # -- watching aiokafka's background fetch ---------------------------------------------------
 
     async def _watch(self) -> None:
-        """Start aiokafka's background fetch again if it ended: any error in it ends it for
-        good, and its consumer then returns no record, ever. Looked at before each fetch, so an
-        end is noticed within one ``max_wait`` of the fetch under way.
+        """Fetch on with a new consumer if aiokafka's background fetch or its client's metadata
+        refresh ended: any error ends either for good, and the consumer then returns no record,
+        ever (or none of a partition whose leader moved). Looked at before each fetch, so an end
+        is noticed within one ``max_wait`` of the fetch under way.
 
         Raises:
-            FetchStalledError: it ended more than `_RESTARTS` times within `_RESTART_WINDOW`.
+            FetchStalledError: they ended more than `_RESTARTS` times within `_RESTART_WINDOW`.
             BrokerError: a consumer made anew could not start (tried again at the next fetch).
         """
-        task = self._task
-        if task is None or not task.done():
+        ended = next((task for task in self._tasks if task.done()), None)
+        if ended is None:
             return
-        cause = None if task.cancelled() else task.exception()
-        if task is not self._counted:
-            self._counted = task
-            await self._restart(cause, "aiokafka's background fetch ended")
+        if ended is not self._counted:
+            self._counted = ended
+            cause = None if ended.cancelled() else ended.exception()
+            await self._restart(cause, "a background task of aiokafka's consumer ended")
         else:
             await self._renew()
 

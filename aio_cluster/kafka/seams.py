@@ -31,9 +31,12 @@ Each use, its private names, what it is for, and what serves without it:
   as it is held.
 - `RETRY_BACKOFF`: ``AIOKafkaClient._retry_backoff``. The look-ups' pause between tries, as the
   client's. Without it: aiokafka's default, 100 ms.
-- `FETCH_TASK`: ``AIOKafkaConsumer._fetcher`` and ``Fetcher.error_future``. aiokafka's
-  background fetch watched: any error ends it, for good. Without it: a stall is told by log ends
-  that stay ahead of fetches that come back empty.
+- `FETCH_TASK`: ``AIOKafkaConsumer._fetcher``, ``Fetcher.error_future`` and
+  ``AIOKafkaClient._sync_task`` (``Fetcher._fetch_task`` and the latter replaced once ended, so
+  that aiokafka's stop closes the connections). aiokafka's background fetch and its client's
+  metadata refresh watched: any error ends either, for good (the refresh runs
+  `CompactMetadata`'s update). Without it: a stall is told by log ends that stay ahead of
+  fetches that come back empty.
 
 A `Seams` is one fetcher's view: what fits the aiokafka it runs with, less what that fetcher
 switched off after its fetch routine died in code of ours (see `aio_cluster.kafka.fetcher`).
@@ -74,7 +77,7 @@ class Seam(enum.Enum):
     RESPONSE_BOUND = "one response per broker"
     DROP_PAUSED = "dropping what was fetched of held partitions"
     RETRY_BACKOFF = "the client's retry backoff"
-    FETCH_TASK = "watching aiokafka's fetch routine"
+    FETCH_TASK = "watching aiokafka's background tasks"
 
 
 FALLBACK = {
@@ -214,8 +217,12 @@ def _check_task(consumer: Any) -> str | None:
     fetcher = getattr(consumer, "_fetcher", None)
     if fetcher is None:
         return "AIOKafkaConsumer._fetcher is missing"
-    task = getattr(fetcher, "error_future", None)
-    return None if isinstance(task, asyncio.Future) else "Fetcher.error_future is no task"
+    if not isinstance(getattr(fetcher, "error_future", None), asyncio.Future):
+        return "Fetcher.error_future is no task"
+    client = getattr(consumer, "_client", None)
+    if not isinstance(getattr(client, "_sync_task", None), asyncio.Future):
+        return "AIOKafkaClient._sync_task is no task"
+    return None
 
 
 class Seams:
@@ -306,12 +313,35 @@ class Seams:
             return float(client._retry_backoff)
         return DEFAULT_RETRY_BACKOFF
 
-    def fetch_task(self, consumer: Any) -> asyncio.Future[Any] | None:
-        """aiokafka's background fetch task (`FETCH_TASK`); None when it cannot be watched."""
+    def settle(self, consumer: Any) -> None:
+        """Let a consumer whose background tasks ended stop cleanly: aiokafka's ``stop()``
+        awaits them, and one that ended with an error raises it there, before the client's
+        connections are closed. Each such task is replaced by an ended one that raises nothing
+        of the kind (`FETCH_TASK`)."""
+        if Seam.FETCH_TASK not in self.off and _check_task(consumer) is None:
+            fetcher, client = consumer._fetcher, consumer._client
+            if _failed(fetcher._fetch_task):
+                fetcher._fetch_task = _ended()
+            if _failed(client._sync_task):
+                client._sync_task = _ended()
+
+    def background(self, consumer: Any) -> tuple[asyncio.Future[Any], ...]:
+        """aiokafka's background tasks a started consumer fetches by: its fetch routine and
+        its client's metadata refresh (`FETCH_TASK`); none when they cannot be watched."""
         if self.fits(Seam.FETCH_TASK, lambda: _check_task(consumer)):
-            task: asyncio.Future[Any] = consumer._fetcher.error_future
-            return task
-        return None
+            return (consumer._fetcher.error_future, consumer._client._sync_task)
+        return ()
+
+
+def _failed(task: asyncio.Future[Any] | None) -> bool:
+    return task is not None and task.done() and not task.cancelled() and bool(task.exception())
+
+
+def _ended() -> asyncio.Future[Any]:
+    """A task's stand-in that has ended as a cancelled task does (its awaiting is suppressed)."""
+    ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ended.cancel()
+    return ended
 
 
 # -- the private names themselves, for the modules that use them ------------------------------
