@@ -29,7 +29,7 @@ reach a caller, an ``except`` of its parent catches it::
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
     │   └── DeserializationError    the key or value deserializer refused a record
-    └── FetchStalledError           Kafka fetching kept dying under the member: it gave its partitions up
+    └── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
 """
 
 from __future__ import annotations

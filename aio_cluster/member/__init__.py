@@ -11,6 +11,7 @@ Modules::
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
     eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
     failures.py      Retries: a failed record's retries and its dead letter, for process()
+    finished.py      notes of records finished past the stored offset, passed over after it
     handover.py      a rebalance's handover: draining, the listener, new claims
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     lifecycle.py     GroupState: the stages of a member's life

@@ -7,8 +7,8 @@ offset. When it stops without a graceful handover (its call cancelled, its batch
 ``rebalance_timeout``), records of other keys after that offset may have finished too; read
 again from the offset, they would be handled twice. So the processor notes them on the claim
 (`note()`), the offset write stores them in a node of the project's own beside the classic ones
-(`path()`), in the same transaction and under the same fence checks, and the next owner (or the
-same member's next ``process()``) passes over them (`noted()`). The ``async for`` loop hands
+(`KeyedLayout.note`), in the same transaction and under the same fence checks, and the next owner
+(or the same member's next ``process()``) passes over them (`noted()`). The ``async for`` loop hands
 them out again: a batch body is one unit, never split.
 
 A note is stored with the offset it goes with and the claim's epoch (its fence's version). It
@@ -26,10 +26,7 @@ import json
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
-from ..kafka.topics import PartitionKey
-from ..zookeeper.layout import group_path
 from .claims import Claim
-from .keyed_layout import KeyedLayout
 
 __all__ = [
     "Note",
@@ -39,8 +36,6 @@ __all__ = [
     "forget",
     "note",
     "noted",
-    "parent",
-    "path",
 ]
 
 MAX_BYTES = 512 * 1024
@@ -92,17 +87,6 @@ def anything_noted() -> bool:
 def forget(claim: Claim) -> None:
     """Nothing beyond ``claim``'s prefix is known to have finished (any more)."""
     _NOTES.pop(claim, None)
-
-
-def parent(layout: KeyedLayout, key: PartitionKey) -> str:
-    """The parent of the notes of the topic of ``key``:
-    ``/consumers/<group>/finished/<topic>``, beside the fences (classic tools ignore it)."""
-    return f"{group_path(layout.group)}/finished/{layout.keys.split(key).topic}"
-
-
-def path(layout: KeyedLayout, key: PartitionKey) -> str:
-    """The note node of the partition of ``key``."""
-    return f"{parent(layout, key)}/{layout.keys.split(key).partition}"
 
 
 def encode(epoch: int, offset: int, offsets: frozenset[int]) -> bytes:

@@ -76,6 +76,15 @@ class KeyedLayout:
         """The parent of the fences of the topic of ``key``."""
         return self._split(key)[0].fences
 
+    def note(self, key: PartitionKey) -> str:
+        """The note of the records finished past the stored offset of the partition of ``key``."""
+        layout, partition = self._split(key)
+        return layout.note(partition)
+
+    def finished(self, key: PartitionKey) -> str:
+        """The parent of the notes of the topic of ``key``."""
+        return self._split(key)[0].finished
+
     def name(self, key: PartitionKey) -> TopicPartition | int:
         """How the user knows the partition of ``key``: its id in a one-topic group, else its
         TopicPartition."""

@@ -83,9 +83,7 @@ class Offsets:
         by_parent: dict[str, list[Claim]] = {}
         for claim in claims:
             if claim.stored is not None:
-                by_parent.setdefault(finished.parent(self._layout, claim.partition), []).append(
-                    claim
-                )
+                by_parent.setdefault(self._layout.finished(claim.partition), []).append(claim)
         try:
             for parent, some in by_parent.items():
                 try:
@@ -94,7 +92,7 @@ class Offsets:
                     continue
                 self._parents.add(parent)
                 for claim in some:
-                    path = finished.path(self._layout, claim.partition)
+                    path = self._layout.note(claim.partition)
                     if path.rpartition("/")[2] in names:
                         self._notes.add(path)
                         await self._read_note(claim, path)
@@ -225,7 +223,7 @@ class Offsets:
         (a write found a node missing or there)."""
         if finished.noted(claim) is None and not self._notes:
             return
-        path = finished.path(self._layout, claim.partition)
+        path = self._layout.note(claim.partition)
         if finished.noted(claim) is None and path not in self._notes:
             return
         if await self._zk.exists(path) is None:
@@ -255,7 +253,7 @@ class Offsets:
             if claim in notes:
                 self._wrote_note(claim, offset, notes[claim])
             elif self._notes:  # deleted, if it was there
-                self._notes.discard(finished.path(self._layout, claim.partition))
+                self._notes.discard(self._layout.note(claim.partition))
         return written
 
     async def _note_ops(self, claim: Claim, offset: int, ops: list[Op]) -> frozenset[int] | None:
@@ -268,7 +266,7 @@ class Offsets:
         known = finished.noted(claim)
         if known is None and not self._notes:
             return None  # the common case: nothing noted, nothing to delete
-        path = finished.path(self._layout, claim.partition)
+        path = self._layout.note(claim.partition)
         beyond = frozenset() if known is None else known.beyond(offset)
         data = finished.encode(claim.epoch, offset, beyond) if beyond else b""
         if not beyond or len(data) > finished.MAX_BYTES:
@@ -277,7 +275,7 @@ class Offsets:
             if path in self._notes:
                 ops.append(Delete(path))
             return None
-        parent = finished.parent(self._layout, claim.partition)
+        parent = self._layout.finished(claim.partition)
         if parent not in self._parents:
             await self._zk.ensure_path(parent)
             self._parents.add(parent)
@@ -286,7 +284,7 @@ class Offsets:
 
     def _wrote_note(self, claim: Claim, offset: int, beyond: frozenset[int]) -> None:
         """ZooKeeper holds the note of ``claim``: stored, unless it grew meanwhile."""
-        self._notes.add(finished.path(self._layout, claim.partition))
+        self._notes.add(self._layout.note(claim.partition))
         known = finished.noted(claim)
         if known is not None and known.beyond(offset) == beyond:
             finished.note(claim, known.base, known.offsets, stored=True)

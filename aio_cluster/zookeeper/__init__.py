@@ -8,7 +8,7 @@ Modules::
     client.py       ZooKeeper: kazoo behind an asyncio facade, its errors translated
     layout.py       the paths of a group's nodes and the data kept in them (pure)
     roster.py       the registrations a leader last read, in one node for newcomers (pure)
-    seams.py        what the adapter needs of kazoo beyond its documented interface, checked at start
+    seams.py        what the adapter needs of kazoo beyond its documented interface, checked
     security.py     credentials, ACLs and TLS settings; credentials masked in logs
     threads.py      kazoo's thread handler, cheap for many small calls: poll, no extra hop
 """

@@ -18,6 +18,11 @@ And every claim bumps its partition's fence, which classic tools ignore too::
 
     /consumers/<group>/fences/<topic>/<partition>  persistent, its version is the claim's epoch
 
+And where a batch ended unfinished, the records that finished past the stored offset, written
+with that offset (`aio_cluster.member.finished`), which classic tools ignore as well::
+
+    /consumers/<group>/finished/<topic>/<partition>  persistent, the records finished past it
+
 A claim creates the owner node and bumps the fence's version in one transaction; that version is
 the claim's epoch, one no earlier claim of the partition had. Every offset write and every release
 checks it in the same transaction as the write, so a member whose claim is gone (its session
@@ -166,6 +171,11 @@ class GroupLayout:
         """The parent of this topic's claim fences."""
         return f"{group_path(self.group)}/fences/{self.topic}"
 
+    @property
+    def finished(self) -> str:
+        """The parent of this topic's notes of records finished past the stored offset."""
+        return f"{group_path(self.group)}/finished/{self.topic}"
+
     def member(self, member_id: str) -> str:
         """A member's registration node."""
         return member_path(self.group, member_id)
@@ -181,6 +191,10 @@ class GroupLayout:
     def fence(self, partition: int) -> str:
         """A partition's claim fence: its version is the epoch of the partition's newest claim."""
         return f"{self.fences}/{partition}"
+
+    def note(self, partition: int) -> str:
+        """A partition's note of the records finished past its stored offset."""
+        return f"{self.finished}/{partition}"
 
 
 @dataclass(frozen=True)
