@@ -1,7 +1,7 @@
 """The partitions' state machine without servers: hypothesis drives `PartitionStates` through any
-order of claims, fetches, batches, seeks, pauses, releases and session losses, against a stand-in
-fetcher that keeps its positions the way Kafka's consumer does, and checks the rules the module
-promises after every step."""
+order of claims, fetches, batches, seeks, pauses, releases, session losses and records lost in the
+fetcher, against a stand-in fetcher that keeps its positions the way Kafka's consumer does, and
+checks the rules the module promises after every step."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hypothesis.stateful import (
 )
 
 from aio_cluster import NotOwnedError
+from aio_cluster.kafka.records import Record
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.claims import UNPOSITIONED, Batch, Claim
 from aio_cluster.member.partitions import IllegalTransition, PartitionStates
@@ -103,6 +104,10 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         self.bodies: list[Body] = []
         self.fetching: dict[PartitionKey, list[FakeRecord]] | None = None
         """A fetch sent to the broker whose answer has not come yet."""
+        self.asked: list[PartitionKey] = []
+        """The partitions that fetch asked for."""
+        self.lost_at: dict[PartitionKey, int] = {}
+        """Partition -> the offset from which the fetcher lost records (see `lose_records`)."""
         self.revoking: set[PartitionKey] = set()
 
     @initialize(owned=st.sets(partitions))
@@ -242,7 +247,8 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         # `ahead` bytes waiting: one FakeRecord, or many).
         for partition, offset in self.states.seeks().items():
             self.fetcher.seek(partition, offset)
-        self.fetching = self.fetcher.fetch(self.states.fetchable(ahead=ahead))
+        self.asked = self.states.fetchable(ahead=ahead)
+        self.fetching = self.fetcher.fetch(self.asked)
 
     @precondition(lambda self: self.fetching is not None)
     @rule()
@@ -251,6 +257,24 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         for partition, records in self.fetching.items():
             self.states.fetched(partition, list(records))
         self.fetching = None
+        for partition in self.asked:
+            # As delivery does after each fetch: the position the fetcher reads from next.
+            self.states.stepped_over(partition, self.fetcher.positions.get(partition))
+
+    @precondition(lambda self: self.fetching is None)
+    @rule(partition=partitions, count=st.integers(1, 3))
+    def lose_records(self, partition: PartitionKey, count: int) -> None:
+        """The fetcher hands records out that never arrive (a fetch cancelled half-way): its
+        position moves on past them, while records follow. One loss at a time: the records
+        lost before were handed out since."""
+        start = self.fetcher.positions.get(partition)
+        if start is None or start + count >= LOG_END:
+            return
+        lost_at = self.lost_at.get(partition)
+        if lost_at is not None and self.next.get(partition, lost_at) <= lost_at:
+            return
+        self.lost_at[partition] = start
+        self.fetcher.positions[partition] = start + count
 
     # -- handing out -------------------------------------------------------------------------
 
@@ -462,6 +486,69 @@ def test_a_partition_consumed_to_its_end_moves_past_what_is_no_record() -> None:
     assert not states.stepped_over(P0, 7), "a batch runs: nothing moves"
     assert states.finished(claim, batch, completed=True, commit=True, position=7)
     assert (claim.next_offset, claim.pending) == (7, 7)
+
+
+def records(*offsets: int) -> list[Record]:
+    return [FakeRecord("t", 0, offset) for offset in offsets]
+
+
+def test_a_fetch_that_starts_past_the_fetchers_position_is_refused() -> None:
+    """Records 5 and 6 were taken out of the fetcher and lost (a fetch cancelled half-way): the
+    batch that starts at 7 is refused, and the partition read again from 5, so no commit passes
+    records nobody received."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(P0, 0, 3, 3))
+    _fed(states, fetcher)
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 5)
+    picked = states.pick()
+    assert picked is not None
+    assert states.finished(*picked, completed=True, commit=True, position=5)
+    assert states.fetched(P0, records(7, 8)) is None
+    assert states.pick() is None, "refused"
+    assert not states.stepped_over(P0, 9), "never past the gap"
+    assert (picked[0].next_offset, picked[0].pending) == (5, 5)
+    assert states.seeks() == {P0: 5}, "read again from the claim's next offset"
+    assert states.fetched(P0, records(5, 6, 7)) == (5, 7), "the fetcher lost 5 and 6"
+    again = states.pick()
+    assert again is not None
+    assert [r.offset for r in again[1]] == [5, 6, 7]
+
+
+def test_a_gap_met_again_from_the_same_position_is_what_the_broker_holds() -> None:
+    """Offsets 5 and 6 hold no record (compaction, or a transaction marker the fetcher had not
+    read yet): the batch from 7 is refused once, then taken when the fetch from 5 returns it
+    again; reading goes on."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(P0, 0, 5, 5))
+    _fed(states, fetcher)
+    assert states.fetched(P0, records(7, 8)) is None
+    assert states.seeks() == {P0: 5}, "refused: read again from 5"
+    assert states.fetched(P0, records(7, 8)) is None, "the same gap: nothing was lost"
+    picked = states.pick()
+    assert picked is not None
+    assert states.finished(*picked, completed=True, commit=True, position=9)
+    assert (picked[0].next_offset, picked[0].pending) == (9, 9)
+    assert states.fetched(P0, records(9)) is None
+
+
+def test_with_batches_buffered_a_gap_is_read_again_from_the_first_not_handed_out() -> None:
+    """A member with a budget fetches on while batches wait: a gap after them drops them too,
+    and the partition is read again from its first record not handed out."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(P0, 0, 3, 3))
+    _fed(states, fetcher)
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 5)
+    assert states.fetched(P0, records(8)) is None
+    assert states.buffered_bytes == 0, "refused, and what was buffered dropped"
+    assert states.seeks() == {P0: 3}
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 5), "records buffered"
+    assert states.fetched(P0, records(5, 6, 7, 8)) == (5, 8), "the fetcher lost 5 to 7"
 
 
 def test_an_uncommitted_partition_moves_on_without_storing() -> None:

@@ -29,6 +29,10 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a partition moves on to the fetcher's position (past transaction markers, aborted records and
   compaction gaps) only when nothing of it is buffered, in flight, withheld or waiting on a seek,
   and only from a position set for its claim; that is stored only when everything before was;
+- a fetch whose records start beyond the fetcher's position before it is refused (records were
+  taken out of the fetcher and lost: a commit would pass them), and the partition is read again
+  from its next offset; only the same gap met again, from the same position, is taken (the broker
+  holds no record there: compaction, transaction markers or aborted records);
 - a fenced claim (a write found it gone) stores nothing more and hands out no batch, until a
   rebalance drops it;
 - an abandoned batch is read again from its first unfinished record, so a partition that stays
@@ -83,6 +87,14 @@ class PartitionStates:
         self._fed: dict[PartitionKey, Claim] = {}
         """The fetcher's partitions, each with the claim whose position it was given (assigned
         or sought): its position says something about that claim's records only."""
+        self._positions: dict[PartitionKey, int] = {}
+        """The fed partitions' positions in the fetcher, as given it (assigned or sought) or as
+        it said after its last fetch (see `stepped_over`): where its next records start."""
+        self._gaps: dict[PartitionKey, set[tuple[int, int]]] = {}
+        """Partition -> the gaps its claim met: a position and the first record fetched from it
+        (see `fetched`)."""
+        self._refused: dict[PartitionKey, tuple[int, int]] = {}
+        """Partition -> the gap its last refused fetch left, until a fetch reads past it."""
         self._announced: set[PartitionKey] = set()
         """The partitions the listener was told were assigned."""
         self._lost: set[PartitionKey] = set()
@@ -160,6 +172,8 @@ class PartitionStates:
         self._claims[claim.partition] = claim
         self._order = None
         self._seeks.pop(claim.partition, None)
+        self._gaps.pop(claim.partition, None)
+        self._refused.pop(claim.partition, None)
 
     def released(self, partition: PartitionKey) -> Claim | None:
         """The partition goes to another member (its owner node is deleted next): its pause,
@@ -216,6 +230,8 @@ class PartitionStates:
             self._clear(claim)
         self._seeks.pop(partition, None)
         self._voided.discard(partition)
+        self._gaps.pop(partition, None)
+        self._refused.pop(partition, None)
 
     # -- positioning -------------------------------------------------------------------------
 
@@ -290,6 +306,7 @@ class PartitionStates:
                 positions[partition] = claim.next_offset
         self._seeks.clear()
         self._fed = dict(wanted)
+        self._positions = dict(positions)
         return positions
 
     # -- fetching ----------------------------------------------------------------------------
@@ -329,26 +346,57 @@ class PartitionStates:
         """The fetcher's partitions that must be read from another offset before the next fetch
         (partition -> offset); each is returned once."""
         seeks = {p: offset for p, offset in self._seeks.items() if p in self._fed}
-        for partition in seeks:
+        for partition, offset in seeks.items():
             claim = self._claims.get(partition)
             if claim is not None:
                 # The fetcher's position is now set from this claim.
                 self._fed[partition] = claim
+            self._positions[partition] = offset
         self._seeks.clear()
         return seeks
 
-    def fetched(self, partition: PartitionKey, records: list[Record]) -> None:
+    def fetched(self, partition: PartitionKey, records: list[Record]) -> tuple[int, int] | None:
         """The fetcher returned ``records`` of ``partition``: they are buffered, unless the
         partition is not owned, withheld, paused, sought meanwhile, or they were read for an
-        earlier claim (then they are dropped, and read again once it hands out again)."""
+        earlier claim (then they are dropped, and read again once it hands out again).
+
+        Records that start beyond the fetcher's position before this fetch leave a gap: records
+        taken out of the fetcher and lost on the way (a fetch cancelled half-way), which the
+        next commit would pass although nobody received them. They are refused: what is
+        buffered is dropped, and the partition read again from its next offset. A gap met again,
+        from the same position to the same record, is what the broker holds (compaction gaps,
+        transaction markers or aborted records at the position, which the fetcher's position
+        does not pass before it read them): it is taken.
+
+        Returns:
+            The offsets a refused fetch skipped (from, up to), when these records show that the
+            broker holds records there after all: the fetcher lost them (the driver warns).
+            None otherwise.
+        """
         claim = self._claims.get(partition)
         if not records or claim is None or self._fed.get(partition) is not claim:
-            return
+            return None
         if partition in self._withheld or partition in self._paused or partition in self._seeks:
             self._drop(claim)
-            return
+            return None
+        position = self._positions.get(partition)
+        if position is not None and records[0].offset > position:
+            gap = (position, records[0].offset)
+            met = self._gaps.setdefault(partition, set())
+            if gap not in met:
+                # Those behind the next offset are not read again (but after a seek back).
+                met.difference_update([g for g in met if g[1] <= claim.next_offset])
+                met.add(gap)
+                self._refused[partition] = gap
+                self._drop(claim)
+                return None
         claim.buffered.append(records)
         claim.sizes.append(_record_bytes(records))
+        refused = self._refused.get(partition)
+        if refused is None or records[-1].offset < refused[0]:
+            return None
+        del self._refused[partition]
+        return refused if records[0].offset < refused[1] else None
 
     def out_of_range(
         self, partition: PartitionKey, offset: int, earliest: int, latest: int, *, trail: bool
@@ -381,12 +429,15 @@ class PartitionStates:
         being a record (transaction markers, aborted records, compaction gaps); that is pending
         when everything before was committed. Nothing moves while records are buffered, a batch
         runs, the partition is withheld or waits on a seek, or the position was not set for the
-        claim held now.
+        claim held now. The position is where the next fetch's records must start (see
+        `fetched`).
 
         Returns:
             True when the claim moved on.
         """
         claim = self._claims.get(partition)
+        if claim is not None and position is not None and self._fed.get(partition) is claim:
+            self._positions[partition] = position
         if (
             claim is None
             or position is None
