@@ -5,7 +5,7 @@ records out of aiokafka (its position moved past them) when the caller was cance
 
 The consumer here is a stand-in that keeps positions as aiokafka does (pure logic: what the
 fetcher does with positions when cancelled); the search itself runs against the real broker in
-tests/test_faults.py's unreadable-batch tests."""
+tests/test_records.py's unreadable-batch tests."""
 
 from __future__ import annotations
 
