@@ -620,7 +620,8 @@ class Member:
     async def _background(self) -> None:
         """Every loop of the member, until the closing cancels them. A failure nobody foresaw,
         or credentials the servers refused, must not pass silently: it fails the member, and
-        register() or the next batch raises it; the member then waits for close()."""
+        register() or the next batch raises it; a joined member leaves at once, so that its
+        partitions go to the others."""
         joined = self._joined
         assert joined is not None
         timing = self.settings.timing
@@ -643,6 +644,9 @@ class Member:
             self._fail(error)
             if not joined.done():
                 joined.set_exception(error)
+            else:
+                # It holds claims it can no longer rebalance: they go to the others now.
+                self._give_up(error)
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:
