@@ -18,16 +18,19 @@ the adoption an epoch of its own. A named member (``member_name``) also replaces
 that names it but belongs to another session: its own older run, restarted before that run's
 session expired; the fence bumped in the same transaction fences the older run off.
 
-**Nodes nobody owns.** A create that timed out on the client may still happen on the server
-(kazoo sends a request queued during a disconnection once it reconnects), and a delete may fail:
-either leaves an owner node of this member's session that it does not know it holds, which would
-block the partition's next owner for as long as the session lives. Each partition touched by a
-request whose outcome is unknown is remembered, and `reconcile()` (after each rebalance) deletes
-those of its nodes that belong to this session and that no claim accounts for. ZooKeeper answers
-one session's requests in order, so once the reconciling read returns, no earlier request of the
-session is still on its way. A claim that waits on a node of no registered member's session (a
-stranger's, or one left by a member that is not registered any more) gives up within
-``claim_timeout``, with a warning and a count in ``unowned``.
+**Nodes nobody owns.** A create that timed out on the client may still happen on the server,
+and a delete may fail: either leaves an owner node of this member's session that it does not know
+it holds, which would block the partition's next owner for as long as the session lives. Kazoo
+sends a request queued while it reconnects on the session it reconnects to, even when that is a
+new session after an expiry: such a node belongs to the member's *next* session. Each partition
+touched by a request whose outcome is unknown is remembered, whatever the session, and
+`reconcile()` (after each rebalance) deletes those of its nodes that belong to the session of the
+moment and that no claim accounts for, under the partition's fence as read first (a claim made
+meanwhile moves it). Kazoo sends one client's requests in order, and ZooKeeper answers one
+session's in order, so once the reconciling read returns, no earlier request is still on its
+way (and a partition claimed since has its node accounted for). A claim that waits on a node of no
+registered member's session (a stranger's, or one left by a member that is not registered any
+more) gives up within ``claim_timeout``, with a warning and a count in ``unowned``.
 
 A fence node must outlive the group's members: deleted and created again, it starts at version 0
 once more, and an old claim of the same epoch would pass its check.
@@ -99,8 +102,9 @@ class ClaimNodes:
         """Claims not made within their bound (and not given up for a newer rebalance)."""
         self.unowned = 0
         """Of those, the claims given up on a node that no registered member's session holds."""
-        self._doubtful: dict[PartitionKey, int | None] = {}
-        """Partition -> the session of a request on its owner node whose outcome is unknown."""
+        self._doubtful: set[PartitionKey] = set()
+        """Partitions touched by a request on their owner node whose outcome is unknown (in
+        whichever session: a queued request may be sent on the next one)."""
 
     async def take(
         self, partition: PartitionKey, bound: float, newer: asyncio.Event
@@ -177,7 +181,7 @@ class ClaimNodes:
             try:
                 await self.release(partition, node_version, epoch)
             except CoordinationError as exc:
-                self._doubtful[partition] = self._zk.session_id
+                self._doubtful.add(partition)
                 log.warning(
                     "member %s: the owner node of %s, taken without a claim, was not deleted "
                     "(%s); the next rebalance deletes it",
@@ -193,21 +197,21 @@ class ClaimNodes:
         Raises:
             CoordinationError: ZooKeeper failed; the partitions stay to be reconciled.
         """
-        session = self._zk.session_id
-        for partition, doubted_in in list(self._doubtful.items()):
-            if doubted_in != session or partition in claimed:
-                # Gone with its session, or the node is the claim's (made or adopted since).
-                del self._doubtful[partition]
-        stray = sorted(self._doubtful)
-        for partition in stray:
-            del self._doubtful[partition]  # a failure below marks it again
+        # A partition claimed has its node accounted for (made or adopted since); a failure
+        # below marks the others again.
+        stray = sorted(self._doubtful.difference(claimed))
+        self._doubtful.clear()
         results = await asyncio.gather(
             *(self._delete_stray(p) for p in stray), return_exceptions=True
         )
-        for partition, result in zip(stray, results, strict=True):
-            if isinstance(result, BaseException):
-                self._doubtful.setdefault(partition, session)
-                raise result
+        failed = [
+            (partition, result)
+            for partition, result in zip(stray, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        self._doubtful.update(partition for partition, _result in failed)
+        if failed:
+            raise failed[0][1]
 
     async def _create(self, partition: PartitionKey) -> Taken:
         """The claim transaction: the owner node, at `CLAIMED_VERSION`, and the fence bumped."""
@@ -275,7 +279,7 @@ class ClaimNodes:
             await self._zk.transaction([guard, Delete(owner, stat.version)])
         except _DEFINITE:
             # The fence or the node moved meanwhile: look again at the next reconciliation.
-            self._doubtful[partition] = stat.ephemeral_owner
+            self._doubtful.add(partition)
             return False
         except CoordinationError as exc:
             self._doubt(partition, exc)
@@ -291,7 +295,7 @@ class ClaimNodes:
         """A request on the partition's owner node failed: unless it certainly changed nothing,
         it may have happened, or happen still."""
         if not isinstance(exc, _DEFINITE):
-            self._doubtful[partition] = self._zk.session_id
+            self._doubtful.add(partition)
 
     async def _give_up(
         self, partition: PartitionKey, data: bytes, stat: Stat, bound: float
