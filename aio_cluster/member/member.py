@@ -580,7 +580,8 @@ class Member:
         """The member's one task (see the module): its background until `close()`, then the
         closing, bounded by ``close_timeout`` from the moment it was asked for. A share of the
         bound is kept for closing the clients, so that they close even when leaving took all
-        the rest."""
+        the rest; a background whose cancellation overran the whole bound (a shielded step of
+        it) makes the closing that share longer, not the session endless."""
         # A listener called from the background waits for the closing's cancellation.
         _WORK.set(_Work(self, self._closed.wait))
         timeout = self.settings.timing.close_timeout
@@ -661,12 +662,16 @@ class Member:
 
     async def _end(self) -> None:
         """However the leaving went: `process()` has ended, what was not released goes with
-        the session, the clients close (within what is left of the bound), the member is
-        CLOSED."""
+        the session, the clients close (within what is left of the bound, and at least their
+        share of it), the member is CLOSED."""
         self._begin_closing()  # the task may also end by a cancellation of its own
         await self._processor_ended()
         self.membership.forget()
-        with anyio.move_on_after(max(self._deadline - self._loop.time(), 0.0)) as scope:
+        # Their share even when the background's cancellation overran it (a shielded store on
+        # a slow ZooKeeper): a closing cancelled before it began leaves the session open for
+        # the process's life (kazoo keeps it alive), and the claims with it.
+        share = self.settings.timing.close_timeout / 4
+        with anyio.move_on_after(max(self._deadline - self._loop.time(), share)) as scope:
             results = await asyncio.gather(
                 self.zk.close(), self.delivery.stop(), self.mirror.stop(), return_exceptions=True
             )
