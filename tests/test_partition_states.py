@@ -265,10 +265,10 @@ class PartitionStatesMachine(RuleBasedStateMachine):
     @rule(partition=partitions, count=st.integers(1, 3))
     def lose_records(self, partition: PartitionKey, count: int) -> None:
         """The fetcher hands records out that never arrive (a fetch cancelled half-way): its
-        position moves on past them, while records follow. One loss at a time: the records
+        position moves on past them (to the log end, maybe). One loss at a time: the records
         lost before were handed out since."""
         start = self.fetcher.positions.get(partition)
-        if start is None or start + count >= LOG_END:
+        if start is None or start + count > LOG_END:
             return
         lost_at = self.lost_at.get(partition)
         if lost_at is not None and self.next.get(partition, lost_at) <= lost_at:
@@ -516,6 +516,41 @@ def test_a_fetch_that_starts_past_the_fetchers_position_is_refused() -> None:
     assert [r.offset for r in again[1]] == [5, 6, 7]
 
 
+def test_a_fetcher_that_lost_the_last_records_is_not_followed_past_them() -> None:
+    """Records 5 to 7, the last, were taken out of the fetcher and lost: a fetch returns nothing,
+    and the fetcher says it reads from 8 next. The claim does not move there (its commit would
+    pass them); the partition is read again from 5."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(P0, 0, 3, 3))
+    _fed(states, fetcher)
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 5)
+    picked = states.pick()
+    assert picked is not None
+    assert states.finished(*picked, completed=True, commit=True, position=5)
+    assert not states.stepped_over(P0, 8), "no fetch of records reached 8"
+    assert (picked[0].next_offset, picked[0].pending) == (5, 5)
+    assert states.seeks() == {P0: 5}
+    assert states.fetched(P0, records(5, 6, 7)) == (5, 8), "the fetcher lost 5 to 7"
+
+
+def test_a_position_reached_after_records_is_followed_at_once() -> None:
+    """A commit marker after the last record, in the same fetch: the claim moves past it once
+    the batch is committed, without reading again."""
+    states = PartitionStates()
+    fetcher = FakeFetcher()
+    states.claimed(Claim(P0, 0, 3, 3))
+    _fed(states, fetcher)
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 6), "records buffered"
+    picked = states.pick()
+    assert picked is not None
+    assert states.finished(*picked, completed=True, commit=True, position=6)
+    assert (picked[0].next_offset, picked[0].pending) == (6, 6)
+    assert states.seeks() == {}
+
+
 def test_a_gap_met_again_from_the_same_position_is_what_the_broker_holds() -> None:
     """Offsets 5 and 6 hold no record (compaction, or a transaction marker the fetcher had not
     read yet): the batch from 7 is refused once, then taken when the fetch from 5 returns it
@@ -578,7 +613,9 @@ def test_a_claim_made_anew_never_moves_to_the_old_claims_position() -> None:
     states.sought(P0, 8)
     assert states.seeks() == {0: 8}
     assert states.assignment() is None, "the seek set the fetcher's position from this claim"
-    assert states.stepped_over(P0, 9)
+    assert not states.stepped_over(P0, 9), "no fetch of records reached 9: read again first"
+    assert states.seeks() == {0: 8}
+    assert states.stepped_over(P0, 9), "the same step again: the broker holds nothing there"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,8 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a fetch whose records start beyond the fetcher's position before it is refused (records were
   taken out of the fetcher and lost: a commit would pass them), and the partition is read again
   from its next offset; only the same gap met again, from the same position, is taken (the broker
-  holds no record there: compaction, transaction markers or aborted records);
+  holds no record there: compaction, transaction markers or aborted records); so is a move to a
+  position no fetch of records vouched for (one the fetcher reached while it returned nothing);
 - a fenced claim (a write found it gone) stores nothing more and hands out no batch, until a
   rebalance drops it;
 - an abandoned batch is read again from its first unfinished record, so a partition that stays
@@ -95,6 +96,11 @@ class PartitionStates:
         (see `fetched`)."""
         self._refused: dict[PartitionKey, tuple[int, int]] = {}
         """Partition -> the gap its last refused fetch left, until a fetch reads past it."""
+        self._vouched: dict[PartitionKey, int] = {}
+        """Partition -> the furthest position set here, or said by the fetcher right after it
+        returned records from where it was: the claim moves there without reading again."""
+        self._fresh: set[PartitionKey] = set()
+        """The partitions whose records the fetch being taken in returned (and were taken)."""
         self._announced: set[PartitionKey] = set()
         """The partitions the listener was told were assigned."""
         self._lost: set[PartitionKey] = set()
@@ -232,6 +238,7 @@ class PartitionStates:
         self._voided.discard(partition)
         self._gaps.pop(partition, None)
         self._refused.pop(partition, None)
+        self._fresh.discard(partition)
 
     # -- positioning -------------------------------------------------------------------------
 
@@ -307,6 +314,8 @@ class PartitionStates:
         self._seeks.clear()
         self._fed = dict(wanted)
         self._positions = dict(positions)
+        self._vouched = dict(positions)
+        self._fresh.clear()
         return positions
 
     # -- fetching ----------------------------------------------------------------------------
@@ -351,7 +360,7 @@ class PartitionStates:
             if claim is not None:
                 # The fetcher's position is now set from this claim.
                 self._fed[partition] = claim
-            self._positions[partition] = offset
+            self._positions[partition] = self._vouched[partition] = offset
         self._seeks.clear()
         return seeks
 
@@ -380,16 +389,13 @@ class PartitionStates:
             self._drop(claim)
             return None
         position = self._positions.get(partition)
-        if position is not None and records[0].offset > position:
-            gap = (position, records[0].offset)
-            met = self._gaps.setdefault(partition, set())
-            if gap not in met:
-                # Those behind the next offset are not read again (but after a seek back).
-                met.difference_update([g for g in met if g[1] <= claim.next_offset])
-                met.add(gap)
-                self._refused[partition] = gap
-                self._drop(claim)
-                return None
+        if (
+            position is not None
+            and records[0].offset > position
+            and self._refuse(claim, position, records[0].offset)
+        ):
+            return None
+        self._fresh.add(partition)
         claim.buffered.append(records)
         claim.sizes.append(_record_bytes(records))
         refused = self._refused.get(partition)
@@ -430,7 +436,10 @@ class PartitionStates:
         when everything before was committed. Nothing moves while records are buffered, a batch
         runs, the partition is withheld or waits on a seek, or the position was not set for the
         claim held now. The position is where the next fetch's records must start (see
-        `fetched`).
+        `fetched`). A position the fetcher reached while it returned nothing (not right after
+        records it returned from where it was) is followed only once a fetch from the claim's
+        next offset reached it again: else records taken out of the fetcher and lost would be
+        passed (see `fetched`).
 
         Returns:
             True when the claim moved on.
@@ -438,6 +447,9 @@ class PartitionStates:
         claim = self._claims.get(partition)
         if claim is not None and position is not None and self._fed.get(partition) is claim:
             self._positions[partition] = position
+            if partition in self._fresh:
+                self._vouched[partition] = position
+        self._fresh.discard(partition)
         if (
             claim is None
             or position is None
@@ -449,12 +461,36 @@ class PartitionStates:
             or position <= claim.next_offset
         ):
             return False
+        if position > self._vouched.get(partition, position) and self._refuse(
+            claim, claim.next_offset, position
+        ):
+            return False
         committed = claim.pending if claim.pending is not None else claim.stored
         if committed is None:
             committed = claim.earliest  # nothing stored: the start needs no commit
         if committed == claim.next_offset and not claim.fenced:
             claim.pending = position
         claim.next_offset = position
+        return True
+
+    def _refuse(self, claim: Claim, start: int, end: int) -> bool:
+        """The fetcher went from ``start`` to ``end`` of the claim's partition without a record:
+        the first time, refuse it (what is buffered is dropped, and the partition read again
+        from its next offset) and remember it; met again, it is what the broker holds.
+
+        Returns:
+            True when refused.
+        """
+        partition = claim.partition
+        met = self._gaps.setdefault(partition, set())
+        if (start, end) in met:
+            self._vouched[partition] = max(self._vouched.get(partition, end), end)
+            return False
+        # Those behind the next offset are not read again (but after a seek back).
+        met.difference_update([gap for gap in met if gap[1] <= claim.next_offset])
+        met.add((start, end))
+        self._refused[partition] = (start, end)
+        self._drop(claim)
         return True
 
     def _drop(self, claim: Claim) -> None:
