@@ -241,7 +241,16 @@ class Delivery:
                 self.stalled(exc)
                 return False
         for partition, records in fetched.items():
-            self._states.fetched(partition, records)
+            lost = self._states.fetched(partition, records)
+            if lost is not None:
+                log.warning(
+                    "member %s: a fetch of %s skipped offsets %d to %d, which the broker holds "
+                    "(the fetcher lost them); they were read again",
+                    self._id,
+                    self._label(partition),
+                    lost[0],
+                    lost[1] - 1,
+                )
         if self._fetcher.budgeted:
             # Nothing suspended since aiokafka gave these records (its reads of valid positions
             # return at once), so it sent no request since: none goes out that would pass the

@@ -293,7 +293,8 @@ class ZooKeeper:
     Every call takes at most ``request_timeout`` seconds and raises a
     [CoordinationError][aio_cluster.CoordinationError] on failure. Watches and state changes are
     delivered as plain callbacks on the event loop that called `start()`; they must not block.
-    A request never outlives its session: after an expiry kazoo fails it instead of replaying it.
+    Requests pending when kazoo notices an expiry fail; one made while it reconnects afterwards
+    is sent on the next session (see `aio_cluster.member.claiming`).
     """
 
     def __init__(
