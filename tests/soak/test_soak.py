@@ -44,7 +44,7 @@ from aio_cluster.local.probes import servers, zookeeper_monitor
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
-from chaos.test_chaos import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
+from churn import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
 from support import Worker, create_topic, now, numbered_by, producer_of, wait_until
 
 MINUTES = float(os.environ.get("AIO_CLUSTER_SOAK_MINUTES", "15"))
