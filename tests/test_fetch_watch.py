@@ -68,6 +68,16 @@ async def produce(cluster: LocalCluster, topic: str, start: int, count: int) -> 
         await producer.flush()
 
 
+def iterating(group: ConsumerGroup) -> Callable[[Counter[bytes]], Any]:
+    """Consumes ``group`` with ``async for``, counting each key."""
+
+    async def consume(seen: Counter[bytes]) -> None:
+        async for _partition, batch in group:
+            seen.update(record.key for record in batch if record.key is not None)
+
+    return consume
+
+
 def keys(start: int, count: int) -> set[bytes]:
     return {f"k{i}".encode() for i in range(start, start + count)}
 
@@ -111,12 +121,8 @@ async def test_async_for_consumes_on_after_the_fetch_routine_dies(
     topic = await make_topic(partitions=2)
     group = member(cluster, fresh("watched"), topic)
 
-    async def consume(seen: Counter[bytes]) -> None:
-        async for _partition, batch in group:
-            seen.update(record.key for record in batch if record.key is not None)
-
     with caplog.at_level(logging.WARNING, logger="aio_cluster.kafka.fetcher"):
-        seen = await consume_through_a_death(cluster, topic, group, consume, break_once)
+        seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_once)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
     assert any("background task of aiokafka" in r.getMessage() for r in caplog.records)
@@ -149,10 +155,6 @@ async def test_an_end_through_a_hook_of_ours_switches_the_hooks_off(
     topic = await make_topic(partitions=2)
     group = member(cluster, fresh("watched"), topic)
 
-    async def consume(seen: Counter[bytes]) -> None:
-        async for _partition, batch in group:
-            seen.update(record.key for record in batch if record.key is not None)
-
     def break_sessions(group: ConsumerGroup) -> None:
         def broken(self: FetchSessions, fetches: Any) -> Any:
             raise RuntimeError("a session hook broken by the test")
@@ -160,7 +162,7 @@ async def test_an_end_through_a_hook_of_ours_switches_the_hooks_off(
         monkeypatch.setattr(FetchSessions, "wrap", broken)
 
     assert group._member.fetcher._sessions is None  # not started yet
-    seen = await consume_through_a_death(cluster, topic, group, consume, break_sessions)
+    seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_sessions)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
     assert group._member.fetcher._sessions is None, "fetch sessions stayed on"
@@ -175,11 +177,7 @@ async def test_a_metadata_refresh_that_dies_is_started_again_without_our_tables(
     group = member(cluster, fresh("watched"), topic)
     monkeypatch.setattr(seams, "replace_tables", seams.replace_tables)  # restored after
 
-    async def consume(seen: Counter[bytes]) -> None:
-        async for _partition, batch in group:
-            seen.update(record.key for record in batch if record.key is not None)
-
-    seen = await consume_through_a_death(cluster, topic, group, consume, break_metadata)
+    seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_metadata)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
     assert Seam.COMPACT_METADATA in group._member.fetcher._seams.off
