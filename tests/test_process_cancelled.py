@@ -65,6 +65,18 @@ async def stored_at(group: ConsumerGroup, offset: int) -> bool:
     return await group.offset(0) == offset
 
 
+async def processed_to_the_end(group: ConsumerGroup, handler: Counting) -> None:
+    """Run ``process(handler)`` on ``group`` until the whole partition is stored, then cancel
+    it."""
+    task = asyncio.create_task(group.process(handler, ordering="key", concurrency=50))
+    try:
+        await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def cancelled_after_the_rest(group: ConsumerGroup, handler: Counting) -> None:
     """Run ``process()`` until every record but the slow one finished, then cancel it."""
     task = asyncio.create_task(group.process(handler, ordering="key", concurrency=50))
@@ -98,14 +110,7 @@ async def test_the_next_owner_repeats_no_finished_record(
     second.slow.set()
     options = {} if max_bytes is None else {"max_bytes": max_bytes}
     async with member(cluster, group_name, topic, **options) as group:
-        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
-        try:
-            await wait_until(lambda: 0 in second.finished, what="the slow record handled")
-            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await processed_to_the_end(group, second)
     repeated = sorted(set(first.finished) & set(second.finished))
     assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
     assert set(second.finished) == {0}
@@ -121,14 +126,7 @@ async def test_the_same_members_next_call_repeats_no_finished_record(
         await cancelled_after_the_rest(group, first)
         second = Counting()
         second.slow.set()
-        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
-        try:
-            await wait_until(lambda: 0 in second.finished, what="the slow record handled")
-            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await processed_to_the_end(group, second)
     repeated = sorted(set(first.finished) & set(second.finished))
     assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
 
@@ -157,13 +155,7 @@ async def test_an_offset_reset_makes_the_note_stale(
     second = Counting()
     second.slow.set()
     async with member(cluster, group_name, topic) as group:
-        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
-        try:
-            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await processed_to_the_end(group, second)
     assert sorted(second.finished) == list(range(RECORDS)), "every record handled again"
 
 
@@ -185,13 +177,7 @@ async def test_a_close_that_cuts_a_handler_short_repeats_no_finished_record(
     second = Counting()
     second.slow.set()
     async with member(cluster, group_name, topic) as group:
-        task = asyncio.create_task(group.process(second, ordering="key", concurrency=50))
-        try:
-            await wait_until(lambda: stored_at(group, RECORDS), what="the whole partition stored")
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await processed_to_the_end(group, second)
     assert 0 not in first.finished
     assert sorted(second.finished) == [0], "only the record cut short is handled again"
 
