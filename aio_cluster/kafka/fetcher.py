@@ -21,6 +21,13 @@ offset that cannot be read; the records before it are still returned first. Ever
 error is a retriable `BrokerError`. Keys and values go through the deserializers here, so that one
 that fails names its record exactly.
 
+aiokafka fetches in one background task, and its client refreshes the metadata in another; any
+error ends either for good, and the consumer then returns nothing while the member would keep its
+claims. Both are looked at before each fetch: one that ended is noticed within one ``max_wait``
+of the fetch under way, and a new consumer fetches on from the positions held (nothing skipped,
+nothing read twice). The fourth end within five minutes raises `FetchStalledError`. What this
+module reaches under aiokafka for goes through `aio_cluster.kafka.seams`, each use checked first.
+
 Memory: with a budget (``max_buffered_bytes``) the records buffered for the member, in aiokafka
 and after it, stay within the budget however many partitions are assigned, as librdkafka's
 ``queued.max.messages.kbytes`` keeps them, while each partition is still fetched in chunks of
