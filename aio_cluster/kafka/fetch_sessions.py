@@ -352,6 +352,13 @@ class FetchSessions:
         if scope.cancelled_caught:
             log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
 
+    async def drained(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, for the session requests still out to end: called
+        once the client's connections are closed, when each ends at once, so that none is left
+        running after the consumer that sent it."""
+        if self._sends:
+            await asyncio.wait(list(self._sends), timeout=timeout)
+
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
             response = await self._client.send(
