@@ -261,6 +261,8 @@ class FetchSessions:
         """aiokafka's assignment the sessions were made for."""
         self._client: Any = None
         self._sends: dict[asyncio.Future[Any], _SessionFetchRequest] = {}
+        self._closed = False
+        """Set by `close()`: requests from then on open no session and are sent unshielded."""
         """The session requests whose answers are still to come."""
 
     def install(self, fetcher: Any, client: Any) -> None:
@@ -303,7 +305,9 @@ class FetchSessions:
         answer comes or its connection fails)."""
 
         async def sent(node_id: int, request: Any, **options: Any) -> Any:
-            if not isinstance(request, _SessionFetchRequest):
+            if not isinstance(request, _SessionFetchRequest) or self._closed:
+                # Once closed, nothing is learned from an answer: a send cancelled with its
+                # fetch ends with it, and none outlives the client's closing.
                 return await send(node_id, request, **options)
             sending = asyncio.ensure_future(send(node_id, request, **options))
             self._sends[sending] = request
@@ -332,6 +336,7 @@ class FetchSessions:
         answered by then. A broker that does not answer in time keeps its session until it
         evicts it; errors are logged, never raised: a stop goes on whatever the brokers do.
         """
+        self._closed = True
         for session in self._sessions.values():
             session.close()
         with anyio.move_on_after(timeout) as scope:
@@ -353,9 +358,9 @@ class FetchSessions:
             log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
 
     async def drained(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, for the session requests still out to end: called
-        once the client's connections are closed, when each ends at once, so that none is left
-        running after the consumer that sent it."""
+        """Wait, at most ``timeout`` seconds (a fetch's answer comes within its ``max_wait``),
+        for the session requests sent before `close()` to end, before the client closes: a
+        shielded send that outlived the client could open a connection nobody closes."""
         if self._sends:
             await asyncio.wait(list(self._sends), timeout=timeout)
 

@@ -340,6 +340,7 @@ class Fetcher:
         whose background tasks ended (see `_watch`) is stopped all the same."""
         if sessions is not None:
             await sessions.close(self._max_wait + 1)  # what is not closed, the brokers evict
+            await sessions.drained(self._max_wait + 1)
         # The connections close whatever cancels the caller meanwhile: a stop cut short would
         # leave them open, each with a task reading it.
         with anyio.CancelScope(shield=True):
@@ -349,8 +350,6 @@ class Fetcher:
                 await consumer.stop()
             except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
                 log.warning("the Kafka consumer did not stop cleanly: %r", exc)
-            if sessions is not None:
-                await sessions.drained(self._max_wait + 1)
 
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see
