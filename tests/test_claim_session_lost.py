@@ -77,7 +77,11 @@ class QueuedAcrossExpiry:
                 self._queued, self.session = ops, self._zk.session_id
                 raise CoordinationTimeout("injected: the create waits in kazoo's queue")
             return await self._transaction(ops)
-        if self._zk.session_id == self.session:
+        if self._zk.session_id in (None, self.session) or self._zk.state is not (
+            SessionState.CONNECTED
+        ):
+            # Still the old session, or between the two (kazoo fails a request of an expired
+            # session it has not replaced yet): out of reach until the next one is connected.
             raise CoordinationTimeout("injected: ZooKeeper out of reach")
         if self._queued is not None:
             queued, self._queued = self._queued, None
