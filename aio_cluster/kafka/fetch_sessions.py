@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from aiokafka.client import ConnectionGroup
 from aiokafka.protocol.fetch import FetchRequest
 
 from .seams import Actions, actions_hook, fetch_fields
@@ -331,10 +330,12 @@ class FetchSessions:
         """Close the sessions the brokers hold for us, within ``timeout`` seconds; call it while
         the client is still connected (before the consumer stops). From now on no request
         opens a session. The answers to opening requests still out are awaited first: they name
-        sessions to close. The closing requests ride the client's second connection to each
-        broker, not to queue behind a long-polling fetch: every request of a session was
-        answered by then. A broker that does not answer in time keeps its session until it
-        evicts it; errors are logged, never raised: a stop goes on whatever the brokers do.
+        sessions to close. The closing requests ride the connection the fetches use (it exists:
+        each session was opened on it), where one may wait behind a long-polling fetch, at most
+        its ``max_wait``: a connection opened here and cut short by the bound would stay open
+        (aiokafka leaves a connection whose opening was cancelled unclosed). A broker that does
+        not answer in time keeps its session until it evicts it; errors are logged, never
+        raised: a stop goes on whatever the brokers do.
         """
         self._closed = True
         for session in self._sessions.values():
@@ -366,9 +367,7 @@ class FetchSessions:
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
-            response = await self._client.send(
-                node, _ClosingFetchRequest(wire), group=ConnectionGroup.COORDINATION
-            )
+            response = await self._client.send(node, _ClosingFetchRequest(wire))
         except Exception as exc:  # a stop goes on whatever the broker does
             log.info("fetch session %d on broker %d not closed: %r", wire.session_id, node, exc)
             return
