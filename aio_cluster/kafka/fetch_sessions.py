@@ -360,10 +360,15 @@ class FetchSessions:
 
     async def drained(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds (a fetch's answer comes within its ``max_wait``),
-        for the session requests sent before `close()` to end, before the client closes: a
-        shielded send that outlived the client could open a connection nobody closes."""
-        if self._sends:
-            await asyncio.wait(list(self._sends), timeout=timeout)
+        for the session requests sent before `close()` to end, then cancel those still out,
+        before the client closes: a shielded send that outlived the client could open a
+        connection nobody closes (aiokafka's connecting is safe to cancel)."""
+        if not self._sends:
+            return
+        _done, pending = await asyncio.wait(list(self._sends), timeout=timeout)
+        for sending in pending:
+            sending.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
