@@ -51,9 +51,9 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -86,6 +86,8 @@ from .topics import PartitionKey, TopicKeys
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
@@ -226,6 +228,10 @@ class Fetcher:
         """The last ended task counted in `_deaths`."""
         self._drops = False
         """Whether `Seam.DROP_PAUSED` serves (set at start)."""
+        self._looking_up: dict[OffsetReader, int] = {}
+        """The look-ups running, by the reader they run on (see `_look_up`)."""
+        self._looked_up = asyncio.Event()
+        """Set as a reader's last look-up ends."""
         self._empty_since: float | None = None
         """Without the task to watch: since when fetches of fetchable partitions came back
         empty (see `_stalled`)."""
@@ -351,6 +357,27 @@ class Fetcher:
             except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
                 log.warning("the Kafka consumer did not stop cleanly: %r", exc)
 
+    async def _look_up(self, call: Callable[[OffsetReader], Awaitable[T]]) -> T:
+        """``call(reader)`` on the reader of now, counted while it runs: a renewed fetcher
+        closes the old reader's client only once its look-ups ended (see `_renew`), or one
+        would open a connection on the closed client that nobody closes."""
+        reader = self._reader
+        self._looking_up[reader] = self._looking_up.get(reader, 0) + 1
+        try:
+            return await call(reader)
+        finally:
+            left = self._looking_up.pop(reader) - 1
+            if left:
+                self._looking_up[reader] = left
+            else:
+                self._looked_up.set()
+
+    async def _looked_up_on(self, reader: OffsetReader) -> None:
+        """Until no look-up runs on ``reader``."""
+        while reader in self._looking_up:
+            self._looked_up.clear()
+            await self._looked_up.wait()
+
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see
         `OffsetReader.forget`)."""
@@ -365,7 +392,7 @@ class Fetcher:
             ConfigurationError: the topic does not exist.
             BrokerError: the metadata request failed.
         """
-        return await self._reader.partitions(topic)
+        return await self._look_up(lambda reader: reader.partitions(topic))
 
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, of ``names`` that exist (followed from now; None:
@@ -374,7 +401,7 @@ class Fetcher:
         Raises:
             BrokerError: the metadata request failed.
         """
-        return await self._reader.topics(names)
+        return await self._look_up(lambda reader: reader.topics(names))
 
     def _tp(self, key: PartitionKey) -> Any:
         """aiokafka's name of the partition of ``key``, made once: every assignment names each
@@ -513,7 +540,8 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found = await self._reader.bounds(self.keys.by_topic(set(partitions)))
+        wanted = self.keys.by_topic(set(partitions))
+        found = await self._look_up(lambda reader: reader.bounds(wanted))
         return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
     async def ends(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
@@ -523,7 +551,8 @@ class Fetcher:
         Raises:
             BrokerError: the request failed.
         """
-        found = await self._reader.ends(self.keys.by_topic(set(partitions)))
+        wanted = self.keys.by_topic(set(partitions))
+        found = await self._look_up(lambda reader: reader.ends(wanted))
         return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
 
     async def offsets_for_time(
@@ -536,7 +565,7 @@ class Fetcher:
             BrokerError: the request failed.
         """
         wanted = self.keys.by_topic(set(partitions))
-        found = await self._reader.offsets_for_time(wanted, timestamp_ms)
+        found = await self._look_up(lambda reader: reader.offsets_for_time(wanted, timestamp_ms))
         return {self.keys.key(topic, p): offset for (topic, p), offset in found.items()}
 
     async def fetch(
@@ -693,7 +722,11 @@ class Fetcher:
         self.assign(positions)
         self.hold(held)
         self._empty_since = None
-        with anyio.move_on_after(2 * (self._max_wait + 1), shield=True):
+        # Shielded: the old consumer is closed even when the fetch is cancelled meanwhile. Its
+        # look-ups end first (within a bound); then its close bounds itself.
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(2 * (self._max_wait + 1)):
+                await self._looked_up_on(old[1])
             await self._close(*old)
 
     async def _isolate(
