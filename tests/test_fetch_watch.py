@@ -47,13 +47,15 @@ def break_once(group: ConsumerGroup) -> None:
 
 
 def break_metadata(group: ConsumerGroup) -> None:
-    """Make the compact metadata's update fail at the next refresh of aiokafka's client, which
-    runs it in the client's background refresh: that ends, for good."""
+    """Make the compact metadata's update fail once, at the next refresh of aiokafka's client,
+    which runs it in the client's background refresh: that ends, for good."""
     client = group._member.fetcher._consumer._client
     original = seams.replace_tables
+    broke: list[bool] = []
 
     def broken(cluster: Any, tables: dict[str, Any]) -> None:
-        if cluster is client.cluster:
+        if cluster is client.cluster and not broke:
+            broke.append(True)  # once, as a passing bug would: the refresh ends all the same
             raise RuntimeError("a metadata update broken by the test")
         original(cluster, tables)
 
