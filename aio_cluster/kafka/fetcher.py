@@ -345,8 +345,11 @@ class Fetcher:
         client is connected: the broker's session cache is shared by all its clients. A consumer
         whose background tasks ended (see `_watch`) is stopped all the same."""
         if sessions is not None:
-            await sessions.close(self._max_wait + 1)  # what is not closed, the brokers evict
-            await sessions.drained(self._max_wait + 1)
+            # Bounded apart from max_wait, which may be minutes: what is not closed within it,
+            # the brokers evict; sends still out then are cancelled (see `drained`).
+            bound = min(self._max_wait, 1.0) + 1.0
+            await sessions.close(bound)
+            await sessions.drained(bound)
         # The connections close whatever cancels the caller meanwhile: a stop cut short would
         # leave them open, each with a task reading it.
         with anyio.CancelScope(shield=True):
