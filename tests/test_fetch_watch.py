@@ -151,6 +151,28 @@ async def test_process_consumes_on_after_the_fetch_routine_dies(
 
 @pytest.mark.seams
 @pytest.mark.asyncio
+async def test_without_the_task_to_watch_a_fetch_that_stops_is_found_by_its_lag(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Where aiokafka's fetch task cannot be watched (its private names moved), fetches that come
+    back empty for over ``max_wait`` and a second while records wait still find the end."""
+    topic = await make_topic(partitions=2)
+    group = member(cluster, fresh("lagging"), topic)
+    monkeypatch.setattr(seams, "_check_task", lambda consumer: "its fetch task moved (the test)")
+
+    with caplog.at_level(logging.WARNING, logger="aio_cluster.kafka.fetcher"):
+        seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_once)
+    assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
+    assert set(seen.values()) == {1}, "a record came twice"
+    assert Seam.FETCH_TASK in group._member.fetcher._seams.off
+    assert any("partition(s) had more" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
 async def test_an_end_through_a_hook_of_ours_switches_the_hooks_off(
     cluster: LocalCluster, make_topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,6 +48,7 @@ Kafka's own: a broker returns the first record batch of a fetch whole, however s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -359,6 +360,11 @@ class Fetcher:
                 await consumer.stop()
             except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
                 log.warning("the Kafka consumer did not stop cleanly: %r", exc)
+                # Its stop ended at the ended task, before its client's connections closed
+                # (where `settle` could not replace that task): close them here.
+                if (client := self._seams.client(consumer)) is not None:
+                    with contextlib.suppress(Exception):
+                        await client.close()
 
     async def _look_up(self, call: Callable[[OffsetReader], Awaitable[T]]) -> T:
         """``call(reader)`` on the reader of now, counted while it runs: a renewed fetcher

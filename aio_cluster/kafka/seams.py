@@ -318,7 +318,7 @@ class Seams:
         awaits them, and one that ended with an error raises it there, before the client's
         connections are closed. Each such task is replaced by an ended one that raises nothing
         of the kind (`FETCH_TASK`)."""
-        if Seam.FETCH_TASK not in self.off and _check_task(consumer) is None:
+        if self.fits(Seam.FETCH_TASK, lambda: _check_task(consumer)):
             fetcher, client = consumer._fetcher, consumer._client
             if _failed(fetcher._fetch_task):
                 fetcher._fetch_task = _ended()
