@@ -492,19 +492,25 @@ def records(*offsets: int) -> list[Record]:
     return [FakeRecord("t", 0, offset) for offset in offsets]
 
 
-def test_a_fetch_that_starts_past_the_fetchers_position_is_refused() -> None:
-    """Records 5 and 6 were taken out of the fetcher and lost (a fetch cancelled half-way): the
-    batch that starts at 7 is refused, and the partition read again from 5, so no commit passes
-    records nobody received."""
+def _three_and_four_committed() -> tuple[PartitionStates, tuple[Claim, Batch]]:
+    """A claim of P0 from offset 3 whose records 3 and 4 were delivered and committed: the
+    fetcher's next record is 5."""
     states = PartitionStates()
-    fetcher = FakeFetcher()
     states.claimed(Claim(P0, 0, 3, 3))
-    _fed(states, fetcher)
+    _fed(states, FakeFetcher())
     assert states.fetched(P0, records(3, 4)) is None
     assert not states.stepped_over(P0, 5)
     picked = states.pick()
     assert picked is not None
     assert states.finished(*picked, completed=True, commit=True, position=5)
+    return states, picked
+
+
+def test_a_fetch_that_starts_past_the_fetchers_position_is_refused() -> None:
+    """Records 5 and 6 were taken out of the fetcher and lost (a fetch cancelled half-way): the
+    batch that starts at 7 is refused, and the partition read again from 5, so no commit passes
+    records nobody received."""
+    states, picked = _three_and_four_committed()
     assert states.fetched(P0, records(7, 8)) is None
     assert states.pick() is None, "refused"
     assert not states.stepped_over(P0, 9), "never past the gap"
@@ -520,15 +526,7 @@ def test_a_fetcher_that_lost_the_last_records_is_not_followed_past_them() -> Non
     """Records 5 to 7, the last, were taken out of the fetcher and lost: a fetch returns nothing,
     and the fetcher says it reads from 8 next. The claim does not move there (its commit would
     pass them); the partition is read again from 5."""
-    states = PartitionStates()
-    fetcher = FakeFetcher()
-    states.claimed(Claim(P0, 0, 3, 3))
-    _fed(states, fetcher)
-    assert states.fetched(P0, records(3, 4)) is None
-    assert not states.stepped_over(P0, 5)
-    picked = states.pick()
-    assert picked is not None
-    assert states.finished(*picked, completed=True, commit=True, position=5)
+    states, picked = _three_and_four_committed()
     assert not states.stepped_over(P0, 8), "no fetch of records reached 8"
     assert (picked[0].next_offset, picked[0].pending) == (5, 5)
     assert states.seeks() == {P0: 5}

@@ -90,6 +90,11 @@ async def cancelled_after_the_rest(group: ConsumerGroup, handler: Counting) -> N
         await task
 
 
+def assert_none_repeated(first: Counting, second: Counting) -> None:
+    repeated = sorted(set(first.finished) & set(second.finished))
+    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
+
+
 @pytest.mark.parametrize("max_bytes", [None, 1024], ids=["one batch", "small batches"])
 async def test_the_next_owner_repeats_no_finished_record(
     cluster: LocalCluster,
@@ -111,8 +116,7 @@ async def test_the_next_owner_repeats_no_finished_record(
     options = {} if max_bytes is None else {"max_bytes": max_bytes}
     async with member(cluster, group_name, topic, **options) as group:
         await processed_to_the_end(group, second)
-    repeated = sorted(set(first.finished) & set(second.finished))
-    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
+    assert_none_repeated(first, second)
     assert set(second.finished) == {0}
 
 
@@ -127,8 +131,7 @@ async def test_the_same_members_next_call_repeats_no_finished_record(
         second = Counting()
         second.slow.set()
         await processed_to_the_end(group, second)
-    repeated = sorted(set(first.finished) & set(second.finished))
-    assert repeated == [], f"{len(repeated)} finished records handled again: {repeated[:10]}"
+    assert_none_repeated(first, second)
 
 
 async def test_an_offset_reset_makes_the_note_stale(
