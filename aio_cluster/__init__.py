@@ -11,6 +11,7 @@ layers)::
     the public face      __init__, group, errors       ConsumerGroup and the error tree
     the command          cli/, dashboard/              the aio-cluster command, the web dashboard
     one member           member/                       the machinery behind the facade
+    operator control     control/                      pauses, skips, stops: model and store
     telemetry            otel/                         spans and metrics through OpenTelemetry
     the configuration    config                        the options, checked, as value objects
     the servers          zookeeper/, kafka/            the only code that speaks each server
@@ -22,6 +23,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
+    control/        an operator's pauses and skips of a running group: the model, its store
     dashboard/      the live web dashboard of the groups (the ``dashboard`` extra)
     errors.py       the error tree
     group.py        ConsumerGroup: the public facade over a member
@@ -46,6 +48,8 @@ from .errors import AioClusterError as AioClusterError
 from .errors import AuthenticationError as AuthenticationError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
+from .errors import ControlConflictError as ControlConflictError
+from .errors import ControlError as ControlError
 from .errors import CoordinationError as CoordinationError
 from .errors import CoordinationTimeout as CoordinationTimeout
 from .errors import CorruptOffsetError as CorruptOffsetError
@@ -57,6 +61,7 @@ from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
 from .errors import SessionLostError as SessionLostError
+from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
@@ -77,6 +82,8 @@ __all__ = [
     "BrokerError",
     "ConfigurationError",
     "ConsumerGroup",
+    "ControlConflictError",
+    "ControlError",
     "CoordinationError",
     "CoordinationTimeout",
     "CorruptOffsetError",
@@ -97,6 +104,7 @@ __all__ = [
     "RebalanceListener",
     "Record",
     "SessionLostError",
+    "SkipRefusedError",
     "Strategy",
     "StrategyMismatchError",
     "Timing",

@@ -21,6 +21,9 @@ reach a caller, an ``except`` of its parent catches it::
     ├── StrategyMismatchError       the group's members use another assignment strategy
     ├── MemberReplacedError         a newer member took this named member's name and partitions
     ├── NotOwnedError               commit, pause or seek of a partition this member does not own
+    ├── ControlError                an operator's pause, resume or skip was not written
+    │   ├── ControlConflictError    another operator's write came first: nothing changed
+    │   └── SkipRefusedError        the skip cannot be applied (backwards, nobody owns it, ...)
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
@@ -43,6 +46,8 @@ __all__ = [
     "BadVersionError",
     "BrokerError",
     "ConfigurationError",
+    "ControlConflictError",
+    "ControlError",
     "CoordinationError",
     "CoordinationTimeout",
     "CorruptOffsetError",
@@ -58,6 +63,7 @@ __all__ = [
     "NotOwnedError",
     "OffsetsOutOfRange",
     "SessionLostError",
+    "SkipRefusedError",
     "StrategyMismatchError",
 ]
 
@@ -163,6 +169,21 @@ class MemberReplacedError(AioClusterError):
 class NotOwnedError(AioClusterError):
     """A commit, pause or seek named a partition this member does not own (never claimed, or
     handed over meanwhile). `resume()` ignores partitions it does not own."""
+
+
+class ControlError(AioClusterError):
+    """An operator's pause, resume or skip of a group's partitions (``aio-cluster pause``,
+    the dashboard) was not written; the message says why. Nothing was changed."""
+
+
+class ControlConflictError(ControlError):
+    """Another operator's write came first (a skip pending for the partition already, a pause
+    or resume racing this one): nothing was changed; look at the group again and decide."""
+
+
+class SkipRefusedError(ControlError):
+    """A skip that cannot be applied: backwards (at or before the stored offset), on a
+    partition no member owns, or past "the record it is stopped on" when it is not stopped."""
 
 
 class AuthenticationError(AioClusterError):

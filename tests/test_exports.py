@@ -65,8 +65,12 @@ LAYERS: dict[str, set[str]] = {
     "zookeeper": {"errors", "net", "assign", "zookeeper"},
     "kafka": {"errors", "net", "kafka"},
     "config": {"errors", "net", "assign", "zookeeper", "kafka", "config"},
+    "control": {"errors", "net", "assign", "zookeeper", "control"},
     "otel": {"errors", "kafka", "otel"},
-    "member": {"errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "member"},
+    "member": {
+        *("errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "control"),
+        "member",
+    },
     "group": {"errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "member"},
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
@@ -75,7 +79,7 @@ LAYERS: dict[str, set[str]] = {
     # health and plans); only the command's ``dashboard`` subcommand imports it, lazily.
     "dashboard": {
         *("errors", "net", "assign", "zookeeper", "kafka", "config", "member", "cli"),
-        "dashboard",
+        *("control", "dashboard"),
     },
     "errors": set(),
 }
@@ -87,6 +91,7 @@ PURE = [
     "assign/shares.py",
     "assign/target.py",
     "zookeeper/layout.py",
+    "control/model.py",
     "cli/plans.py",
     "cli/health.py",
     "member/claims.py",

@@ -147,11 +147,13 @@ class Check:
 
 @dataclass(frozen=True)
 class Create:
-    """A transaction step: create a node, persistent unless ``ephemeral``."""
+    """A transaction step: create a node, persistent unless ``ephemeral``; with ``sequence``
+    ZooKeeper appends a counter to the name."""
 
     path: str
     data: bytes
     ephemeral: bool = False
+    sequence: bool = False
 
 
 @dataclass(frozen=True)
@@ -703,7 +705,7 @@ class ZooKeeper:
                 if isinstance(op, Check):
                     tx.check(op.path, op.version)
                 elif isinstance(op, Create):
-                    tx.create(op.path, op.data, ephemeral=op.ephemeral)
+                    tx.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
                 elif isinstance(op, SetData):
                     tx.set_data(op.path, op.data, version=op.version)
                 else:

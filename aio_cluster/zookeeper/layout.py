@@ -30,6 +30,18 @@ expired, its node was replaced, its request was queued across a reconnect) can n
 offset or delete a node of that partition again. ``aio-cluster reset-offsets --execute`` bumps
 the fences it writes under, which fences off every claim made before it.
 
+An operator's control of a running group (`aio_cluster.control`) lives beside them too, and
+classic tools ignore it::
+
+    /consumers/<group>/control/paused/<topic>/<partition>   persistent, JSON {"by","at"}: paused
+    /consumers/<group>/control/skips/<topic>/<partition>    persistent, JSON {"to","stopped_on",
+                                                            "by","at"}: a skip not applied yet
+    /consumers/<group>/control/stopped/<topic>/<partition>  ephemeral (the owner's session), JSON
+                                                            {"member","offset","error","at"}: the
+                                                            record on_failure="stop" stopped on
+    /consumers/<group>/control/history/entry-<seq>          persistent sequential, JSON: the last
+                                                            100 control events
+
 This module is the only place that spells these paths: the group's own nodes come from
 `group_path` and its siblings, a topic's from `GroupLayout`; the member (by partition key) and
 the command build on them.
@@ -54,6 +66,7 @@ __all__ = [
     "Registration",
     "check_member_name",
     "check_name",
+    "control_path",
     "decode_offset",
     "decode_registration",
     "decode_share",
@@ -63,11 +76,15 @@ __all__ = [
     "encode_share",
     "encode_target",
     "group_path",
+    "history_path",
     "ids_path",
     "member_path",
     "offsets_path",
     "owners_path",
+    "paused_path",
     "roster_path",
+    "skips_path",
+    "stopped_path",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -118,6 +135,31 @@ def offsets_path(group: str) -> str:
 def roster_path(group: str) -> str:
     """A group's roster: the registrations its sticky leader last read, for newcomers."""
     return f"{group_path(group)}/roster"
+
+
+def control_path(group: str) -> str:
+    """The parent of a group's operator control: pauses, skips, stops and their history."""
+    return f"{group_path(group)}/control"
+
+
+def paused_path(group: str) -> str:
+    """The parent of a group's operator pauses: one child per topic, its partitions below."""
+    return f"{control_path(group)}/paused"
+
+
+def skips_path(group: str) -> str:
+    """The parent of a group's pending skips: one child per topic, its partitions below."""
+    return f"{control_path(group)}/skips"
+
+
+def stopped_path(group: str) -> str:
+    """The parent of a group's stopped partitions: one child per topic, its partitions below."""
+    return f"{control_path(group)}/stopped"
+
+
+def history_path(group: str) -> str:
+    """The parent of a group's control history: sequential ``entry-`` children."""
+    return f"{control_path(group)}/history"
 
 
 @dataclass(frozen=True)
@@ -175,6 +217,33 @@ class GroupLayout:
     def finished(self) -> str:
         """The parent of this topic's notes of records finished past the stored offset."""
         return f"{group_path(self.group)}/finished/{self.topic}"
+
+    @property
+    def paused(self) -> str:
+        """The parent of this topic's operator pauses."""
+        return f"{paused_path(self.group)}/{self.topic}"
+
+    @property
+    def skips(self) -> str:
+        """The parent of this topic's pending skips."""
+        return f"{skips_path(self.group)}/{self.topic}"
+
+    @property
+    def stopped(self) -> str:
+        """The parent of this topic's partitions stopped by ``on_failure="stop"``."""
+        return f"{stopped_path(self.group)}/{self.topic}"
+
+    def paused_node(self, partition: int) -> str:
+        """A partition's operator pause."""
+        return f"{self.paused}/{partition}"
+
+    def skip_node(self, partition: int) -> str:
+        """A partition's pending skip."""
+        return f"{self.skips}/{partition}"
+
+    def stopped_node(self, partition: int) -> str:
+        """A partition's stop: the record ``on_failure="stop"`` stopped on."""
+        return f"{self.stopped}/{partition}"
 
     def member(self, member_id: str) -> str:
         """A member's registration node."""
