@@ -13,7 +13,7 @@ from aio_cluster.dashboard.charts import lag_chart, timeline
 from aio_cluster.dashboard.history import GroupHistory, Span
 from aio_cluster.dashboard.pages import group_fragments, status
 from aio_cluster.dashboard.resets import reset_target
-from aio_cluster.dashboard.views import NO_OWNER, Filters, aggregate, partition_page
+from aio_cluster.dashboard.views import NO_OWNER, Filters, aggregate, member_rows, partition_page
 from aio_cluster.errors import ConfigurationError
 from aio_cluster.zookeeper.layout import Registration
 
@@ -102,6 +102,22 @@ def test_ten_thousand_partitions_are_aggregated_filtered_and_paginated() -> None
     assert fragments["partitions"].count("<tr data-partition=") == 25
     assert fragments["timeline"].count("<rect") <= 25 + 100, "a lane per row of the page"
     assert len("".join(fragments.values())) < 200_000, "a page of 10,000 partitions stays small"
+
+
+def test_the_members_table_shows_the_host_each_member_registered() -> None:
+    """A named member's id is its name: its host comes from its registration; an older
+    registration without one falls back to the host in a generated id."""
+    members = {
+        "web": Registration(("t",), name="web", host="web-1.example", since_ms=1),
+        "g-box-42-1700000000-1": Registration(("t",), since_ms=2),
+        "classic_consumer": None,
+    }
+    hosts = {row["member"]: row["host"] for row in member_rows("g", members, {})}
+    assert hosts == {
+        "web": "web-1.example",
+        "g-box-42-1700000000-1": "box",
+        "classic_consumer": None,
+    }
 
 
 def test_filters_parse_what_makes_sense_and_round_trip() -> None:

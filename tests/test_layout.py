@@ -88,6 +88,14 @@ def test_member_data_is_the_classic_json_plus_strategy_and_protocol() -> None:
     assert info.strategy is Strategy.ROUND_ROBIN
 
 
+def test_a_registration_names_the_host_it_came_from() -> None:
+    data = encode_registration("t", Strategy.STICKY, 1, name="web", host="web-1.example")
+    assert json.loads(data)["host"] == "web-1.example"
+    assert decode_registration(data).host == "web-1.example"
+    assert decode_registration(encode_registration("t", Strategy.STICKY, 1)).host is None
+    assert decode_registration(data.replace(b'"web-1.example"', b"7")).host is None
+
+
 def test_classic_consumer_registration_counts_as_range() -> None:
     data = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
     assert decode_registration(data).strategy is Strategy.RANGE

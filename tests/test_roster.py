@@ -25,6 +25,7 @@ SOME = Roster(
                 name="a",
                 rejoin_grace=30.0,
                 protocol=2,
+                host="web-1.example",
             ),
             12,
         ),

@@ -155,9 +155,15 @@ def member_rows(
     group: str, members: Mapping[str, Registration | None], claimed: Mapping[str, int]
 ) -> list[dict[str, object]]:
     """The registered members as ``describe --members --json`` shows them (`member_json`),
-    oldest first (by registration; unreadable ones last)."""
+    oldest first (by registration; unreadable ones last). A member's host is the one its
+    registration names, else the one in its id (a named member's id is its name: no host)."""
     rows = [
-        member_json(member, member_host(group, member), info, claimed.get(member, 0))
+        member_json(
+            member,
+            (info.host if info is not None else None) or member_host(group, member),
+            info,
+            claimed.get(member, 0),
+        )
         for member, info in members.items()
     ]
     return sorted(rows, key=lambda r: (r["since"] is None, str(r["since"] or ""), str(r["member"])))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
@@ -220,6 +221,7 @@ class Registrar:
             int(time.time() * 1000),
             name=self._id if self._named else None,
             rejoin_grace=self._rejoin_grace,
+            host=socket.gethostname(),
         )
         session = self._zk.session_id
         while True:

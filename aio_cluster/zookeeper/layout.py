@@ -294,6 +294,8 @@ class Registration:
     protocol: int = 1
     """The group protocol the member follows (see `aio_cluster.assign.shares`): 1 where the
     registration names none (an older release, or another tool)."""
+    host: str | None = None
+    """The host name the member registered from; None where the registration does not say."""
 
     @functools.cached_property
     def subscription(self) -> Subscription:
@@ -337,10 +339,11 @@ def encode_registration(
     *,
     name: str | None = None,
     rejoin_grace: float | None = None,
+    host: str | None = None,
 ) -> bytes:
     """The registration data: the classic JSON, plus the member's assignment strategy and group
-    protocol and, for a named member, its name and grace (classic tools ignore fields they do
-    not know).
+    protocol, the host it runs on and, for a named member, its name and grace (classic tools
+    ignore fields they do not know).
 
     The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
     topics (or the one regex of a pattern) as the keys of ``subscription``, each with one stream,
@@ -360,6 +363,8 @@ def encode_registration(
         doc["name"] = name
     if rejoin_grace is not None:
         doc["rejoin_grace"] = rejoin_grace
+    if host is not None:
+        doc["host"] = host
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -390,6 +395,7 @@ def decode_registration(data: bytes) -> Registration:
     pattern = doc.get("pattern", "static")
     name = doc.get("name")
     protocol = doc.get("protocol", 1)
+    host = doc.get("host")
     return Registration(
         entries=tuple(sorted(str(key) for key in subscription)),
         pattern=pattern if isinstance(pattern, str) else str(pattern),
@@ -398,6 +404,7 @@ def decode_registration(data: bytes) -> Registration:
         name=name if isinstance(name, str) else None,
         rejoin_grace=_seconds(doc.get("rejoin_grace")),
         protocol=protocol if isinstance(protocol, int) and not isinstance(protocol, bool) else 1,
+        host=host if isinstance(host, str) and host else None,
     )
 
 

@@ -70,7 +70,12 @@ def _registration(info: Registration) -> dict[str, object]:
         "strategy": info.strategy.value if isinstance(info.strategy, Strategy) else info.strategy,
         "protocol": info.protocol,
     }
-    optional = {"since_ms": info.since_ms, "name": info.name, "rejoin_grace": info.rejoin_grace}
+    optional = {
+        "since_ms": info.since_ms,
+        "name": info.name,
+        "rejoin_grace": info.rejoin_grace,
+        "host": info.host,
+    }
     doc.update((key, value) for key, value in optional.items() if value is not None)
     return doc
 
@@ -100,13 +105,15 @@ def decode_roster(data: bytes) -> Roster:
 def _decode_registration(doc: dict[str, object]) -> Registration:
     entries = doc["entries"]
     pattern, strategy, name = doc["pattern"], doc["strategy"], doc.get("name")
-    since, grace = doc.get("since_ms"), doc.get("rejoin_grace")
+    since, grace, host = doc.get("since_ms"), doc.get("rejoin_grace"), doc.get("host")
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise TypeError(entries)
     if not isinstance(pattern, str) or not isinstance(strategy, str):
         raise TypeError(pattern, strategy)
     if name is not None and not isinstance(name, str):
         raise TypeError(name)
+    if host is not None and not isinstance(host, str):
+        raise TypeError(host)
     if grace is not None and (isinstance(grace, bool) or not isinstance(grace, (int, float))):
         raise TypeError(grace)
     known = {s.value: s for s in Strategy}
@@ -118,6 +125,7 @@ def _decode_registration(doc: dict[str, object]) -> Registration:
         name=name,
         rejoin_grace=None if grace is None else float(grace),
         protocol=_int(doc["protocol"]),
+        host=host,
     )
 
 
