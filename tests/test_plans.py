@@ -41,7 +41,17 @@ def test_lag_is_log_end_minus_committed_or_minus_earliest_where_nothing_is_commi
         LagRow("t", 1, None, None, 50, 40),
         LagRow("t", 2, None, None, 0, 0),
     ]
-    assert list(rows[0].as_json()) == ["topic", "partition", "owner", "committed", "end", "lag"]
+    assert list(rows[0].as_json()) == [
+        "topic",
+        "partition",
+        "owner",
+        "committed",
+        "end",
+        "lag",
+        "paused",
+        "stopped",
+        "skip",
+    ]
 
 
 def test_member_host_reads_this_librarys_ids_only() -> None:

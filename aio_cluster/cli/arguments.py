@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn, cast
+from typing import Literal, NoReturn, cast
 
 from ..assign.strategies import Strategy
 from ..config import ZooKeeperSecurity
@@ -26,6 +26,7 @@ from ..kafka.fetcher import ISOLATION_LEVELS, IsolationLevel
 from ..kafka.options import KafkaOptions
 from ..local.cli import LocalOptions, add_local_arguments, local_options
 from ..zookeeper.security import Acl, ZooKeeperTLS
+from .controls import operator
 from .health import Thresholds, parse_duration
 from .plans import (
     ResetTarget,
@@ -48,7 +49,9 @@ __all__ = [
     "DescribeOptions",
     "Invocation",
     "ListOptions",
+    "PauseOptions",
     "ResetOptions",
+    "SkipOptions",
     "parse",
     "resolve",
 ]
@@ -153,6 +156,33 @@ class ResetOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseOptions:
+    """``pause GROUP`` and ``resume GROUP``: ``topics`` empty means every topic of the group's,
+    ``partitions`` None every partition of each; ``by`` is who writes it (``user@host``)."""
+
+    action: Literal["pause", "resume"]
+    group: str
+    topics: tuple[str, ...]
+    partitions: tuple[int, ...] | None
+    json: bool
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class SkipOptions:
+    """``skip GROUP``: one partition; ``to_offset`` None means just past the record it is
+    stopped on; ``by`` is who writes it (``user@host``)."""
+
+    group: str
+    topic: str
+    partition: int
+    to_offset: int | None
+    execute: bool
+    json: bool
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumeOptions:
     """``consume GROUP TOPIC``: ``strategy`` None means that of the group's members."""
 
@@ -179,7 +209,14 @@ class DashboardOptions:
 
 
 ServerOptions = (
-    ListOptions | DescribeOptions | CheckOptions | ResetOptions | ConsumeOptions | DashboardOptions
+    ListOptions
+    | DescribeOptions
+    | CheckOptions
+    | ResetOptions
+    | PauseOptions
+    | SkipOptions
+    | ConsumeOptions
+    | DashboardOptions
 )
 
 
@@ -391,6 +428,72 @@ def _parser() -> _Parser:
         help="print the plan as a JSON list (topic, partition, old, new, stored) instead",
     )
 
+    controls = {
+        "pause": (
+            "pause partitions of a running group: no member hands out their records",
+            "Write an operator's pause of the partitions to ZooKeeper, beside the group's "
+            "nodes: within a batch every member stops handing out their records (the claims, "
+            "stored offsets and fetch positions stay), whichever member owns them now or later, "
+            "until resume. Default: every partition of every topic of the group's (as describe "
+            "shows them).",
+        ),
+        "resume": (
+            "resume paused partitions: the group's members hand out their records again",
+            "Remove the operator's pause of the partitions: their owners hand out their records "
+            "again within a batch. Default: every paused partition of the group's.",
+        ),
+    }
+    for action, (summary, description) in controls.items():
+        control = commands.add_parser(
+            action, parents=[servers], help=summary, description=description
+        )
+        control.add_argument("group")
+        control.add_argument(
+            "--topic",
+            action="append",
+            metavar="TOPIC",
+            help="only this topic; repeatable (default: every topic of the group's)",
+        )
+        control.add_argument(
+            "--partition",
+            action="append",
+            type=int,
+            metavar="P",
+            help="only this partition of each topic; repeatable (default: all of them)",
+        )
+        control.add_argument(
+            "--json",
+            action="store_true",
+            help=f"print the partitions {action}d as a JSON list (topic, partition, by, at)",
+        )
+
+    skip = commands.add_parser(
+        "skip",
+        parents=[servers],
+        help="move a running group past a record (a plan unless --execute)",
+        description="Print the plan: the partition's owner, the record it is stopped on (by "
+        'on_failure="stop"), the records skipped. With --execute, write the skip: the owner '
+        "applies it at its next batch, fenced by its claim; the skipped records are never "
+        "handled (the stopped-on one goes to the dead-letter topic, if one is set) and a "
+        "stopped partition goes on.",
+    )
+    skip.add_argument("group")
+    skip.add_argument("--topic", required=True, help="the partition's topic")
+    skip.add_argument("--partition", required=True, type=int, metavar="P", help="the partition")
+    skip.add_argument(
+        "--to-offset",
+        type=int,
+        metavar="N",
+        help="go on from offset N (forward only; default: just past the record the partition "
+        "is stopped on)",
+    )
+    skip.add_argument("--execute", action="store_true", help="write the skip")
+    skip.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as a JSON object (owner, stopped, from, to, skipped, requested)",
+    )
+
     consume = commands.add_parser(
         "consume",
         parents=[servers],
@@ -549,8 +652,9 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
             force=args.force,
             json=args.json,
         )
-    if args.command == "dashboard":
-        return _dashboard_options(args)
+    built_apart = _BUILT_APART.get(args.command)
+    if built_apart is not None:
+        return built_apart(args)
     assert args.command == "consume", args.command
     return ConsumeOptions(
         group=args.group,
@@ -559,6 +663,40 @@ def _command_options(args: argparse.Namespace) -> ServerOptions:
         strategy=None if args.strategy is None else Strategy(args.strategy),
         isolation_level=cast(IsolationLevel, args.isolation_level),
     )
+
+
+def _control_options(args: argparse.Namespace) -> PauseOptions:
+    wanted = args.partition
+    for partition in wanted or ():
+        _not_negative("--partition", partition)
+    return PauseOptions(
+        action=args.command,
+        group=args.group,
+        topics=tuple(dict.fromkeys(args.topic or ())),
+        partitions=None if wanted is None else tuple(sorted(set(wanted))),
+        json=args.json,
+        by=operator(),
+    )
+
+
+def _skip_options(args: argparse.Namespace) -> SkipOptions:
+    _not_negative("--partition", args.partition)
+    if args.to_offset is not None:
+        _not_negative("--to-offset", args.to_offset)
+    return SkipOptions(
+        group=args.group,
+        topic=args.topic,
+        partition=args.partition,
+        to_offset=args.to_offset,
+        execute=args.execute,
+        json=args.json,
+        by=operator(),
+    )
+
+
+def _not_negative(option: str, value: int) -> None:
+    if value < 0:
+        raise ConfigurationError(f"{option} must not be negative, not {value}")
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
@@ -587,6 +725,15 @@ def _dashboard_options(args: argparse.Namespace) -> DashboardOptions:
         thresholds=thresholds,
         token=token,
     )
+
+
+_BUILT_APART: dict[str, Callable[[argparse.Namespace], ServerOptions]] = {
+    "pause": _control_options,
+    "resume": _control_options,
+    "skip": _skip_options,
+    "dashboard": _dashboard_options,
+}
+"""The subcommands whose options are built by a function of their own."""
 
 
 def _target(args: argparse.Namespace) -> ResetTarget:

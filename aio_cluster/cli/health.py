@@ -9,10 +9,18 @@ moved between the first and the last sample of the window. The rules, tried in t
     rewound   the committed offset went backwards between two samples        error
     unowned   no member owned the partition in any sample                    error
               (a warning where its lag is within the threshold)
+    stopped   ``on_failure="stop"`` stopped it on a record (in the last       error
+              sample): the finding names the record and its error
+    paused    an operator's pause (``aio-cluster pause``) holds in the last   warning
+              sample: the finding names who paused it and when
     stalled   the committed offset never moved, the lag above the threshold  error
     lagging   the lag grew from sample to sample and ends above the          warning
               threshold, or it ends above ``max_lag``
     ok        none of the above
+
+A partition stopped or paused in any sample of the window is not judged stalled or lagging: the
+stop or the pause explains both (one still in force at the last sample is its status; one lifted
+during the window leaves it ok until the next window judges how it moves again).
 
 The group's verdict is the worst severity of any rule that holds for any partition; the exit
 status of the command is 0, 1 or 2 for ok, warning or error.
@@ -26,6 +34,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..control.model import Pause, Stopped, format_at
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -36,6 +45,10 @@ __all__ = [
     "Thresholds",
     "judge",
     "parse_duration",
+    "pause_json",
+    "pause_text",
+    "stopped_json",
+    "stopped_text",
     "verdict",
 ]
 
@@ -53,6 +66,8 @@ class Status(enum.Enum):
 
     REWOUND = "rewound"
     UNOWNED = "unowned"
+    STOPPED = "stopped"
+    PAUSED = "paused"
     STALLED = "stalled"
     LAGGING = "lagging"
     OK = "ok"
@@ -66,11 +81,15 @@ class Sample:
         owner: the member id its claim node held, None when unclaimed.
         committed: the offset stored for the group, None when none (readable) is.
         lag: the log end minus the committed offset (or minus the earliest retained one).
+        paused: the operator's pause of the partition, None when it flows.
+        stopped: the record ``on_failure="stop"`` stopped the partition on, None when none.
     """
 
     owner: str | None
     committed: int | None
     lag: int
+    paused: Pause | None = None
+    stopped: Stopped | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +109,9 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class PartitionHealth:
-    """The finding of one partition: its status, and every rule that held, worst first."""
+    """The finding of one partition: its status, and every rule that held, in the rules' order;
+    ``last`` is its last sample (whose ``stopped`` names the record a stopped one is stopped on,
+    whose ``paused`` says who paused it)."""
 
     topic: str
     partition: int
@@ -110,7 +131,43 @@ class PartitionHealth:
             "owner": self.last.owner,
             "committed": self.last.committed,
             "lag": self.last.lag,
+            "paused": None if self.last.paused is None else pause_json(self.last.paused),
+            "stopped": None if self.last.stopped is None else stopped_json(self.last.stopped),
         }
+
+    def detail(self) -> str:
+        """What the status holds beyond its name, for people: the record a stopped partition
+        is stopped on, who paused a paused one; "" for the other statuses."""
+        if self.status is Status.STOPPED and self.last.stopped is not None:
+            return stopped_text(self.last.stopped)
+        if self.status is Status.PAUSED and self.last.paused is not None:
+            return pause_text(self.last.paused)
+        return ""
+
+
+def pause_json(pause: Pause) -> dict[str, object]:
+    """A pause in the command's JSON: who and when (ISO 8601, UTC)."""
+    return {"by": pause.by, "at": format_at(pause.at)}
+
+
+def stopped_json(stopped: Stopped) -> dict[str, object]:
+    """A stop in the command's JSON: the member, the record's offset, its error, when."""
+    return {
+        "member": stopped.member,
+        "offset": stopped.offset,
+        "error": stopped.error,
+        "at": format_at(stopped.at),
+    }
+
+
+def pause_text(pause: Pause) -> str:
+    """``paused by alice@host at 2026-08-01T12:00:00Z``."""
+    return f"paused by {pause.by} at {format_at(pause.at)}"
+
+
+def stopped_text(stopped: Stopped) -> str:
+    """``stopped on offset 42 (ValueError: bad record)``."""
+    return f"stopped on offset {stopped.offset} ({stopped.error})"
 
 
 def judge(
@@ -135,12 +192,17 @@ def judge(
     if all(s.owner is None for s in samples):
         waiting = last.lag > thresholds.lag
         found.append((Status.UNOWNED, Severity.ERROR if waiting else Severity.WARNING))
-    if len(set(committed)) == 1 and all(lag > thresholds.lag for lag in lags):
-        found.append((Status.STALLED, Severity.ERROR))
-    growing = all(b >= a for a, b in itertools.pairwise(lags)) and lags[-1] > lags[0]
-    over = thresholds.max_lag is not None and last.lag > thresholds.max_lag
-    if (growing and last.lag > thresholds.lag) or over:
-        found.append((Status.LAGGING, Severity.WARNING))
+    if last.stopped is not None:
+        found.append((Status.STOPPED, Severity.ERROR))
+    if last.paused is not None:
+        found.append((Status.PAUSED, Severity.WARNING))
+    if not any(s.paused is not None or s.stopped is not None for s in samples):
+        if len(set(committed)) == 1 and all(lag > thresholds.lag for lag in lags):
+            found.append((Status.STALLED, Severity.ERROR))
+        growing = all(b >= a for a, b in itertools.pairwise(lags)) and lags[-1] > lags[0]
+        over = thresholds.max_lag is not None and last.lag > thresholds.max_lag
+        if (growing and last.lag > thresholds.lag) or over:
+            found.append((Status.LAGGING, Severity.WARNING))
     if not found:
         return PartitionHealth(topic, partition, Status.OK, Severity.OK, (), last)
     status, _ = found[0]

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TypeVar
 
+from ..control.store import ControlStore
 from ..errors import AccessDeniedError, ConfigurationError
 from ..kafka.offset_reader import OffsetReader
 from ..kafka.topics import TopicPartition
@@ -81,10 +82,11 @@ Look = tuple[dict[str, Registration | None], list[LagRow], list[str]]
 async def look(
     zk: ZooKeeper, kafka: OffsetReader, group: str, topics: Sequence[str] | None
 ) -> Look:
-    """One look at a group: the named topics, else every topic it holds. A topic named that
-    Kafka does not have is an error; one only found in ZooKeeper (deleted since, say) is a
-    note, so that the others are still shown."""
+    """One look at a group: the named topics, else every topic it holds, each partition with
+    the operator's controls of it. A topic named that Kafka does not have is an error; one only
+    found in ZooKeeper (deleted since, say) is a note, so that the others are still shown."""
     members = await survey.read_members(zk, group)
+    controls = await ControlStore(zk, group).read()
     shown = (
         list(dict.fromkeys(topics))
         if topics
@@ -106,7 +108,7 @@ async def look(
         bounds = by_partition(await kafka.bounds({name: partitions}))
         stored = await survey.read_stored(zk, layout)
         owners = await survey.read_owners(zk, layout)
-        rows += lag_rows(name, owners, stored, bounds)
+        rows += lag_rows(name, owners, stored, bounds, controls)
         notes += [
             f"offset node {name}/{p} holds {value.data[:40]!r}, not an offset: repair it with "
             "reset-offsets"

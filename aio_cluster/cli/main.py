@@ -7,6 +7,9 @@
     aio-cluster check GROUP [--topic T ...] [--window 30s] [--json]
     aio-cluster reset-offsets GROUP (--topic T ... | --all-topics) --to-earliest [--partitions 0,3]
         [--execute] [--json]
+    aio-cluster pause GROUP [--topic T ...] [--partition P ...] [--json]
+    aio-cluster resume GROUP [--topic T ...] [--partition P ...] [--json]
+    aio-cluster skip GROUP --topic T --partition P [--to-offset N] [--execute] [--json]
     aio-cluster consume GROUP TOPIC [--from-beginning] [--strategy S]
     aio-cluster consume GROUP TOPIC --isolation-level read_committed
     aio-cluster dashboard [--group G ...] [--host 127.0.0.1] [--port 8080] [--allow-writes]
@@ -21,7 +24,8 @@ variables are resolved once, in `aio_cluster.cli.arguments`, into the typed valu
 subcommand's function here takes. ZooKeeper is read and written in `aio_cluster.cli.survey`,
 Kafka in `aio_cluster.kafka`, a look at a group across both in `aio_cluster.cli.looks`; what is
 shown, planned or judged is computed in `aio_cluster.cli.plans` and `aio_cluster.cli.health` and
-drawn in `aio_cluster.cli.tables`.
+drawn in `aio_cluster.cli.tables`. ``pause``, ``resume`` and ``skip`` are
+`aio_cluster.cli.operate`'s.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from ..kafka.offset_reader import OffsetReader
 from ..local.cli import LocalOptions
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, group_path
-from . import looks, survey, tables
+from . import looks, operate, survey, tables
 from .arguments import (
     AUTH_VAR,
     PROG,
@@ -58,7 +62,9 @@ from .arguments import (
     DescribeOptions,
     Invocation,
     ListOptions,
+    PauseOptions,
     ResetOptions,
+    SkipOptions,
     parse,
     resolve,
 )
@@ -120,6 +126,10 @@ def _run(invocation: Invocation) -> int:
             command = _check(connection, options)
         case ResetOptions():
             command = _reset(connection, options)
+        case PauseOptions():
+            command = operate.pause(connection, options)
+        case SkipOptions():
+            command = operate.skip(connection, options)
         case ConsumeOptions():
             command = _consume(connection, options)
         case DashboardOptions():
@@ -227,9 +237,7 @@ async def _check(connection: Connection, options: CheckOptions) -> int:
             await asyncio.sleep(max(start + window * number / (count - 1) - loop.time(), 0))
             _members, rows, _unreadable = await looks.look(zk, kafka, options.group, options.topics)
             for row in rows:
-                samples.setdefault((row.topic, row.partition), []).append(
-                    Sample(row.owner, row.committed, row.lag)
-                )
+                samples.setdefault((row.topic, row.partition), []).append(row.sample())
             if options.verbose:
                 print(f"{PROG}: sample {number + 1} of {count} taken", file=sys.stderr)
     findings = [
@@ -253,7 +261,7 @@ def _verdict_line(group: str, findings: list[PartitionHealth], window: float) ->
         return (
             f"{worst.name.lower()}: group {group}, {len(findings)} partition(s) over {window:g} s"
         )
-    named = ", ".join(f"{f.topic}/{f.partition} {f.status.value}" for f in bad)
+    named = ", ".join(f"{f.topic}/{f.partition} " + (f.detail() or f.status.value) for f in bad)
     return f"{worst.name.lower()}: group {group}: {named}"
 
 

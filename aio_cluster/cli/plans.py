@@ -9,9 +9,11 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..control.model import Controls, Pause, Skip, Stopped, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
 from ..zookeeper.layout import Registration, check_name
+from .health import Sample, pause_json, pause_text, stopped_json, stopped_text
 
 __all__ = [
     "LagRow",
@@ -32,6 +34,8 @@ __all__ = [
     "plan_reset",
     "reset_topics",
     "select_partitions",
+    "skip_json",
+    "skip_text",
     "subscription_text",
     "topic_name",
 ]
@@ -56,6 +60,10 @@ class LagRow:
     (`aio_cluster.member.statistics.lag`): the log-end offset minus the committed one, or minus
     the earliest retained offset where nothing (readable) is committed, since a member starts
     there; never below 0 (an offset committed past the log end).
+
+    ``paused``, ``stopped`` and ``skip`` are the operator's controls of the partition
+    (`aio_cluster.control`): its pause, the record ``on_failure="stop"`` stopped it on, a skip
+    its owner has not applied yet; None where there is none.
     """
 
     topic: str
@@ -64,6 +72,9 @@ class LagRow:
     committed: int | None
     end: int
     lag: int
+    paused: Pause | None = None
+    stopped: Stopped | None = None
+    skip: Skip | None = None
 
     def as_json(self) -> dict[str, object]:
         """The object ``describe --json`` prints, with exactly these keys."""
@@ -74,7 +85,41 @@ class LagRow:
             "committed": self.committed,
             "end": self.end,
             "lag": self.lag,
+            "paused": None if self.paused is None else pause_json(self.paused),
+            "stopped": None if self.stopped is None else stopped_json(self.stopped),
+            "skip": None if self.skip is None else skip_json(self.skip),
         }
+
+    def sample(self) -> Sample:
+        """The row as one sample of ``check``'s window."""
+        return Sample(self.owner, self.committed, self.lag, self.paused, self.stopped)
+
+    def control_text(self) -> str:
+        """The partition's controls in one cell: ``paused by ... at ...; stopped on offset 42
+        (...)``; "" where it has none."""
+        shown = []
+        if self.paused is not None:
+            shown.append(pause_text(self.paused))
+        if self.stopped is not None:
+            shown.append(stopped_text(self.stopped))
+        if self.skip is not None:
+            shown.append(skip_text(self.skip))
+        return "; ".join(shown)
+
+
+def skip_json(skip: Skip) -> dict[str, object]:
+    """A pending skip in the command's JSON: where to, past which record, who asked, when."""
+    return {
+        "to": skip.target,
+        "stopped_on": skip.stopped_on,
+        "by": skip.by,
+        "at": format_at(skip.at),
+    }
+
+
+def skip_text(skip: Skip) -> str:
+    """``skip to 43 pending (by alice@host at 2026-08-01T12:00:00Z)``."""
+    return f"skip to {skip.target} pending (by {skip.by} at {format_at(skip.at)})"
 
 
 def lag_rows(
@@ -82,12 +127,16 @@ def lag_rows(
     owners: Mapping[int, str],
     stored: Mapping[int, Stored],
     bounds: Mapping[int, tuple[int, int]],
+    controls: Controls | None = None,
 ) -> list[LagRow]:
-    """One row per partition of ``bounds`` (partition -> (earliest, log end)), sorted."""
+    """One row per partition of ``bounds`` (partition -> (earliest, log end)), sorted, with the
+    group's ``controls`` of each."""
+    held = Controls() if controls is None else controls
     rows = []
     for partition, (earliest, end) in sorted(bounds.items()):
         value = stored.get(partition)
         committed = value if isinstance(value, int) else None
+        key = (topic, partition)
         rows.append(
             LagRow(
                 topic,
@@ -96,6 +145,9 @@ def lag_rows(
                 committed,
                 end,
                 lag(end, committed, earliest),
+                held.paused.get(key),
+                held.stopped.get(key),
+                held.skips.get(key),
             )
         )
     return rows

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..control.model import Pause, format_at
 from ..zookeeper.layout import Registration
 from .health import PartitionHealth
 from .plans import LagRow, PlanRow, Unreadable, member_host, subscription_text
@@ -25,6 +26,7 @@ __all__ = [
     "health_table",
     "lag_table",
     "members_table",
+    "pauses_table",
     "plan_table",
     "show",
 ]
@@ -72,17 +74,32 @@ def members_table(
 
 
 def lag_table(rows: Sequence[LagRow]) -> Table:
-    """``describe``: per partition its owner, committed offset, log end and lag."""
-    table = _table("topic", "partition", "owner", "committed", "end", "lag", title="partitions")
+    """``describe``: per partition its owner, committed offset, log end and lag, and, where any
+    partition shown has one, a column of the operator's controls (paused, stopped, a skip
+    pending)."""
+    controlled = any(row.control_text() for row in rows)
+    columns = ["topic", "partition", "owner", "committed", "end", "lag"]
+    table = _table(*columns, *(["control"] if controlled else []), title="partitions")
     for row in rows:
-        table.add_row(
+        cells: list[str | Text] = [
             row.topic,
             str(row.partition),
             row.owner or "-",
             "-" if row.committed is None else str(row.committed),
             str(row.end),
             str(row.lag),
-        )
+        ]
+        if controlled:
+            cells.append(Text(row.control_text() or "-"))  # an error's text is no markup
+        table.add_row(*cells)
+    return table
+
+
+def pauses_table(pauses: Sequence[Pause], *, resumed: bool) -> Table:
+    """``pause`` and ``resume``: the partitions paused (or resumed), who paused them, when."""
+    table = _table("topic", "partition", "was paused by" if resumed else "paused by", "at")
+    for pause in sorted(pauses, key=lambda p: (p.topic, p.partition)):
+        table.add_row(pause.topic, str(pause.partition), Text(pause.by), format_at(pause.at))
     return table
 
 
@@ -101,11 +118,15 @@ def plan_table(plans: Mapping[str, Sequence[PlanRow]]) -> Table:
 
 
 def health_table(findings: Sequence[PartitionHealth]) -> Table:
-    """``check``: per partition its status, the rules that held, and the last sample."""
-    table = _table("topic", "partition", "status", "owner", "committed", "lag", "also")
+    """``check``: per partition its status, the rules that held, and the last sample; where any
+    finding has one, a column of what its status holds (the record a stopped partition is
+    stopped on, who paused a paused one)."""
+    detailed = any(finding.detail() for finding in findings)
+    columns = ["topic", "partition", "status", "owner", "committed", "lag", "also"]
+    table = _table(*columns, *(["detail"] if detailed else []))
     for finding in findings:
         last = finding.last
-        table.add_row(
+        cells: list[str | Text] = [
             finding.topic,
             str(finding.partition),
             finding.status.value,
@@ -113,7 +134,10 @@ def health_table(findings: Sequence[PartitionHealth]) -> Table:
             "-" if last.committed is None else str(last.committed),
             str(last.lag),
             ", ".join(reason.value for reason in finding.reasons[1:]) or "-",
-        )
+        ]
+        if detailed:
+            cells.append(Text(finding.detail() or "-"))
+        table.add_row(*cells)
     return table
 
 
