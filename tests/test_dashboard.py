@@ -1,12 +1,16 @@
 """The dashboard over HTTP against the real servers: the pages show what ``describe`` reads, the
 event stream sends fragments, and writes are refused without ``--allow-writes`` and the token,
-while with both a reset planned on the page stores exactly the planned offsets."""
+while with both a reset planned on the page stores exactly the planned offsets, and a pause,
+resume or skip is planned, shown, written with who and when, logged and kept in the history."""
 
 from __future__ import annotations
 
 import contextlib
+import html
 import json
+import logging
 import re
+import socket
 from collections.abc import AsyncIterator
 
 import anyio
@@ -14,6 +18,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from aio_cluster.control.model import Controls
+from aio_cluster.control.store import ControlStore
 from aio_cluster.dashboard import Dashboard
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
@@ -21,7 +27,7 @@ from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from dashboard_support import consuming, dashboard_of, served
-from support import stored_offsets, wait_until
+from support import member, stored_offsets, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -106,7 +112,15 @@ async def test_the_event_stream_sends_the_fragments(
                 assert await anext(lines) == ""
                 assert await anext(lines) == "event: update", "again after the next refresh"
     fragments = json.loads(data.removeprefix("data: "))
-    assert set(fragments) == {"status", "summary", "members", "charts", "partitions", "timeline"}
+    assert set(fragments) == {
+        "status",
+        "summary",
+        "members",
+        "charts",
+        "partitions",
+        "events",
+        "timeline",
+    }
     assert fragments["partitions"].count("<tr data-partition=") == 2
 
 
@@ -180,3 +194,115 @@ async def test_a_reset_is_refused_while_members_may_read_the_topic_unless_forced
         # nothing was stored, as the page says.
         if forced.status_code == 409:
             assert "plan again" in forced.text
+
+
+def control_action(page: str) -> str:
+    """The action of the form that applies the plan ``page`` shows."""
+    found = re.search(r'action="(/groups/[^"]+/control/\w+)"', page)
+    assert found is not None, page
+    return found[1]
+
+
+async def test_pause_and_resume_from_the_page_are_planned_written_logged_and_shown(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(topic, 10)
+    store = ControlStore(zk, group_name)
+    caplog.set_level(logging.WARNING, logger="aio_cluster.dashboard")
+    async with (
+        member(cluster, group_name, topic, member_name="web"),
+        client_of(dashboard_of(cluster, group_name, write_token=TOKEN)) as client,
+    ):
+        page = await shown(client, f"/groups/{group_name}", 'class="n claimed">2<')
+        assert f"<td>{socket.gethostname()}</td>" in page, "the host the named member registered"
+        assert f'value="pause:{topic}:1"' in page
+        form = {"act": f"pause:{topic}:1", "token": TOKEN}
+        planned = await client.post(f"/groups/{group_name}/control", data=form)
+        assert planned.status_code == 200, planned.text
+        assert f"Plan: pause {topic}/1" in planned.text
+        assert "web" in planned.text, "the plan names the owner"
+        assert (await store.read()).paused == {}, "a plan writes nothing"
+        action = control_action(planned.text)
+        assert (await client.post(action, data={"token": "guess"})).status_code == 403
+        assert (await store.read()).paused == {}
+        applied = await client.post(action, data={"token": TOKEN})
+        assert applied.status_code == 200, applied.text
+        pause = (await store.read()).paused[(topic, 1)]
+        assert pause.by == "dashboard 127.0.0.1"
+        assert (await client.post(action, data={"token": TOKEN})).status_code == 409, "once"
+        page = await shown(client, f"/groups/{group_name}", 'class="badge paused"')
+        assert f'value="resume:{topic}:1"' in page
+        assert 'data-action="pause"' in page, "the history shows the write"
+        planned = await client.post(
+            f"/groups/{group_name}/control", data={"act": f"resume:{topic}:1", "token": TOKEN}
+        )
+        assert "by dashboard 127.0.0.1 at" in planned.text, "who paused it, and when"
+        applied = await client.post(control_action(planned.text), data={"token": TOKEN})
+        assert applied.status_code == 200, applied.text
+        assert (await store.read()).paused == {}
+        page = await shown(client, f"/groups/{group_name}", 'data-action="resume"')
+        assert 'class="badge paused"' not in page
+    written = [r.getMessage() for r in caplog.records if "127.0.0.1" in r.getMessage()]
+    assert any(f"paused {topic}/1 of group {group_name}" in m for m in written), written
+    assert any(f"resumed {topic}/1 of group {group_name}" in m for m in written), written
+    assert any("refused: the token" in m for m in written), written
+
+
+async def test_controls_are_refused_read_only_without_the_token_and_on_bad_input(
+    cluster: LocalCluster, zk: ZooKeeper, stored_group: str, group_name: str
+) -> None:
+    """No buttons and a refused POST on a read-only dashboard; with writes allowed, a wrong
+    token, an unknown topic or partition, a skip on a partition nobody owns or not stopped:
+    refused, saying why, and nothing written."""
+    store = ControlStore(zk, group_name)
+    url = f"/groups/{group_name}/control"
+    form = {"act": f"pause:{stored_group}:0", "token": TOKEN}
+    async with client_of(dashboard_of(cluster, group_name)) as client:
+        page = await shown(client, f"/groups/{group_name}", "data-partition=")
+        assert "control-form" not in page, "no buttons"
+        refused = await client.post(url, data=form)
+        assert refused.status_code == 403
+        assert "read-only" in refused.text
+    async with client_of(dashboard_of(cluster, group_name, write_token=TOKEN)) as client:
+        await shown(client, f"/groups/{group_name}", "data-partition=")
+        assert (await client.post(url, data={**form, "token": "guess"})).status_code == 403
+        refusals = {
+            "pause:nope:0": "does not read topic 'nope'",
+            f"pause:{stored_group}:7": "has no partition 7",
+            f"skip:{stored_group}:0": f"no member owns {stored_group}/0",
+            "bogus": "no such control",
+        }
+        for act, why in refusals.items():
+            answer = await client.post(url, data={**form, "act": act})
+            assert answer.status_code == 400, (act, answer.text)
+            assert why in html.unescape(answer.text), (act, answer.text)
+        plan = await client.post(f"/groups/elsewhere-{group_name}/control", data=form)
+        assert plan.status_code == 400
+        assert "does not exist" in plan.text
+    assert await store.read() == Controls()
+    assert await store.history() == []
+
+
+async def test_a_second_operators_write_first_leaves_the_plan_unwritten(
+    cluster: LocalCluster, zk: ZooKeeper, stored_group: str, group_name: str
+) -> None:
+    """Two plans of the same pause, shown to two operators: the second to apply it is told
+    the partition changed since its plan, and nothing more is written."""
+    store = ControlStore(zk, group_name)
+    form = {"act": f"pause:{stored_group}:0", "token": TOKEN}
+    async with client_of(dashboard_of(cluster, group_name, write_token=TOKEN)) as client:
+        await shown(client, f"/groups/{group_name}", "data-partition=")
+        first = await client.post(f"/groups/{group_name}/control", data=form)
+        second = await client.post(f"/groups/{group_name}/control", data=form)
+        assert (await client.post(control_action(first.text), data=form)).status_code == 200
+        late = await client.post(control_action(second.text), data=form)
+        assert late.status_code == 409
+        assert "changed since the plan was made: nothing was written" in late.text
+    assert list((await store.read()).paused) == [(stored_group, 0)]
+    assert [e.action for e in await store.history()] == ["pause"]

@@ -98,7 +98,7 @@ def test_ten_thousand_partitions_are_aggregated_filtered_and_paginated() -> None
     by_topic = aggregate(history, "topic")
     assert [(a.name, a.partitions) for a in by_topic] == [("t1", 5_000), ("t0", 5_000)]
     assert len(aggregate(history, "owner")) == 101
-    fragments = group_fragments(history, Filters(), "5m", 2.0, "")
+    fragments = group_fragments(history, Filters(), "5m", 2.0, "", writes=True)
     assert fragments["partitions"].count("<tr data-partition=") == 25
     assert fragments["timeline"].count("<rect") <= 25 + 100, "a lane per row of the page"
     assert len("".join(fragments.values())) < 200_000, "a page of 10,000 partitions stays small"

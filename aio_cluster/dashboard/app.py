@@ -9,6 +9,8 @@ Routes (relative to where it is mounted)::
     GET  /groups/{group}/events         its fragments, as server-sent events (same query)
     POST /groups/{group}/reset          plan a reset (writes allowed, and the token)
     POST /groups/{group}/reset/{plan}   store the plan shown (writes allowed, and the token)
+    POST /groups/{group}/control        plan a partition's pause, resume or skip (likewise)
+    POST /groups/{group}/control/{plan} apply the plan shown (likewise)
     GET  /static/...                    the script and the style sheet, from the package
 
 The handlers here are thin: the reads are `aio_cluster.dashboard.watch`'s, what is shown is
@@ -40,6 +42,7 @@ from ..config import ZooKeeperSecurity
 from ..errors import AioClusterError, ConfigurationError
 from ..kafka.options import KafkaOptions
 from . import pages
+from .controls import ControlPlans, parse_request
 from .resets import Resets, reset_target
 from .views import Filters
 from .watch import Watcher
@@ -71,8 +74,11 @@ class Dashboard:
 
     While entered, it looks at the groups every ``interval`` seconds in a task of its own task
     group; leaving stops it and closes its ZooKeeper and Kafka clients. It is read-only unless
-    a ``write_token`` is given: then a reset of offsets can be planned and stored from the page
-    by whoever gives that token (keep it secret: it is never shown or logged).
+    a ``write_token`` is given: then a reset of offsets, and a partition's pause, resume or skip,
+    can be planned and made from the page by whoever gives that token (keep it secret: it is
+    never shown or logged). Every write made from the page is logged (``aio_cluster.dashboard``
+    logger, level WARNING) saying what it did and from which address; pauses, resumes and skips
+    also go to the group's control history, which the page shows.
     """
 
     def __init__(
@@ -106,8 +112,8 @@ class Dashboard:
             timeout: seconds to wait for a server at each request.
             kafka_options: how to reach Kafka (TLS, SASL).
             zookeeper_security: how to reach ZooKeeper (credentials, ACL, TLS).
-            write_token: allows resets of offsets from the page to whoever gives it; None:
-                read-only.
+            write_token: allows resets of offsets, pauses, resumes and skips from the page to
+                whoever gives it; None: read-only.
 
         Raises:
             ConfigurationError: a non-positive time, or an empty ``write_token``.
@@ -133,6 +139,7 @@ class Dashboard:
         )
         self._token = write_token
         self._resets = Resets()
+        self._controls = ControlPlans()
         self._running = False
         self._stopped = anyio.Event()
         self._tasks: contextlib.AsyncExitStack | None = None
@@ -144,6 +151,8 @@ class Dashboard:
                 Route("/groups/{group}/events", self._group_events),
                 Route("/groups/{group}/reset", self._plan, methods=["POST"]),
                 Route("/groups/{group}/reset/{plan}", self._store, methods=["POST"]),
+                Route("/groups/{group}/control", self._plan_control, methods=["POST"]),
+                Route("/groups/{group}/control/{plan}", self._apply_control, methods=["POST"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
             lifespan=self._lifespan,
@@ -151,7 +160,8 @@ class Dashboard:
 
     @property
     def writes(self) -> bool:
-        """Whether resets of offsets may be made from the page (with the token)."""
+        """Whether writes (resets, pauses, resumes, skips) may be made from the page (with the
+        token)."""
         return self._token is not None
 
     async def __aenter__(self) -> Dashboard:
@@ -213,7 +223,9 @@ class Dashboard:
         history = self.watcher.histories.get(group)
         if history is None:
             return {"status": self._status()}
-        return pages.group_fragments(history, filters, window, time.time(), self._status())
+        return pages.group_fragments(
+            history, filters, window, time.time(), self._status(), self.writes
+        )
 
     async def _group(self, request: Request) -> Response:
         root, group = self._root(request), request.path_params["group"]
@@ -228,8 +240,11 @@ class Dashboard:
             return HTMLResponse(pages.page(group, root, body, None), status_code=404)
         filters, window = self._group_view(request)
         fragments = self._fragments(group, filters, window)
-        reset = pages.reset_form(group, history.topics(), root, self.writes)
-        body = pages.group_body(history, filters, window, fragments, reset)
+        forms = {
+            "control": pages.control_form(group, root, self.writes),
+            "reset": pages.reset_form(group, history.topics(), root, self.writes),
+        }
+        body = pages.group_body(history, filters, window, fragments, forms)
         query = f"?{request.url.query}" if request.url.query else ""
         return HTMLResponse(pages.page(group, root, body, f"{root}/groups/{group}/events{query}"))
 
@@ -260,7 +275,7 @@ class Dashboard:
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
-    # --- resets ----------------------------------------------------------------------------------
+    # --- writes: resets, pauses, resumes, skips ----------------------------------------------
 
     async def _writable(self, request: Request) -> tuple[dict[str, str], Response | None]:
         """The form, and the refusal to send instead where writes are not allowed."""
@@ -273,7 +288,13 @@ class Dashboard:
             refusal = "refused: the token is not this dashboard's"
         else:
             return form, None
-        log.warning("a reset of group %s was refused: %s", request.path_params["group"], refusal)
+        log.warning(
+            "%s: a write to group %s (%s) %s",
+            _who(request),
+            request.path_params["group"],
+            request.url.path,
+            refusal,
+        )
         body = pages.message_page(refusal, back, error=True)
         return form, HTMLResponse(pages.page("Refused", self._root(request), body, None), 403)
 
@@ -308,7 +329,8 @@ class Dashboard:
             body = pages.message_page(str(exc), back, error=True)
             return HTMLResponse(pages.page("Not stored", root, body, None), 409)
         log.warning(
-            "stored a reset of group %s, topic %s: %d partition(s)",
+            "%s stored a reset of group %s, topic %s: %d partition(s)",
+            _who(request),
             group,
             plan.topic,
             len(plan.rows),
@@ -317,3 +339,42 @@ class Dashboard:
         return HTMLResponse(
             pages.page(f"Reset {group}", root, pages.message_page(text, back, error=False), None)
         )
+
+    async def _plan_control(self, request: Request) -> Response:
+        form, refusal = await self._writable(request)
+        if refusal is not None:
+            return refusal
+        root, group = self._root(request), request.path_params["group"]
+        try:
+            zk, kafka = self.watcher.clients()
+            plan = await self._controls.plan(zk, kafka, group, parse_request(form))
+        except AioClusterError as exc:
+            body = pages.message_page(str(exc), f"{root}/groups/{group}", error=True)
+            return HTMLResponse(pages.page("Not planned", root, body, None), 400)
+        title = f"{plan.request.act.capitalize()} {group}"
+        return HTMLResponse(pages.page(title, root, pages.control_plan_page(plan, root), None))
+
+    async def _apply_control(self, request: Request) -> Response:
+        _form, refusal = await self._writable(request)
+        if refusal is not None:
+            return refusal
+        root, group = self._root(request), request.path_params["group"]
+        back = f"{root}/groups/{group}"
+        who = _who(request)
+        try:
+            zk, _kafka = self.watcher.clients()
+            done = await self._controls.apply(zk, group, request.path_params["plan"], who)
+        except AioClusterError as exc:
+            log.warning("%s: nothing written to group %s: %s", who, group, exc)
+            body = pages.message_page(str(exc), back, error=True)
+            return HTMLResponse(pages.page("Not written", root, body, None), 409)
+        log.warning("%s %s", who, done)
+        body = pages.message_page(
+            f"{done}; the page shows it from its next refresh", back, error=False
+        )
+        return HTMLResponse(pages.page(group, root, body, None))
+
+
+def _who(request: Request) -> str:
+    """Who writes, as the control history and the log name it: ``dashboard <address>``."""
+    return f"dashboard {request.client.host}" if request.client is not None else "dashboard"

@@ -1,6 +1,8 @@
 """What the dashboard remembers of a group between its own periodic looks: lag over time per topic
-and per member, each partition's samples for the verdict of ``aio-cluster check``, and who owned
-which partition when; and whether each server answered. Pure: the looks come from
+and per member, each partition's samples for the verdict of ``aio-cluster check``, who owned
+which partition when (each look's rows also say which partitions are paused, stopped or
+waiting for a skip), the newest entries of the group's control history; and whether each
+server answered. Pure: the looks come from
 `aio_cluster.dashboard.watch`.
 
 Nothing here is read from the servers twice: a look is what `aio_cluster.cli.looks.look` returns
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..cli.health import PartitionHealth, Sample, Severity, Thresholds, judge, verdict
 from ..cli.plans import LagRow
+from ..control.model import ControlEvent
 from ..zookeeper.layout import Registration
 
 __all__ = [
@@ -87,6 +90,7 @@ class GroupHistory:
     points: deque[LagPoint] = field(default_factory=deque)
     changes: deque[OwnerChange] = field(default_factory=deque)
     findings: list[PartitionHealth] = field(default_factory=list)
+    events: list[ControlEvent] = field(default_factory=list)
     _samples: dict[TopicPartitionKey, deque[tuple[float, Sample]]] = field(default_factory=dict)
     _spans: dict[TopicPartitionKey, deque[Span]] = field(default_factory=dict)
 
@@ -113,7 +117,7 @@ class GroupHistory:
         for row in rows:
             key = (row.topic, row.partition)
             seen.add(key)
-            self._sample(key, at, Sample(row.owner, row.committed, row.lag))
+            self._sample(key, at, row.sample())
             self._own(key, at, row.owner)
         for gone in (set(self._samples) | set(self._spans)) - seen:  # a topic deleted, say
             self._samples.pop(gone, None)
@@ -124,6 +128,11 @@ class GroupHistory:
             for (topic, partition), samples in sorted(self._samples.items())
             if len(samples) >= 2  # a single look is no verdict
         ]
+
+    def record_events(self, events: Sequence[ControlEvent]) -> None:
+        """Take the newest entries of the group's control history (pauses, resumes, skips),
+        newest first, as read at the last look."""
+        self.events = list(events)
 
     def _sample(self, key: TopicPartitionKey, at: float, sample: Sample) -> None:
         self._samples.setdefault(key, deque()).append((at, sample))

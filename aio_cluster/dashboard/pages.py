@@ -11,9 +11,11 @@ import html
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlencode
 
-from ..cli.health import Severity
-from ..cli.plans import PlanRow, Unreadable
+from ..cli.health import Severity, Status
+from ..cli.plans import LagRow, PlanRow, Unreadable
+from ..control.model import format_at
 from . import charts
+from .controls import ControlPlan
 from .history import UNOWNED, GroupHistory, LagPoint, Reachability
 from .resets import TARGETS, Plan
 from .views import (
@@ -28,6 +30,8 @@ from .views import (
 
 __all__ = [
     "CHART_WINDOWS",
+    "control_form",
+    "control_plan_page",
     "group_fragments",
     "groups_fragments",
     "message_page",
@@ -46,6 +50,8 @@ _MEMBER_LINES = 8
 _TIMELINE_LANES = 50
 _REASONS_SHOWN = 20
 _CHANGES_SHOWN = 30
+_ERROR_SHOWN = 120
+"""Characters of a stopped partition's error shown in its row (all of it in the tooltip)."""
 
 
 def _e(value: object) -> str:
@@ -61,6 +67,13 @@ def _verdict(severity: Severity | None) -> str:
         return '<span class="verdict pending">collecting</span>'
     name = severity.name.lower()
     return f'<span class="verdict {name}">{name}</span>'
+
+
+def _finding(status: Status | None, severity: Severity) -> str:
+    """A partition's verdict, said once: its status (``lagging``...), coloured by severity."""
+    if status is None:
+        return _verdict(None)
+    return f'<span class="verdict {severity.name.lower()}">{status.value}</span>'
 
 
 def page(title: str, root: str, body: str, events: str | None) -> str:
@@ -233,15 +246,52 @@ def _charts_html(history: GroupHistory, span: float, now: float) -> str:
     )
 
 
-def _partitions_html(history: GroupHistory, filters: Filters) -> str:
+def _when(by: str, at: float) -> str:
+    return f'by {_e(by)} at <time title="{format_at(at)}">{_clock(at)}</time>'
+
+
+def _controls_html(row: LagRow, writes: bool) -> str:
+    """A partition's operator controls: its paused badge (who, when), the record it is stopped
+    on, a skip pending; and, where writes are allowed, the buttons that plan a change."""
+    paused, stopped, skip = row.paused, row.stopped, row.skip
+    shown = []
+    if paused is not None:
+        shown.append(
+            f'<span class="badge paused">paused</span> <span class="who">'
+            f"{_when(paused.by, paused.at)}</span>"
+        )
+    if stopped is not None:
+        error = stopped.error[:_ERROR_SHOWN] + ("..." if len(stopped.error) > _ERROR_SHOWN else "")
+        shown.append(
+            f'<span class="badge stopped">stopped</span> <span class="record" '
+            f'title="{_e(stopped.error)}">on offset {stopped.offset:,}: {_e(error)} '
+            f"({_e(stopped.member)}, at {_clock(stopped.at)})</span>"
+        )
+    if skip is not None:
+        shown.append(
+            f'<span class="badge skip">skip to {skip.target} pending</span> '
+            f'<span class="who">{_when(skip.by, skip.at)}</span>'
+        )
+    if writes:
+        target = f"{row.topic}:{row.partition}"
+        act = "resume" if paused is not None else "pause"
+        shown.append(
+            f'<span class="acts"><button form="control-form" name="act" value="{act}:'
+            f'{_e(target)}" class="act {act}">{act}</button> <button form="control-form" '
+            f'name="act" value="skip:{_e(target)}" class="act skip">skip</button></span>'
+        )
+    return " ".join(shown)
+
+
+def _partitions_html(history: GroupHistory, filters: Filters, writes: bool) -> str:
     shown = partition_page(history, filters)
     rows = "".join(
         f'<tr data-partition="{_e(r.row.topic)}/{r.row.partition}"><td>{_e(r.row.topic)}</td>'
         f'<td class="n">{r.row.partition}</td><td class="owner">{_e(r.row.owner or "-")}</td>'
         f'<td class="n">{"-" if r.row.committed is None else f"{r.row.committed:,}"}</td>'
         f'<td class="n">{r.row.end:,}</td><td class="n lag">{r.row.lag:,}</td>'
-        f"<td>{_verdict(r.severity) if r.status else _verdict(None)}"
-        f"{'' if r.status is None else ' ' + r.status.value}</td></tr>"
+        f"<td>{_finding(r.status, r.severity)}</td>"
+        f'<td class="control">{_controls_html(r.row, writes)}</td></tr>'
         for r in shown.rows
     )
     nav = []
@@ -253,7 +303,8 @@ def _partitions_html(history: GroupHistory, filters: Filters) -> str:
     return (
         f"<h2>Partitions</h2><p class=pager>{' '.join(nav)}</p>"
         '<table class="partitions"><thead><tr><th>topic</th><th>partition</th><th>owner</th>'
-        "<th>stored offset</th><th>log end</th><th>lag</th><th>verdict</th></tr></thead>"
+        "<th>stored offset</th><th>log end</th><th>lag</th><th>verdict</th><th>control</th>"
+        "</tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
 
@@ -268,7 +319,7 @@ def _filters_form(history: GroupHistory, filters: Filters, window: str) -> str:
         return "".join(shown)
 
     owners = [*sorted(history.members), NO_OWNER]
-    statuses = ["rewound", "unowned", "stalled", "lagging", "ok"]
+    statuses = [s.value for s in Status]
     sizes = "".join(
         f"<option{' selected' if s == filters.size else ''}>{s}</option>" for s in PAGE_SIZES
     )
@@ -313,39 +364,81 @@ def _timeline_html(history: GroupHistory, filters: Filters, span: float, now: fl
     )
 
 
+def _events_html(history: GroupHistory) -> str:
+    """The newest operator controls of the group, newest first."""
+    items = "".join(
+        f'<li data-action="{_e(e.action)}" data-partition="{_e(e.topic)}/{e.partition}">'
+        f'<time title="{format_at(e.at)}">{_clock(e.at)}</time> <strong>{_e(e.action)}</strong> '
+        f"{_e(e.topic)}/{e.partition} by {_e(e.by)}{': ' + _e(e.detail) if e.detail else ''}</li>"
+        for e in history.events
+    )
+    return (
+        "<h2>Pauses, resumes and skips</h2><p>The newest first, as written to ZooKeeper by "
+        "<code>aio-cluster pause</code>, <code>resume</code>, <code>skip</code>, a dashboard, "
+        f"or a member applying a skip.</p><ol class=events>{items or '<li>none</li>'}</ol>"
+    )
+
+
 def group_fragments(
     history: GroupHistory,
     filters: Filters,
     window: str,
     now: float,
     status_html: str,
+    writes: bool,
 ) -> dict[str, str]:
-    """A group page's fragments, by element id (``window`` is a key of `CHART_WINDOWS`)."""
+    """A group page's fragments, by element id (``window`` is a key of `CHART_WINDOWS`); with
+    ``writes``, the partitions have their pause, resume and skip buttons."""
     span = CHART_WINDOWS.get(window, CHART_WINDOWS["5m"])
     return {
         "status": status_html,
         "summary": _summary_html(history, history.window),
         "members": _members_html(history),
         "charts": _charts_html(history, span, now),
-        "partitions": _partitions_html(history, filters),
+        "partitions": _partitions_html(history, filters, writes),
+        "events": _events_html(history),
         "timeline": _timeline_html(history, filters, span, now),
     }
 
 
 def group_body(
-    history: GroupHistory, filters: Filters, window: str, fragments: Mapping[str, str], reset: str
+    history: GroupHistory,
+    filters: Filters,
+    window: str,
+    fragments: Mapping[str, str],
+    forms: Mapping[str, str],
 ) -> str:
-    """The body of a group page around its fragments; ``reset`` is the reset form's HTML."""
-    sections = "".join(
-        f'<section id="{key}">{fragments[key]}</section>'
-        for key in ("status", "summary", "members", "charts")
-    )
+    """The body of a group page around its fragments; ``forms`` are the HTML of the control
+    form (``"control"``, the partitions' buttons submit it) and the reset form (``"reset"``),
+    which the event stream leaves alone (a token typed in stays)."""
+
+    def sections(*keys: str) -> str:
+        return "".join(f'<section id="{key}">{fragments[key]}</section>' for key in keys)
+
     return (
-        sections
+        sections("status", "summary", "members", "charts")
         + _filters_form(history, filters, window)
-        + f'<section id="partitions">{fragments["partitions"]}</section>'
-        + f'<section id="timeline">{fragments["timeline"]}</section>'
-        + f'<section id="reset">{reset}</section>'
+        + f'<section id="control">{forms["control"]}</section>'
+        + sections("partitions", "events", "timeline")
+        + f'<section id="reset">{forms["reset"]}</section>'
+    )
+
+
+def control_form(group: str, root: str, writes: bool) -> str:
+    """The form the partitions' pause, resume and skip buttons submit (its token, a skip's
+    offset), or why there are no buttons (read-only)."""
+    if not writes:
+        return (
+            "<p>Read-only: pause, resume and skip need a dashboard started with "
+            "<code>--allow-writes</code>.</p>"
+        )
+    return (
+        f'<form id="control-form" method="post" action="{_e(root)}/groups/{_e(group)}/control"'
+        ' class="control"><label>token <input type="password" name="token" autocomplete="off">'
+        '</label> <label>skip to offset <input name="to_offset" size="12" '
+        'placeholder="past the stopped record"></label></form><p class="hint">The pause, '
+        "resume and skip buttons of the partitions plan first, as <code>aio-cluster skip</code> "
+        "does; nothing is written before you apply the plan shown.</p>"
     )
 
 
@@ -399,6 +492,76 @@ def plan_page(plan: Plan, root: str) -> str:
         '<label><input type="checkbox" name="force" value="1"> even while members are '
         'registered</label> <button type="submit" name="store" value="1">store this plan'
         f'</button></form><p><a href="{_e(root)}/groups/{_e(plan.group)}">back</a></p>'
+    )
+
+
+def _effect(plan: ControlPlan) -> str:
+    """What applying ``plan`` does, in words."""
+    request, row = plan.request, plan.row
+    where = f"{_e(request.topic)}/{request.partition}"
+    if request.act == "pause":
+        return (
+            f"Every member stops handing out records of {where} within one batch; its claim, "
+            "stored offset and fetch position stay, on whichever member owns it, until resumed."
+        )
+    if request.act == "resume":
+        still = (
+            f" It stays stopped on offset {plan.row.stopped.offset:,} by <code>on_failure="
+            '"stop"</code> until that record is skipped.'
+            if plan.row.stopped is not None
+            else ""
+        )
+        return f"The members hand out records of {where} again.{still}"
+    target = "?" if plan.target is None else f"{plan.target:,}"
+    skipped = (
+        ""
+        if row.committed is None or plan.target is None
+        else f" ({plan.target - row.committed:,} record(s) from offset {row.committed:,})"
+    )
+    return (
+        f"The owner, {_e(row.owner or 'none')}, moves {where} to offset {target} at its next "
+        f"batch boundary, fenced by its claim: the records before it are never handled"
+        f"{skipped}. A member with a dead-letter topic sends the record it is stopped on there, "
+        "saying who skipped it and when."
+    )
+
+
+def control_plan_page(plan: ControlPlan, root: str) -> str:
+    """The body showing a pause, resume or skip planned, and the form that applies it."""
+    request, row = plan.request, plan.row
+    where = f"{_e(request.topic)}/{request.partition}"
+    facts = [
+        ("partition", where),
+        ("owner", _e(row.owner or "none")),
+        ("stored offset", "-" if row.committed is None else f"{row.committed:,}"),
+        ("log end", f"{row.end:,}"),
+        ("lag", f"{row.lag:,}"),
+        (
+            "paused",
+            "no" if plan.row.paused is None else _when(plan.row.paused.by, plan.row.paused.at),
+        ),
+    ]
+    if plan.row.stopped is not None:
+        stopped = plan.row.stopped
+        facts.append(
+            (
+                "stopped on",
+                f"offset {stopped.offset:,} by {_e(stopped.member)} at {_clock(stopped.at)}: "
+                f"{_e(stopped.error)}",
+            )
+        )
+    if plan.target is not None:
+        facts.append(("skip to", f"{plan.target:,}"))
+    table = "".join(f'<tr class="{_e(k)}"><th>{_e(k)}</th><td>{v}</td></tr>' for k, v in facts)
+    back = f"{_e(root)}/groups/{_e(plan.group)}"
+    return (
+        f"<h2>Plan: {_e(request.act)} {where} of {_e(plan.group)}</h2>"
+        f'<table class="plan control-plan"><tbody>{table}</tbody></table>'
+        f'<p class="effect">{_effect(plan)}</p>'
+        f'<form method="post" action="{back}/control/{_e(plan.id)}">'
+        '<label>token <input type="password" name="token" autocomplete="off"></label> '
+        f'<button type="submit" name="apply" value="1">{_e(request.act)} {where}</button>'
+        f'</form><p><a href="{back}">back</a></p>'
     )
 
 

@@ -3,7 +3,9 @@
 `GroupHistory`, and whether each server answered.
 
 Cost per refresh, for a group of P partitions in T topics: ZooKeeper ``2 + 2T`` child listings,
-one read per member and ``2P`` node reads (owner and offset of each partition); Kafka
+one read per member and ``2P`` node reads (owner and offset of each partition), the operator's
+controls (a listing per kind and per topic with any, a read per control; `looks.look` reads
+them) and the newest `EVENTS_SHOWN` entries of their history; Kafka
 one metadata request per topic and two ListOffsets round trips per topic. Nothing is read per
 browser: every page and event stream is drawn from the last refresh.
 
@@ -23,12 +25,16 @@ import anyio
 from ..cli import looks, survey
 from ..cli.arguments import Connection
 from ..cli.health import Thresholds
+from ..control.store import ControlStore
 from ..errors import AioClusterError, BrokerError, CoordinationError
 from ..kafka.offset_reader import OffsetReader
 from ..zookeeper.client import ZooKeeper
 from .history import GroupHistory, Reachability
 
-__all__ = ["Watcher"]
+__all__ = ["EVENTS_SHOWN", "Watcher"]
+
+EVENTS_SHOWN = 20
+"""The newest entries of a group's control history read at each refresh, for its page."""
 
 
 class Watcher:
@@ -122,6 +128,7 @@ class Watcher:
                 continue  # without log ends there is no lag to record; the page says why
             try:
                 members, rows, notes = await looks.look(zk, kafka, group, None)
+                events = await ControlStore(zk, group).history(EVENTS_SHOWN)
             except CoordinationError as exc:
                 await self._zookeeper_failed(exc)
                 return
@@ -129,6 +136,7 @@ class Watcher:
                 await self._kafka_failed(exc)
                 return
             history.record(time.time(), members, rows, notes)
+            history.record_events(events)
         now = time.time()
         self.zookeeper.answered(now)
         if kafka is not None:
