@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Playwright drives the machine's Chromium against the
 dashboard served by uvicorn, on the real servers. The page follows the group live (event stream,
 no reload): members joining and leaving, lag falling to 0, partitions moving in the timeline, an
-unowned partition's verdict, and ZooKeeper or Kafka going away and coming back. Screenshots go to
+unowned partition's verdict, ZooKeeper or Kafka going away and coming back, and an operator's
+pause and resume made from the page (only with the token). Screenshots go to
 ``$TMPDIR/aio-cluster-dashboard/<test>/``."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 import pytest_asyncio
 
+from aio_cluster.control.model import Controls
+from aio_cluster.control.store import ControlStore
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
@@ -191,3 +194,93 @@ async def test_the_page_says_kafka_is_down_and_recovers(
             await page.screenshot(path=artifacts("kafka") / "down.png", full_page=True)
         await expect(status).to_contain_text("ZooKeeper and Kafka answered", timeout=60_000)
         await page.screenshot(path=artifacts("kafka") / "recovered.png", full_page=True)
+
+
+TOKEN = "token-for-the-browser"
+
+
+async def test_pause_and_resume_from_the_page_with_the_token(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    browser_page: Page,
+) -> None:
+    """The token typed once in the control form; a row's pause button shows the plan, which
+    the operator applies; the row shows the paused badge and the history the pause, live;
+    resume likewise. What ZooKeeper holds follows each step."""
+    page, expect = browser_page, async_api.expect
+    shots = artifacts("control")
+    topic = await make_topic(partitions=2)
+    await produce(topic, 10)
+    store = ControlStore(zk, group_name)
+    row = page.locator(f'tr[data-partition="{topic}/1"]')
+    async with (
+        served(dashboard_of(cluster, group_name, write_token=TOKEN)) as url,
+        consuming(cluster, group_name, topic) as reader,
+    ):
+        await page.goto(f"{url}/groups/{group_name}")
+        await expect(row.locator("td.owner")).to_have_text(reader.id, timeout=SOON)
+        await page.locator('#control-form input[name="token"]').fill(TOKEN)
+        await row.locator("button.act.pause").click()
+        await expect(page.locator("h2")).to_contain_text(f"Plan: pause {topic}/1")
+        await expect(page.locator("table.control-plan tr.owner td")).to_have_text(reader.id)
+        await page.screenshot(path=shots / "plan.png", full_page=True)
+        assert (await store.read()).paused == {}, "a plan writes nothing"
+        await page.locator('input[name="token"]').fill(TOKEN)
+        await page.get_by_role("button", name=f"pause {topic}/1").click()
+        await expect(page.locator("main")).to_contain_text(f"paused {topic}/1 of group")
+        assert (await store.read()).paused[(topic, 1)].by == "dashboard 127.0.0.1"
+        await page.get_by_role("link", name="back").click()
+        await expect(row.locator(".badge.paused")).to_be_visible(timeout=SOON)
+        await expect(row.locator(".who")).to_contain_text("by dashboard 127.0.0.1 at")
+        await expect(page.locator('ol.events li[data-action="pause"]')).to_contain_text(
+            f"{topic}/1 by dashboard 127.0.0.1"
+        )
+        await page.screenshot(path=shots / "paused.png", full_page=True)
+        await page.locator('#control-form input[name="token"]').fill(TOKEN)
+        await row.locator("button.act.resume").click()
+        await expect(page.locator("h2")).to_contain_text(f"Plan: resume {topic}/1")
+        await page.locator('input[name="token"]').fill(TOKEN)
+        await page.get_by_role("button", name=f"resume {topic}/1").click()
+        await expect(page.locator("main")).to_contain_text(f"resumed {topic}/1 of group")
+        assert (await store.read()).paused == {}
+        await page.get_by_role("link", name="back").click()
+        await expect(page.locator('ol.events li[data-action="resume"]')).to_be_visible(timeout=SOON)
+        await expect(row.locator(".badge.paused")).to_have_count(0)
+        await expect(row.locator("button.act.pause")).to_be_visible()
+        await page.screenshot(path=shots / "resumed.png", full_page=True)
+
+
+async def test_without_the_token_there_are_no_buttons_and_a_post_is_refused(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    browser_page: Page,
+) -> None:
+    """A read-only dashboard: no control form, no buttons, and a POST made from the page
+    anyway is refused; a dashboard with writes refuses a wrong token. Nothing is written."""
+    page, expect = browser_page, async_api.expect
+    topic = await make_topic(partitions=1)
+    await produce(topic, 3)
+    row = page.locator(f'tr[data-partition="{topic}/0"]')
+    form: dict[str, str | float | bool] = {"act": f"pause:{topic}:0", "token": TOKEN}
+    async with consuming(cluster, group_name, topic):
+        async with served(dashboard_of(cluster, group_name)) as url:
+            await page.goto(f"{url}/groups/{group_name}")
+            await expect(row.locator("td.owner")).not_to_have_text("-", timeout=SOON)
+            await expect(page.locator("#control")).to_contain_text("Read-only")
+            await expect(page.locator("#control-form")).to_have_count(0)
+            await expect(page.locator("button.act")).to_have_count(0)
+            refused = await page.request.post(f"{url}/groups/{group_name}/control", form=form)
+            assert refused.status == 403
+            assert "read-only" in await refused.text()
+        async with served(dashboard_of(cluster, group_name, write_token=TOKEN)) as url:
+            await page.goto(f"{url}/groups/{group_name}")
+            await page.locator('#control-form input[name="token"]').fill("a guess")
+            await row.locator("button.act.pause").click(timeout=SOON)
+            await expect(page.locator("main")).to_contain_text("the token is not this dashboard's")
+    assert await ControlStore(zk, group_name).read() == Controls()
