@@ -531,7 +531,8 @@ def _parser() -> _Parser:
         help="serve a live web dashboard of the groups (needs the dashboard extra)",
         description="Serve a web page of the groups: members, partitions, lag over time, "
         "owner changes and check's verdicts, updated live. Read-only unless --allow-writes, "
-        f"which lets whoever gives the token in ${TOKEN_VAR} reset offsets from the page.",
+        f"which lets whoever gives the token in ${TOKEN_VAR} reset offsets, and pause, resume "
+        "and skip partitions, from the page.",
     )
     dashboard.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
@@ -576,8 +577,8 @@ def _parser() -> _Parser:
     dashboard.add_argument(
         "--allow-writes",
         action="store_true",
-        help=f"allow offset resets from the page to whoever gives the token in ${TOKEN_VAR} "
-        "(never on the command line)",
+        help="allow offset resets, pauses, resumes and skips from the page to whoever gives "
+        f"the token in ${TOKEN_VAR} (never on the command line)",
     )
 
     local = commands.add_parser(
