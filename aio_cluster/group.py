@@ -46,6 +46,7 @@ from .config import (
 from .errors import ConfigurationError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
+from .member.bulk import run_bulk
 from .member.claims import Batch
 from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
@@ -498,3 +499,45 @@ class ConsumerGroup(Generic[PartitionT]):
             Exception: the handler's error, with ``on_failure="raise"``.
         """
         await self._member.process(handler, Processing.of(processing, options))
+
+    async def process_bulk(
+        self,
+        handler: Callable[[list[Record]], Awaitable[object]],
+        *,
+        size: int = 100,
+        linger: float = 0.05,
+        processing: Processing | None = None,
+        **options: Unpack[ProcessOptions],
+    ) -> None:
+        """Run ``await handler(records)`` on lists of the claimed partitions' records, until
+        the member closes or the call is cancelled: `process()` with a handler that takes
+        records in bulk, and its guarantees record by record.
+
+        A call gathers up to ``size`` records, from any partition of the member, for at most
+        ``linger`` seconds after its first. Under ``ordering="key"`` a key is in at most one
+        call at a time, one record of it per call, in offset order across calls. A record
+        finishes when its call returned: the offset stored is still each partition's first
+        record not yet finished. A call that raises runs again as a whole (``attempts``, with
+        the back-off); once it failed for good it is split in halves, each run once,
+        recursively, and only a record that fails alone meets ``on_failure``; the others
+        finish. Every record in a call holds one of the ``concurrency`` handler slots, so
+        about ``concurrency // size`` calls run at once. See the processing guide in the docs.
+
+        Args:
+            handler: ``async def handler(records)``; it finishes the records by returning.
+            size: the most records of one call.
+            linger: the most seconds a call waits for more records after its first (0: it
+                takes what came in the same turn of the event loop).
+            processing: as for `process()`; ``concurrency`` must be at least ``size``.
+            **options: any field of `Processing` instead, by its name.
+
+        Raises:
+            ConfigurationError: a bad argument (``size`` below 1, ``linger`` below 0,
+                ``concurrency`` below ``size``, a handler that is not async) or one `process()`
+                refuses; raised before any record is taken.
+            TypeError: an unknown keyword argument.
+            GroupClosedError: the member is closed.
+            AioClusterError: the member failed in the background.
+            Exception: a record's error alone, with ``on_failure="raise"``.
+        """
+        await run_bulk(self._member, handler, size, linger, Processing.of(processing, options))

@@ -6,6 +6,7 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 Modules::
 
     assignment.py    which partitions the assignment gives this member: targets, shares, turns
+    bulk.py          BulkCalls: a bulk handler as process()'s per-record handler, calls split
     claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
     claims.py        the Claim record the parts of a member share
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek

@@ -9,6 +9,9 @@ and attributes as the messaging conventions say; see `aio_cluster.otel.attribute
     process <topic>   CONSUMER  a process() handler run, one per attempt: a child of the context
                                 the record's producer injected (and linked to it), else of the
                                 caller's; a retry's span opens with a "retry" event
+    process <topic>   CONSUMER  a process_bulk() call, one per attempt: links to the context
+                                each record's producer injected (``process`` alone when its
+                                records come from several topics); no span per record
     send <topic>      PRODUCER  a record written to the dead-letter topic, after its last attempt
     rebalance <group> INTERNAL  a rebalance: what moved as attributes, a child span per step
                                 (``targets``, ``revoke``, ``release``, ``claim``, ``assign``) and
@@ -150,6 +153,11 @@ class Telemetry:
         """Whether a tracer or a meter provider was configured at the last batch handed out:
         when neither is, a handler runs without `handle()`, so that the extra without an SDK
         costs nothing per record."""
+        self.per_record = True
+        """False while ``process_bulk()`` runs: its calls have spans (`handle_call()`), the
+        records' runs that wait for them none."""
+        self.calls_watched = False
+        """As `watching`, for the calls of ``process_bulk()``."""
 
     # -- what is said of a partition, made once ------------------------------------------------
 
@@ -177,7 +185,8 @@ class Telemetry:
         is looked up again (see ``_tracing`` and `watching`)."""
         self._tracing = not isinstance(trace.get_tracer_provider(), _UNCONFIGURED)
         metering = not isinstance(metrics.get_meter_provider(), _UNCONFIGURED_METERS)
-        self.watching = self._tracing or metering
+        self.calls_watched = self._tracing or metering
+        self.watching = self.calls_watched and self.per_record
         first = batch[0]
         self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 
@@ -237,6 +246,65 @@ class Telemetry:
             if span is not None:
                 span.end()
             self.meters.processed(time.perf_counter() - started, known.metric, error)
+
+    async def handle_call(
+        self,
+        handler: Callable[[list[Record]], Awaitable[object]],
+        records: list[Record],
+        attempt: int = 1,
+        retry_of: BaseException | None = None,
+    ) -> None:
+        """Run a bulk handler on ``records`` in the span of this attempt, current while it runs,
+        linked to each record's producer context.
+
+        Args:
+            handler: the user's bulk handler.
+            records: the call's records.
+            attempt: 1 for the first run of these records, one more for each retry.
+            retry_of: the failure this run retries (or split), recorded as a "retry" event.
+        """
+        topics = {record.topic for record in records}
+        attributes: dict[str, str | int] = {
+            SYSTEM: KAFKA,
+            OPERATION_NAME: "process",
+            OPERATION_TYPE: "process",
+            CONSUMER_GROUP: self._group,
+        }
+        name = "process"
+        if len(topics) == 1:
+            topic = next(iter(topics))
+            attributes[DESTINATION] = topic
+            name = process_name(topic)
+        span = token = None
+        if self._tracing:
+            span = self._tracer.start_span(
+                name, kind=SpanKind.CONSUMER, attributes={**attributes, MEMBER_ID: self._member_id}
+            )
+            if span.is_recording():
+                span.set_attribute(BATCH_COUNT, len(records))
+                span.set_attribute(PROCESS_ATTEMPT, attempt)
+                if retry_of is not None:
+                    span.add_event(
+                        "retry", {PROCESS_ATTEMPT: attempt, ERROR_TYPE: error_type(retry_of)}
+                    )
+                for record in records:
+                    context = producer_context(record)
+                    if context is not None:
+                        span.add_link(trace.get_current_span(context).get_span_context())
+                token = otel_context.attach(trace.set_span_in_context(span))
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            await handler(records)
+        except BaseException as exc:
+            error = error_type(exc) if span is None else _failed(span, exc)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            if span is not None:
+                span.end()
+            self.meters.processed(time.perf_counter() - started, attributes, error)
 
     def _start_run(
         self, record: Record, known: _Partition, attempt: int, retry_of: BaseException | None
