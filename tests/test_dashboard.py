@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -18,7 +19,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from aio_cluster.control.model import Controls
+from aio_cluster.control.model import Controls, Stopped
 from aio_cluster.control.store import ControlStore
 from aio_cluster.dashboard import Dashboard
 from aio_cluster.local import LocalCluster
@@ -306,3 +307,45 @@ async def test_a_second_operators_write_first_leaves_the_plan_unwritten(
         assert "changed since the plan was made: nothing was written" in late.text
     assert list((await store.read()).paused) == [(stored_group, 0)]
     assert [e.action for e in await store.history()] == ["pause"]
+
+
+async def test_a_skip_from_the_page_names_the_stopped_record_and_asks_its_owner(
+    cluster: LocalCluster, zk: ZooKeeper, stored_group: str, group_name: str
+) -> None:
+    """Partition 0 claimed (a claim node written here, no member to apply the skip) and stopped
+    on offset 0: the plan names the record, its error and its owner, and goes just past it;
+    applied, the skip is requested for the owner and in the history. A skip backwards, or
+    without an offset on a partition that is not stopped, is refused at the plan."""
+    layout = GroupLayout(group_name, stored_group)
+    store = ControlStore(zk, group_name)
+    await zk.ensure_path(layout.owners)
+    await zk.create(layout.owner(0), b"worker-1", ephemeral=True)
+    await zk.create(layout.owner(1), b"worker-1", ephemeral=True)
+    await store.publish_stopped(
+        Stopped(stored_group, 0, "worker-1", 0, "ValueError: poison", time.time())
+    )
+    url = f"/groups/{group_name}/control"
+    async with client_of(dashboard_of(cluster, group_name, write_token=TOKEN)) as client:
+        page = await shown(client, f"/groups/{group_name}", 'class="badge stopped"')
+        assert "on offset 0: ValueError: poison" in page
+        for act, to_offset, why in [
+            (f"skip:{stored_group}:1", "", "is not stopped on a record"),
+            (f"skip:{stored_group}:1", "0", "a skip only moves forward"),
+            (f"skip:{stored_group}:1", "99", "past"),
+        ]:
+            form = {"act": act, "to_offset": to_offset, "token": TOKEN}
+            refused = await client.post(url, data=form)
+            assert refused.status_code == 400, refused.text
+            assert why in html.unescape(refused.text)
+        form = {"act": f"skip:{stored_group}:0", "token": TOKEN}
+        planned = await client.post(url, data=form)
+        assert planned.status_code == 200, planned.text
+        assert "ValueError: poison" in planned.text
+        assert f"The owner, worker-1, moves {stored_group}/0 to offset 1" in planned.text
+        assert (await store.read()).skips == {}, "a plan writes nothing"
+        applied = await client.post(control_action(planned.text), data={"token": TOKEN})
+        assert applied.status_code == 200, applied.text
+        assert "skip to offset 1" in applied.text
+    skip = (await store.read()).skips[(stored_group, 0)]
+    assert (skip.target, skip.stopped_on, skip.by) == (1, 0, "dashboard 127.0.0.1")
+    assert [e.action for e in await store.history()] == ["skip-requested"]
