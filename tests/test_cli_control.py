@@ -211,3 +211,21 @@ async def test_a_skip_is_planned_then_requested_and_a_second_operators_skip_is_r
     assert f"a skip of {topic}/0 to offset 14 is pending already" in one_line(err)
     assert (await store.read()).skips == {(topic, 0): skip}
     assert await stored_offsets(zk, layout, 1) == {0: 10}
+
+
+async def test_describe_shows_the_host_a_named_member_registered(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    """A named member's id is its name, which holds no host: the host is the one it
+    registered (the members table showed '-')."""
+    topic = await make_topic(partitions=1)
+    async with member(cluster, group_name, topic, member_name="svc-1") as named:
+        code, out, err = await run(cluster, "describe", group_name, "--members", "--json")
+        assert code == 0, err
+        assert [(m["member"], m["host"]) for m in json.loads(out)] == [
+            (named.id, socket.gethostname())
+        ]
+        code, out, err = await run(cluster, "describe", group_name, "--members")
+        assert code == 0, err
+        (line,) = [line for line in out.splitlines() if line.startswith(named.id)]
+        assert line.split()[2] == socket.gethostname()

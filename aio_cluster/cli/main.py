@@ -72,9 +72,9 @@ from .health import PartitionHealth, Sample, judge, verdict
 from .plans import (
     LagRow,
     PlanRow,
-    member_host,
     member_json,
     readers,
+    registered_host,
     reset_topics,
 )
 
@@ -173,7 +173,7 @@ async def _describe(connection: Connection, options: DescribeOptions) -> int:
         print(
             json.dumps(
                 [
-                    member_json(m, member_host(options.group, m), info, owned[m])
+                    member_json(m, registered_host(options.group, m, info), info, owned[m])
                     for m, info in sorted(members.items())
                 ],
                 indent=2,

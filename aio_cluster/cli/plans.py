@@ -32,6 +32,7 @@ __all__ = [
     "parse_partitions",
     "parse_timestamp",
     "plan_reset",
+    "registered_host",
     "reset_topics",
     "select_partitions",
     "skip_json",
@@ -253,6 +254,12 @@ def reset_topics(
         f"group {group!r} holds offsets of {len(held)} topics ({', '.join(held)}): name the "
         "ones to reset with --topic (repeatable) or pass --all-topics"
     )
+
+
+def registered_host(group: str, member_id: str, info: Registration | None) -> str | None:
+    """The host a member runs on: the one its registration names, else the one in its id
+    (`member_host`; a named member's id is its name, and older members name no host)."""
+    return (info.host if info is not None else None) or member_host(group, member_id)
 
 
 def member_host(group: str, member_id: str) -> str | None:

@@ -18,7 +18,7 @@ from rich.text import Text
 from ..control.model import Pause, format_at
 from ..zookeeper.layout import Registration
 from .health import PartitionHealth
-from .plans import LagRow, PlanRow, Unreadable, member_host, subscription_text
+from .plans import LagRow, PlanRow, Unreadable, registered_host, subscription_text
 
 __all__ = [
     "console",
@@ -64,7 +64,7 @@ def members_table(
         table.add_row(
             member,
             Text(name),
-            member_host(group, member) or "-",
+            registered_host(group, member, info) or "-",
             since,
             Text(strategy),
             Text(subscription),
