@@ -28,7 +28,9 @@ partitions per topic are ``count by (group, topic) (aio_cluster_partition_end_of
     aio_cluster_partition_stored_offset          gauge      the offset stored in ZooKeeper
     aio_cluster_partition_position               gauge      the next offset to hand out
     aio_cluster_partition_end_offset             gauge      the log-end offset
-    aio_cluster_partition_paused                 gauge      1 while paused
+    aio_cluster_partition_paused                 gauge      1 while paused (pause(), on_failure)
+    aio_cluster_partition_operator_paused        gauge      1 while an operator paused it
+    aio_cluster_skips_applied_total              counter    operators' skips the member applied
     aio_cluster_claimed_partitions               gauge      how many partitions the member owns
     aio_cluster_records_total                    counter    records handed out
     aio_cluster_batches_total                    counter    batches handed out
@@ -226,6 +228,16 @@ class GroupMetrics(Collector):
             "1 while the claimed partition is paused.",
             labels=_PARTITION,
         )
+        held = GaugeMetricFamily(
+            "aio_cluster_partition_operator_paused",
+            "1 while an operator paused the claimed partition for the group (aio-cluster pause).",
+            labels=_PARTITION,
+        )
+        skips = CounterMetricFamily(
+            "aio_cluster_skips_applied",
+            "Operators' skips (aio-cluster skip) the member applied.",
+            labels=_MEMBER,
+        )
         claimed = GaugeMetricFamily(
             "aio_cluster_claimed_partitions",
             "How many partitions the member owns.",
@@ -306,6 +318,7 @@ class GroupMetrics(Collector):
                     position.add_metric(labels, figures.position)
                 end.add_metric(labels, figures.end)
                 paused.add_metric(labels, 1 if figures.paused else 0)
+                held.add_metric(labels, 1 if figures.operator_paused else 0)
             claimed.add_metric(who, len(snapshot.claimed))
             records.add_metric(who, snapshot.records)
             batches.add_metric(who, snapshot.batches)
@@ -316,6 +329,7 @@ class GroupMetrics(Collector):
             oldest.add_metric(who, snapshot.oldest_in_flight or 0.0)
             retries.add_metric(who, snapshot.retried)
             dead_letters.add_metric(who, snapshot.dead_lettered)
+            skips.add_metric(who, snapshot.skips_applied)
             buckets = [(repr(b), n) for b, n in zip(self._bounds, member.buckets, strict=True)]
             buckets.append(("+Inf", member.observed))
             durations.add_metric(who, buckets, member.duration_sum)
@@ -325,4 +339,4 @@ class GroupMetrics(Collector):
                 lifecycle.add_metric([*who, stage.value], 1 if snapshot.state is stage else 0)
         yield from (lag, stored, position, end, paused, claimed)
         yield from (records, batches, rebalances, timeouts, unowned, durations, session, lifecycle)
-        yield from (in_flight, oldest, retries, dead_letters)
+        yield from (in_flight, oldest, retries, dead_letters, held, skips)

@@ -123,13 +123,21 @@ class DeadLetters:
         if producer is not None:
             await producer.stop()
 
-    async def send(self, record: Record, error: BaseException, attempts: int) -> None:
+    async def send(
+        self,
+        record: Record,
+        error: BaseException,
+        attempts: int,
+        *,
+        extra: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
         """Write ``record`` to the dead-letter topic; returns once every in-sync replica has it.
 
         Args:
             record: the record whose handler failed.
             error: the last failure.
             attempts: how often the handler ran.
+            extra: headers added after the others (an operator's skip names who and when).
 
         Raises:
             BrokerError: the broker did not take it (the caller may try again).
@@ -141,7 +149,7 @@ class DeadLetters:
                 self.topic,
                 value=raw_value(record),
                 key=raw_key(record),
-                headers=dead_letter_headers(record, error, attempts),
+                headers=[*dead_letter_headers(record, error, attempts), *extra],
             )
         except KafkaError as exc:
             raise BrokerError(f"dead letter to {self.topic!r} failed: {exc}") from exc

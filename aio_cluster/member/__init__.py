@@ -9,6 +9,7 @@ Modules::
     bulk.py          BulkCalls: a bulk handler as process()'s per-record handler, calls split
     claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
     claims.py        the Claim record the parts of a member share
+    controls.py      MemberControls: an operator's pauses and skips obeyed, stops published
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
     eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
     failures.py      Retries: a failed record's retries and its dead letter, for process()

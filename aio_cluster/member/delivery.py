@@ -410,6 +410,15 @@ class Delivery:
         with contextlib.suppress(NotOwnedError):
             self._states.pause(partitions)
 
+    def hold(self, partitions: Collection[PartitionKey]) -> None:
+        """An operator paused ``partitions`` (all of them; see `PartitionStates.hold`): none of
+        their batches is handed out, and a batch of theirs that runs in `process()` starts no
+        more records (it is read again from its first unfinished record once let go)."""
+        new = self._states.hold(partitions)
+        if new and self.watcher is not None:
+            self.watcher.draining([p for p in new if self._states.running([p])])
+        self.wake()
+
     def hand_out(self, partitions: list[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again (undoes withholding and `drain()`)."""
         self._states.hand_out(partitions)

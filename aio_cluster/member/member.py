@@ -60,6 +60,7 @@ from ..kafka.topics import PartitionKey
 from ..otel.loading import telemetry_for
 from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
+from .controls import MemberControls
 from .delivery import Delivery
 from .handover import Handover
 from .keyed_layout import KeyedLayout
@@ -229,6 +230,8 @@ class Member:
         )
         """Spans and metrics through OpenTelemetry; None without the ``otel`` extra or when
         turned off (see `aio_cluster.otel.loading`)."""
+        if self.telemetry is not None:
+            self.telemetry.meters.paused = self._paused_reading
         # A claim found gone at a write is dropped by the rebalance this asks for.
         self.offsets = Offsets(self.zk, layout, self.states, on_fenced=self._fenced)
         self.membership = Membership(
@@ -272,6 +275,16 @@ class Member:
             rebalance_timeout=timing.rebalance_timeout,
             label=layout.label,
             telemetry=self.telemetry,
+        )
+        self.controls = MemberControls(
+            self.zk,
+            layout,
+            self.states,
+            self.delivery,
+            self.handover,
+            member_id=self.id,
+            topics=lambda: self.membership.topics,
+            processor=lambda: self.processor,
         )
         self.state = GroupState.NEW
         self.processor: Processor | None = None
@@ -346,6 +359,21 @@ class Member:
                 found.append((telemetry.metric_attributes(topic, partition), max(end - stored, 0)))
         return found
 
+    def _paused_reading(self) -> list[tuple[Mapping[str, str | int], str]]:
+        """Each paused claimed partition for the OpenTelemetry gauge, with who holds it paused
+        (``operator``, ``member``). Read from the meter provider's thread: copies first."""
+        telemetry = self.telemetry
+        if telemetry is None:
+            return []
+        claims = set(self.states.claims)
+        holds = [(key, "operator") for key in self.states.held if key in claims]
+        holds += [(key, "member") for key in self.states.paused if key in claims]
+        found: list[tuple[Mapping[str, str | int], str]] = []
+        for key, holder in holds:
+            topic, partition = self.layout.keys.split(key)
+            found.append((telemetry.metric_attributes(topic, partition), holder))
+        return found
+
     # -- consuming ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -390,7 +418,8 @@ class Member:
                 f"process() cannot run beside a running batch iteration on member {self.id}"
             )
         dead_letters = None
-        if policy.on_failure == "dead_letter" and topic is not None:
+        # With "stop", the dead-letter topic gets the records an operator skips.
+        if policy.on_failure in ("dead_letter", "stop") and topic is not None:
             dead_letters = DeadLetters(
                 self.brokers, topic, client_id=self.id, options=self.settings.kafka
             )
@@ -403,6 +432,7 @@ class Member:
             dead_letters=dead_letters,
             telemetry=self.telemetry,
         )
+        processor.on_stopped = self.controls.poke
         token = _WORK.set(_Work(self, self._close_from_handler))
         try:
             await processor.run()
@@ -465,8 +495,9 @@ class Member:
             return tuple(sorted(named))
 
         claims, paused, processor = self.states.claims, self.states.paused, self.processor
+        held = [key for key in self.states.held if key in claims]
         ends = await self.fetcher.ends(sorted(claims))
-        figures = partition_statistics(claims, ends, paused, name)
+        figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
         return GroupStatistics(
             member_id=self.id,
@@ -489,6 +520,8 @@ class Member:
             stopped=()
             if processor is None
             else names(p for p in processor.failed_at if p in claims and p in paused),
+            operator_paused=names(held),
+            skips_applied=self.controls.applied,
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -635,6 +668,7 @@ class Member:
                 )
                 loops.start_soon(self.mirror.run, self.states.claims)
                 loops.start_soon(self.liveness.run)
+                loops.start_soon(self.controls.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:

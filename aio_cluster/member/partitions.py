@@ -25,6 +25,8 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a batch overtaken by a seek, a release, a loss or an abandon never becomes pending;
 - a pause lasts until `resume()`, across a loss and the claim that regains the partition; it ends
   when the partition is released to another member or the assignment no longer gives it to us;
+- an operator's hold (`aio_cluster.control`, read from ZooKeeper) is apart from the member's own
+  pause: a partition hands out batches only while neither holds it;
 - a partition claimed again restarts at its claim's offset, never at the fetcher's old position;
 - a partition moves on to the fetcher's position (past transaction markers, aborted records and
   compaction gaps) only when nothing of it is buffered, in flight, withheld or waiting on a seek,
@@ -78,6 +80,9 @@ class PartitionStates:
         announced to the listener."""
         self._paused: set[PartitionKey] = set()
         """Paused partitions, owned or lost and maybe coming back (a pause survives a loss)."""
+        self._held: frozenset[PartitionKey] = frozenset()
+        """Partitions an operator paused for the whole group, owned or not: the group's
+        state in ZooKeeper, which the member follows (see `hold`)."""
         self._inflight: dict[PartitionKey, tuple[Claim, Batch, int]] = {}
         """Partition -> the claim and batch whose body runs, and the offset of that batch's
         first record not yet finished (its first, or where a processor's progress got)."""
@@ -135,6 +140,11 @@ class PartitionStates:
     def paused(self) -> list[PartitionKey]:
         """The paused partitions, sorted (a lost one that may come back included)."""
         return sorted(self._paused)
+
+    @property
+    def held(self) -> list[PartitionKey]:
+        """The partitions an operator paused (see `hold`), sorted."""
+        return sorted(self._held)
 
     @property
     def fed(self) -> frozenset[PartitionKey]:
@@ -338,6 +348,7 @@ class PartitionStates:
             and not claim.fenced
             and p not in self._withheld
             and p not in self._paused
+            and p not in self._held
             and (
                 not claim.buffered and p not in self._inflight
                 if ahead is None
@@ -518,6 +529,7 @@ class PartitionStates:
             partition not in self._inflight
             and partition not in self._withheld
             and partition not in self._paused
+            and partition not in self._held
         )
 
     def pick(self) -> tuple[Claim, Batch] | None:
@@ -656,6 +668,21 @@ class PartitionStates:
             self._claim(partition)
         self._paused.update(partitions)
         self._shed(partitions)
+
+    def hold(self, partitions: Collection[PartitionKey]) -> list[PartitionKey]:
+        """The partitions an operator paused are now ``partitions`` (all of them: the others
+        are let go). No batch of them is handed out until let go, whoever owns them; what is
+        buffered of those newly held is dropped, as for `pause()`. Apart from `pause()`: a
+        partition hands out batches only when neither holds it.
+
+        Returns:
+            The partitions newly held, sorted.
+        """
+        held = frozenset(partitions)
+        new = sorted(held - self._held)
+        self._held = held
+        self._shed(new)
+        return new
 
     def resume(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again, from where they stopped."""

@@ -201,6 +201,11 @@ class Processor:
         """True from `run()` until it returned."""
         self.failed_at: dict[PartitionKey, int] = {}
         """Partitions paused by ``on_failure="stop"`` -> the offset of the failed record."""
+        self.failures: dict[PartitionKey, tuple[Record, Exception]] = {}
+        """Partitions paused by ``on_failure="stop"`` -> the failed record and its last error
+        (published for operators, and dead-lettered when an operator skips it)."""
+        self.on_stopped: Callable[[], None] | None = None
+        """Told when ``on_failure="stop"`` paused a partition, if set."""
 
     # -- what statistics() reads -------------------------------------------------------------
 
@@ -213,6 +218,17 @@ class Processor:
     def dead_lettered(self) -> int:
         """Records written to the dead-letter topic."""
         return self._retries.dead_lettered
+
+    @property
+    def dead_letters(self) -> DeadLetters | None:
+        """The dead-letter producer, running while `run()` runs, if a dead-letter topic is
+        set."""
+        return self._dead_letters
+
+    @property
+    def attempts(self) -> int:
+        """How often a record's handler runs before it failed for good."""
+        return self._policy.attempts
 
     @property
     def in_flight(self) -> int:
@@ -940,6 +956,9 @@ class Processor:
             record.partition,
         )
         self.failed_at[window.partition] = record.offset
+        self.failures[window.partition] = (record, error)
+        if self.on_stopped is not None:
+            self.on_stopped()
         if not window.gone:
             self._delivery.pause([window.partition])
             self._stop_taking(window, fill_gaps=False)

@@ -6,7 +6,7 @@ offsets of its claimed partitions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Generic, cast
 
@@ -29,7 +29,10 @@ class PartitionStatistics(Generic[PartitionT]):
         end: the log-end offset (the offset the next record written will get).
         lag: records not yet committed, by `lag()`: ``end - stored``, or ``end`` minus the
             earliest offset (as of the claim) where none is stored; never below 0.
-        paused: True when the partition is paused.
+        paused: True when the partition is paused (by this member's `pause()` or
+            ``on_failure="stop"``).
+        operator_paused: True while an operator paused it for the whole group
+            (``aio-cluster pause``, the dashboard): it hands out nothing until both let go.
     """
 
     partition: PartitionT
@@ -38,6 +41,7 @@ class PartitionStatistics(Generic[PartitionT]):
     end: int
     lag: int
     paused: bool
+    operator_paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class GroupStatistics(Generic[PartitionT]):
         oldest_in_flight: seconds since the oldest record in flight started, None when none is.
         stopped: partitions `process()` paused after a record failed for good
             (``on_failure="stop"``), sorted; they stay here until resumed.
+        operator_paused: the claimed partitions an operator paused for the whole group
+            (``aio-cluster pause``, the dashboard), sorted.
+        skips_applied: operators' skips this member applied.
     """
 
     member_id: str
@@ -87,6 +94,8 @@ class GroupStatistics(Generic[PartitionT]):
     dead_lettered: int = 0
     oldest_in_flight: float | None = None
     stopped: tuple[PartitionT, ...] = ()
+    operator_paused: tuple[PartitionT, ...] = ()
+    skips_applied: int = 0
 
     @property
     def lag(self) -> int:
@@ -116,6 +125,7 @@ def partition_statistics(
     ends: Mapping[PartitionKey, int],
     paused: list[PartitionKey],
     name: Callable[[PartitionKey], PartitionT] | None = None,
+    held: Collection[PartitionKey] = (),
 ) -> tuple[PartitionStatistics[PartitionT], ...]:
     """The per-partition figures of the claims that have a known log end.
 
@@ -124,6 +134,7 @@ def partition_statistics(
         ends: partition key -> log-end offset.
         paused: the paused partitions' keys.
         name: how the user knows a partition key (None: the key is the partition id).
+        held: the keys of the partitions an operator paused.
     """
     figures = []
     for partition in sorted(claims.keys() & ends.keys()):
@@ -137,6 +148,7 @@ def partition_statistics(
                 end=end,
                 lag=lag(end, claim.stored, claim.earliest),
                 paused=partition in paused,
+                operator_paused=partition in held,
             )
         )
     return tuple(figures)

@@ -6,6 +6,8 @@ Named as the messaging conventions name them where they have a name, else under
     messaging.client.consumed.messages  counter    records handed to a body or a handler
     messaging.process.duration          histogram  seconds per async for body, per handler run
     aio_cluster.partition.lag           gauge      records after the stored offset, per partition
+    aio_cluster.partition.paused        gauge      1 per claimed partition paused, with
+                                                   aio_cluster.paused_by: operator or member
     aio_cluster.rebalances              counter    rebalances finished
     aio_cluster.rebalance.duration      histogram  seconds per rebalance
 
@@ -27,10 +29,18 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observati
 
 from .attributes import CONSUMER_GROUP, DURATION_BUCKETS, ERROR_TYPE, KAFKA, SYSTEM
 
-__all__ = ["LagReading", "Meters"]
+__all__ = ["PAUSED_BY", "LagReading", "Meters", "PausedReading"]
 
 LagReading = Callable[[], Iterable[tuple[Mapping[str, str | int], int]]]
 """Each claimed partition's attributes and lag, as the member knows them now."""
+
+PausedReading = Callable[[], Iterable[tuple[Mapping[str, str | int], str]]]
+"""Each paused claimed partition's attributes and who holds it paused: ``"operator"`` (the
+group-wide pause of ``aio-cluster pause``) or ``"member"`` (its own `pause()`, or
+``on_failure="stop"``); a partition both hold comes twice."""
+
+PAUSED_BY = "aio_cluster.paused_by"
+"""The attribute of the paused gauge that says who holds the partition paused."""
 
 
 class _Instruments:
@@ -62,12 +72,26 @@ class _Instruments:
             unit="{message}",
             description="Records of a claimed partition after its stored offset.",
         )
+        meter.create_observable_gauge(
+            "aio_cluster.partition.paused",
+            callbacks=[self._observe_paused],
+            unit="{partition}",
+            description="1 for a claimed partition paused, by who holds it (paused_by).",
+        )
 
     def _observe_lag(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [
             Observation(lag, dict(attributes))
             for member in list(self.members)
             for attributes, lag in member.lag()
+        ]
+
+    def _observe_paused(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(1, {**attributes, PAUSED_BY: holder})
+            for member in list(self.members)
+            if member.paused is not None
+            for attributes, holder in member.paused()
         ]
 
 
@@ -97,6 +121,8 @@ class Meters:
         self._rebalances = instruments.rebalances
         self._rebalance_duration = instruments.rebalance_duration
         self.lag = lag
+        self.paused: PausedReading | None = None
+        """Read at each collection for the paused gauge, once set."""
         self._attributes: Mapping[str, str] = {SYSTEM: KAFKA, CONSUMER_GROUP: group}
         instruments.members.add(self)
 

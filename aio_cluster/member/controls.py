@@ -1,0 +1,274 @@
+"""MemberControls: one member obeying the operator's controls of its group (`aio_cluster.control`).
+
+It watches the group's pauses and pending skips of the topics it reads (child watches, looked at
+again at least every `REFRESH` seconds, since a watch may be lost with its session) and:
+
+- holds the paused partitions (`Delivery.hold`): none of their batches is handed out, in
+  ``async for`` and in ``process()``, whoever owns them; the claim, the stored offset and the
+  fetch position stay. A partition that moves here, or a member that restarts, finds the pause
+  in ZooKeeper and holds it too;
+- publishes the partitions ``on_failure="stop"`` stopped (an ephemeral node naming the record's
+  offset and error) and removes them once resumed or released;
+- applies a skip of a partition it owns at a batch boundary: the stopped-on record goes to the
+  dead-letter topic, if one is set, with the header `SKIPPED_BY`; the partition moves to the
+  skip's offset, stored through the claim's fenced write (a member whose claim is gone stores
+  nothing, and the skip stays for the next owner); then the skip node goes, a ``skipped`` event
+  is added to the history, and a partition ``on_failure="stop"`` stopped is resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ..control.model import Skip, Stopped, decode_skip, format_at
+from ..control.store import ControlStore, describe_skip
+from ..errors import AioClusterError, BadVersionError, CoordinationError, NoNodeError
+from ..kafka.topics import PartitionKey
+from ..zookeeper.client import Delete, SessionState, ZooKeeper
+from ..zookeeper.layout import GroupLayout
+from .delivery import Delivery
+from .handover import Handover
+from .keyed_layout import KeyedLayout
+from .partitions import PartitionStates
+from .processing import Processor
+
+__all__ = ["REFRESH", "SKIPPED_BY", "MemberControls"]
+
+log = logging.getLogger(__name__)
+
+REFRESH = 5.0
+"""The most seconds between two looks at the group's controls without a watch firing."""
+
+SKIPPED_BY = "aio-cluster-skipped-by"
+"""The header of a record an operator skipped, in the dead-letter topic: ``"<by> at <at>"``."""
+
+
+class MemberControls:
+    """The operator's controls, as one member follows them (see the module)."""
+
+    def __init__(
+        self,
+        zk: ZooKeeper,
+        layout: KeyedLayout,
+        states: PartitionStates,
+        delivery: Delivery,
+        handover: Handover,
+        *,
+        member_id: str,
+        topics: Callable[[], list[str]],
+        processor: Callable[[], Processor | None],
+    ) -> None:
+        """Args:
+        zk: the member's ZooKeeper client.
+        layout: the group's paths, by partition key.
+        states: the member's partition states.
+        delivery: the member's delivery (holds the paused partitions).
+        handover: stores a skip's offset through the claim's fenced write.
+        member_id: named in the stopped nodes and the logs.
+        topics: the topics the member reads now.
+        processor: the running `process()`'s processor, if any.
+        """
+        self._zk = zk
+        self._layout = layout
+        self._states = states
+        self._delivery = delivery
+        self._handover = handover
+        self._id = member_id
+        self._topics = topics
+        self._processor = processor
+        self._store = ControlStore(zk, layout.group)
+        self._changed = asyncio.Event()
+        self._published: dict[PartitionKey, int] = {}
+        """Partitions published stopped by this session -> the record's offset."""
+        self.applied = 0
+        """Skips applied."""
+
+    def poke(self) -> None:
+        """Something changed (a watch fired, a partition stopped or moved): look again."""
+        self._changed.set()
+
+    async def run(self) -> None:
+        """Follow the controls until cancelled; a look that fails is logged and tried again."""
+        forget = self._zk.on_state_change(self._on_session)
+        try:
+            while True:
+                self._changed.clear()
+                try:
+                    await self.look()
+                except CoordinationError as exc:
+                    log.warning("member %s: reading the group's controls failed: %s", self._id, exc)
+                with anyio.move_on_after(REFRESH):
+                    await self._changed.wait()
+        finally:
+            forget()
+
+    def _on_session(self, state: SessionState) -> None:
+        if state is SessionState.LOST:
+            self._published.clear()  # the stopped nodes went with the session
+        self.poke()
+
+    async def look(self) -> None:
+        """Read the controls once and follow them."""
+        held: set[PartitionKey] = set()
+        skips: list[tuple[str, int]] = []
+        for topic in self._topics():
+            layout = GroupLayout(self._layout.group, topic)
+            for partition in await self._watched(layout.paused):
+                held.add(self._layout.keys.key(topic, partition))
+            skips += [(topic, partition) for partition in await self._watched(layout.skips)]
+        self._delivery.hold(held)
+        await self._publish_stops()
+        for topic, partition in skips:
+            await self._skip(topic, partition)
+
+    async def _watched(self, parent: str) -> list[int]:
+        """The partitions under ``parent``, watched for a change (its creation, while it is
+        missing)."""
+        try:
+            names = await self._zk.get_children(parent, watch=self.poke)
+        except NoNodeError:
+            if await self._zk.exists(parent, watch=self.poke) is not None:
+                self.poke()  # made meanwhile: look again
+            return []
+        return [int(name) for name in names if name.isdigit()]
+
+    def _stops(self) -> dict[PartitionKey, tuple[int, str]]:
+        """The owned partitions ``on_failure="stop"`` keeps paused -> the record's offset and
+        its error."""
+        processor = self._processor()
+        if processor is None:
+            return {}
+        claims, paused = self._states.claims, set(self._states.paused)
+        return {
+            key: (record.offset, repr(error)[:1000])
+            for key, (record, error) in processor.failures.items()
+            if key in claims and key in paused
+        }
+
+    async def _publish_stops(self) -> None:
+        stops = self._stops()
+        for key in [key for key in self._published if key not in stops]:
+            topic, partition = self._layout.keys.split(key)
+            await self._store.clear_stopped(topic, partition)
+            del self._published[key]
+        for key, (offset, error) in stops.items():
+            if self._published.get(key) == offset:
+                continue
+            topic, partition = self._layout.keys.split(key)
+            await self._store.publish_stopped(
+                Stopped(topic, partition, self._id, offset, error, time.time())
+            )
+            self._published[key] = offset
+
+    async def _skip(self, topic: str, partition: int) -> None:
+        """Apply the pending skip of ``topic``/``partition`` if this member owns it and no batch
+        of it runs (else a later look does)."""
+        key = self._layout.keys.key(topic, partition)
+        if not self._at_boundary(key):
+            return
+        path = GroupLayout(self._layout.group, topic).skip_node(partition)
+        try:
+            data, stat = await self._zk.get(path)
+            skip = decode_skip(topic, partition, data)
+        except NoNodeError:
+            return
+        except CoordinationError as exc:
+            log.error("member %s: skip %s left as it is: %s", self._id, path, exc)
+            return
+        if not await self._move(key, skip):
+            return
+        detail = describe_skip(skip) + f", requested by {skip.by} at {format_at(skip.at)}"
+        await self._store.ensure_history()
+        try:
+            await self._zk.transaction(
+                [
+                    Delete(path, stat.version),
+                    self._store.event(time.time(), self._id, "skipped", topic, partition, detail),
+                ]
+            )
+        except (NoNodeError, BadVersionError):
+            log.warning("member %s: skip %s changed while it was applied", self._id, path)
+            return
+        await self._store.trim()
+        self.applied += 1
+        log.warning(
+            "member %s: skipped %s %s", self._id, self._layout.label(key), describe_skip(skip)
+        )
+        processor = self._processor()
+        if processor is not None and key in processor.failures:
+            del processor.failures[key]
+            processor.failed_at.pop(key, None)
+            self._states.resume([key])
+        self._delivery.wake()
+        await self._publish_stops()
+
+    def _at_boundary(self, key: PartitionKey) -> bool:
+        """Whether this member holds ``key``'s claim (not fenced) and no batch of it runs."""
+        claim = self._states.claims.get(key)
+        return claim is not None and not claim.fenced and not self._states.running([key])
+
+    async def _move(self, key: PartitionKey, skip: Skip) -> bool:
+        """Move ``key`` to the skip's offset and store it through the claim's fenced write,
+        after dead-lettering the record it passes (a partition stored at or past the offset
+        already stays where it is).
+
+        Returns:
+            True once stored (or past already); False when a later look must try again (the
+            send failed, a batch started, the claim went).
+        """
+        target = skip.target
+        claim = self._states.claims.get(key)
+        if target is None or claim is None:
+            return False
+        if claim.stored is not None and target <= claim.stored:
+            return True
+        if not await self._dead_letter(key, skip, target) or not self._at_boundary(key):
+            return False
+        self._states.sought(key, target)
+        self._states.to_store(key, target)
+        await self._handover.store([key])
+        if key in self._states.fenced or self._states.claims.get(key) is not claim:
+            log.warning(
+                "member %s: %s's claim is gone: its next owner applies the skip",
+                self._id,
+                self._layout.label(key),
+            )
+            return False
+        return True
+
+    async def _dead_letter(self, key: PartitionKey, skip: Skip, target: int) -> bool:
+        """Send the record ``on_failure="stop"`` stopped on to the dead-letter topic, if one is
+        set and the skip passes it.
+
+        Returns:
+            False when the send failed: the skip waits for a later look.
+        """
+        processor = self._processor()
+        failed = None if processor is None else processor.failures.get(key)
+        dead_letters = None if processor is None else processor.dead_letters
+        if processor is None or failed is None or dead_letters is None:
+            return True
+        record, error = failed
+        if record.offset >= target:
+            return True
+        try:
+            await dead_letters.send(
+                record,
+                error,
+                processor.attempts,
+                extra=[(SKIPPED_BY, f"{skip.by} at {format_at(skip.at)}".encode())],
+            )
+        except AioClusterError as exc:
+            log.warning(
+                "member %s: the skipped record of %s was not dead-lettered (%s): tried again",
+                self._id,
+                self._layout.label(key),
+                exc,
+            )
+            return False
+        return True
