@@ -324,7 +324,8 @@ class Processing:
             partition (logged, and named in ``statistics()``), to be resumed once mended;
             ``"dead_letter"`` writes it to ``dead_letter_topic`` and goes on; ``"raise"`` ends
             the call with the handler's error.
-        dead_letter_topic: the (existing) topic ``"dead_letter"`` writes failed records to.
+        dead_letter_topic: the (existing) topic ``"dead_letter"`` writes failed records to;
+            with ``"stop"``, where a record an operator skips (``aio-cluster skip``) goes.
         max_records: records taken and not finished beyond which no batch is taken (the fetch
             waits): with ``max_bytes`` per claimed partition, the memory bound.
     """
