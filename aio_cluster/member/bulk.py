@@ -287,6 +287,7 @@ async def run_bulk(
     """
     check_bulk(handler, size, linger, policy)
     telemetry = member.telemetry
+    failure: Exception | None = None
     async with anyio.create_task_group() as tasks:
         calls = BulkCalls(
             handler,
@@ -305,7 +306,11 @@ async def run_bulk(
             telemetry.per_record = False
         try:
             await member.process(calls.handle, replace(policy, attempts=1))
+        except Exception as exc:
+            failure = exc  # raised as it is, not in the task group's exception group
         finally:
             if telemetry is not None:
                 telemetry.per_record = spans_records
             tasks.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
