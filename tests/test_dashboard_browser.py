@@ -208,8 +208,9 @@ async def test_pause_and_resume_from_the_page_with_the_token(
     browser_page: Page,
 ) -> None:
     """The token typed once in the control form; a row's pause button shows the plan, which
-    the operator applies; the row shows the paused badge and the history the pause, live;
-    resume likewise. What ZooKeeper holds follows each step."""
+    the operator applies; the row shows the paused badge and the history the pause, live, and
+    the partition's records wait while the other's are read; resume likewise, and its lag falls
+    to 0. What ZooKeeper holds follows each step."""
     page, expect = browser_page, async_api.expect
     shots = artifacts("control")
     topic = await make_topic(partitions=2)
@@ -222,6 +223,7 @@ async def test_pause_and_resume_from_the_page_with_the_token(
     ):
         await page.goto(f"{url}/groups/{group_name}")
         await expect(row.locator("td.owner")).to_have_text(reader.id, timeout=SOON)
+        await expect(page.locator("#total-lag")).to_have_text("0", timeout=SOON)
         await page.locator('#control-form input[name="token"]').fill(TOKEN)
         await row.locator("button.act.pause").click()
         await expect(page.locator("h2")).to_contain_text(f"Plan: pause {topic}/1")
@@ -238,6 +240,17 @@ async def test_pause_and_resume_from_the_page_with_the_token(
         await expect(page.locator('ol.events li[data-action="pause"]')).to_contain_text(
             f"{topic}/1 by dashboard 127.0.0.1"
         )
+
+        async def obeyed() -> bool:
+            return 1 in (await reader.statistics()).operator_paused
+
+        await wait_until(obeyed, what="the member holds partition 1 paused")
+        # Records written now: partition 0's are read, partition 1's wait for the resume.
+        sent = await produce(topic, 20, start=10)
+        assert sent[0] > 0
+        assert sent[1] > 0
+        await expect(row.locator("td.lag")).to_have_text(str(sent[1]), timeout=SOON)
+        await expect(page.locator("#total-lag")).to_have_text(str(sent[1]), timeout=SOON)
         await page.screenshot(path=shots / "paused.png", full_page=True)
         await page.locator('#control-form input[name="token"]').fill(TOKEN)
         await row.locator("button.act.resume").click()
@@ -250,6 +263,7 @@ async def test_pause_and_resume_from_the_page_with_the_token(
         await expect(page.locator('ol.events li[data-action="resume"]')).to_be_visible(timeout=SOON)
         await expect(row.locator(".badge.paused")).to_have_count(0)
         await expect(row.locator("button.act.pause")).to_be_visible()
+        await expect(page.locator("#total-lag")).to_have_text("0", timeout=SOON)
         await page.screenshot(path=shots / "resumed.png", full_page=True)
 
 
