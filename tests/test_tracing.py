@@ -289,6 +289,57 @@ async def test_handler_runs_are_children_of_the_producer_span(
 
 
 @pytest.mark.asyncio
+async def test_a_bulk_call_is_one_span_per_attempt_linked_to_each_producer(
+    otel: Telemetries, cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    exporter, _reader = otel
+    topic = await make_topic(partitions=1)
+    await _produce_traced(cluster, topic, ["k0", "k1", "k2"])
+    tracer = trace.get_tracer("test")
+    calls: list[list[int]] = []
+
+    async def handler(records: list[Record]) -> None:
+        calls.append([record.offset for record in records])
+        with tracer.start_as_current_span("user bulk"):
+            if len(calls) == 1:
+                raise ValueError("the first attempt fails")
+
+    async with member(cluster, group_name, topic) as group:
+        running = asyncio.create_task(
+            group.process_bulk(
+                handler, size=3, linger=5.0, concurrency=3, attempts=2, retry_initial=0.01
+            )
+        )
+        await wait_until(lambda: len(calls) == 2, timeout=60, what="the call and its retry")
+
+        async def stored() -> bool:
+            return await group.offset(0) == 3
+
+        await wait_until(stored, what="the three records stored")
+        await group.close()
+        await running
+    assert calls == [[0, 1, 2], [0, 1, 2]]
+    spans = _spans(exporter, f"process {topic}")
+    assert len(spans) == 2, "one span per attempt of the call, none per record"
+    producers = {_span_id(span) for span in _send_spans(exporter, topic)}
+    assert len(producers) == 3
+    for number, span in enumerate(spans, start=1):
+        attributes = _attributes(span)
+        assert span.kind is SpanKind.CONSUMER
+        assert attributes[semconv.BATCH_COUNT] == 3
+        assert attributes[semconv.PROCESS_ATTEMPT] == number
+        assert attributes[semconv.DESTINATION] == topic
+        assert semconv.OFFSET not in attributes
+        assert {link.context.span_id for link in span.links} == producers
+    assert spans[0].status.status_code is StatusCode.ERROR
+    assert [event.name for event in spans[1].events] == ["retry"]
+    users = _spans(exporter, "user bulk")
+    assert [u.parent.span_id if u.parent else None for u in users] == [
+        _span_id(span) for span in spans
+    ]
+
+
+@pytest.mark.asyncio
 async def test_a_join_is_a_rebalance_span_of_what_moved(
     otel: Telemetries,
     cluster: LocalCluster,
