@@ -5,7 +5,7 @@ checks the rules the module promises after every step."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -705,3 +705,50 @@ def test_a_raw_partition_id_is_no_key() -> None:
     states = PartitionStates()
     assert not states.owned(0)  # type: ignore[arg-type]
     assert not states.owned(PartitionKey(0))
+
+
+def test_a_running_batch_grows_by_the_next_one_and_stays_one_batch() -> None:
+    """`pick(grows)`: the running batch of a partition whose processor asks for more takes the
+    next buffered batch in, in place; it commits, and is read again, as one batch."""
+    states = PartitionStates()
+    states.claimed(Claim(P0, 0, 3, 3))
+    _fed(states, FakeFetcher())
+    assert states.fetched(P0, records(3, 4)) is None
+    assert not states.stepped_over(P0, 5)
+    claim, batch = states.pick() or (None, [])
+    assert states.fetched(P0, records(5, 6)) is None
+    assert not states.stepped_over(P0, 7)
+    assert states.fetchable() == [], "without growth, nothing more is fetched while it runs"
+    assert states.pick(lambda partition: False) is None
+    assert states.fetchable(grows=lambda partition: True) == [], "one batch buffered is enough"
+    grown = states.pick(lambda partition: True)
+    assert grown is not None
+    assert grown[1] is batch, "the running batch itself"
+    assert [r.offset for r in batch] == [3, 4, 5, 6]
+    assert states.fetchable(grows=lambda partition: True) == [P0]
+    assert claim is not None
+    states.progressed(claim, batch, 5)
+    assert claim.pending == 5
+    assert states.finished(claim, batch, completed=False, commit=False)
+    assert (claim.next_offset, states.seeks()) == (5, {P0: 5}), "read again from 5"
+
+
+def test_a_batch_grows_only_while_nothing_voids_withholds_or_pauses_it() -> None:
+    grows: Callable[[PartitionKey], bool] = lambda partition: True  # noqa: E731
+    for stop in ("sought", "withheld", "paused"):
+        states = PartitionStates()
+        states.claimed(Claim(P0, 0, 3, 3))
+        _fed(states, FakeFetcher())
+        assert states.fetched(P0, records(3, 4)) is None
+        assert not states.stepped_over(P0, 5)
+        assert states.pick() is not None
+        assert states.fetched(P0, records(5, 6)) is None
+        assert not states.stepped_over(P0, 7)
+        if stop == "sought":
+            states.sought(P0, 3)
+            states.seeks()
+        elif stop == "withheld":
+            states.withhold([P0])
+        else:
+            states.pause([P0])
+        assert states.pick(grows) is None, stop

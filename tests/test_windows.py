@@ -20,7 +20,8 @@ from aio_cluster.member.claims import Claim
 from aio_cluster.member.windows import Entry, Window
 
 
-def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
+def records(keys: list[bytes | None], start: int = 0) -> list[Record]:
+    """Records of partition 0 with these keys, from offset ``10 + start``."""
     fields: dict[str, Any] = {
         "topic": "t",
         "partition": 0,
@@ -32,10 +33,11 @@ def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
         "serialized_value_size": -1,
         "headers": (),
     }
-    batch: list[Record] = [
-        ConsumerRecord(offset=10 + i, key=key, **fields) for i, key in enumerate(keys)
-    ]
-    return Window(Claim(PartitionKey(0), 0, 10, 10), batch, ordering)
+    return [ConsumerRecord(offset=10 + start + i, key=key, **fields) for i, key in enumerate(keys)]
+
+
+def window(keys: list[bytes | None], ordering: Ordering = "key") -> Window:
+    return Window(Claim(PartitionKey(0), 0, 10, 10), records(keys), ordering)
 
 
 def test_a_record_whose_key_is_out_waits_behind_it_and_the_prefix_follows() -> None:
@@ -183,6 +185,38 @@ def test_the_records_finished_past_the_prefix_are_found() -> None:
 KEYS = [b"a", b"b", b"c", None]
 
 
+def test_a_grown_batch_waits_behind_a_record_out_whose_key_had_no_other() -> None:
+    """Record 0 (a) went out while no other record of the batch had its key (never busy, its
+    batch of distinct keys ran under "none"); the batch grows by another record of key a: that
+    one waits for record 0, and is handed on once it finished."""
+    w = window([b"a", b"b"])
+    assert w.take() == 0
+    alone = w.put_out(0)
+    assert w.take() == 1
+    w.finished(1, out=False)
+    assert w.may_grow(), "every record taken, record 0 still out"
+    w.batch.extend(records([b"a", b"c"], start=2))
+    assert w.grow() == 2
+    assert w.take() == 3, "record 2 (a) waits behind record 0"
+    assert w.finished(0, out=True, key=alone)[0] == 2, "a's next record, handed on"
+
+
+def test_a_batch_grows_only_with_every_record_taken_and_no_run_in_place() -> None:
+    w = window([b"a", b"b", b"c"])
+    assert not w.may_grow(), "records not taken yet"
+    run = w.begin_run()
+    assert run == range(0, 3)
+    assert not w.may_grow(), "a run in place holds them"
+    w.in_place = 1
+    w.end_run(1)  # record 1's handler waits: it is out
+    w.put_out(1)
+    assert w.take() == 2
+    w.finished(2, out=False)
+    assert w.may_grow()
+    w.finished(1, out=True)
+    assert not w.may_grow(), "every record finished: the batch ends instead"
+
+
 class WindowMachine(RuleBasedStateMachine):
     """Workers taking records of one batch: each record taken runs once; a key's records (a
     partition's, under ``"partition"``) never run side by side and run in offset order; the
@@ -221,20 +255,28 @@ class WindowMachine(RuleBasedStateMachine):
             assert set(earlier) <= self.finished, f"record {index} before its key's earlier ones"
         self.started.append(index)
 
-    def finish(self, index: int, *, out: bool) -> None:
-        following, grown = self.window.finished(index, out=out)
+    def finish(self, index: int, *, out: bool, entry: Entry | None = None) -> None:
+        """``entry``: the record's, when it was out (its key as it was put out, which the
+        processor gives back, though the batch may have grown since)."""
+        if entry is None:
+            following, grown = self.window.finished(index, out=out)
+        else:
+            following, grown = self.window.finished(index, out=out, key=entry.key)
         self.grown += grown
         self.finished.add(index)
         if following >= 0:
+            assert entry is not None
             self.begin(following)
-            self.went_out(following)
+            self.went_out(following, entry.key)
 
-    def went_out(self, index: int) -> None:
-        self.out[index] = Entry(self.window, index, out=True)
+    def went_out(self, index: int, key: object) -> None:
+        self.out[index] = Entry(self.window, index, out=True, key=key)
         self.window.running.add(self.out[index])
 
-    def came_back(self, index: int) -> None:
-        self.window.running.discard(self.out.pop(index))
+    def came_back(self, index: int) -> Entry:
+        entry = self.out.pop(index)
+        self.window.running.discard(entry)
+        return entry
 
     @rule()
     def take_and_finish_at_once(self) -> None:
@@ -248,8 +290,7 @@ class WindowMachine(RuleBasedStateMachine):
         index = self.window.take()
         if index >= 0:
             self.begin(index)
-            self.window.put_out(index)
-            self.went_out(index)
+            self.went_out(index, self.window.put_out(index))
 
     @rule(data=st.data())
     def run_in_place(self, data: st.DataObject) -> None:
@@ -276,8 +317,7 @@ class WindowMachine(RuleBasedStateMachine):
         self.begin(index)
         self.window.end_run(index)
         if data.draw(st.booleans()):
-            self.window.put_out(index)
-            self.went_out(index)
+            self.went_out(index, self.window.put_out(index))
         else:
             self.finish(index, out=False)
 
@@ -285,8 +325,15 @@ class WindowMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_waiting_record_finishes(self, data: st.DataObject) -> None:
         index = data.draw(st.sampled_from(sorted(self.out)))
-        self.came_back(index)
-        self.finish(index, out=True)
+        self.finish(index, out=True, entry=self.came_back(index))
+
+    @precondition(lambda self: self.window.may_grow())
+    @rule(more=st.lists(st.sampled_from(KEYS), min_size=1, max_size=10))
+    def grow(self, more: list[bytes | None]) -> None:
+        """The partition's next records come into the running batch (`Window.grow()`)."""
+        self.window.batch.extend(records(more, len(self.keys)))
+        self.keys.extend(more)
+        assert self.window.grow() == len(more)
 
     @precondition(lambda self: self.window.taking)
     @rule()
@@ -306,8 +353,7 @@ class WindowMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         while self.out:
             index = min(self.out)
-            self.came_back(index)
-            self.finish(index, out=True)
+            self.finish(index, out=True, entry=self.came_back(index))
         while (index := self.window.take()) >= 0:
             self.begin(index)
             self.finish(index, out=False)

@@ -38,7 +38,7 @@ import anyio
 from ..errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
 from ..kafka.topics import PartitionKey
 from .claims import Batch, Claim
-from .partitions import PartitionStates
+from .partitions import Grows, PartitionStates
 
 __all__ = ["Delivery", "FetcherLike", "Watcher"]
 
@@ -167,6 +167,9 @@ class Delivery:
         self.stalled: Callable[[FetchStalledError], None] | None = None
         """Told when the fetcher cannot fetch any more (the member fails and leaves), if set;
         else the fetch raises it."""
+        self.grows: Grows | None = None
+        """Whether a partition's running batch takes its next batch into it now, if set (a
+        processor whose batch waits on a few records: see `PartitionStates.pick`)."""
         self.fresh: Callable[[], bool] = lambda: True
         """Whether ZooKeeper was heard from recently enough that work may start (see
         `aio_cluster.member.liveness`); when not, it suspends this delivery itself."""
@@ -175,6 +178,11 @@ class Delivery:
         """Wake every waiting iterator and handover."""
         self._changed.set()
         self._batch_done.set()
+
+    def poke(self) -> None:
+        """Wake the waiting iterators: a running batch may take its partition's next batch now
+        (see `grows`)."""
+        self._changed.set()
 
     async def next_batch(self, is_closing: Callable[[], bool]) -> tuple[Claim, Batch] | None:
         """The next batch round-robin, fetching when none is buffered; waits while nothing is
@@ -191,12 +199,15 @@ class Delivery:
             if is_closing():
                 return None
             timeout: float | None = None
-            picked = self._states.pick() if self.may_start() else None
+            records = self._states.records
+            picked = self._states.pick(self.grows) if self.may_start() else None
             if picked is not None:
                 if self.handed_out is not None:
-                    self.handed_out(picked[1])
+                    # A running batch that grew hands out only the records it took in.
+                    batch, added = picked[1], self._states.records - records
+                    self.handed_out(batch if added == len(batch) else batch[-added:])
                 return picked
-            fetchable = self._states.fetchable(ahead=self._ahead())
+            fetchable = self._states.fetchable(ahead=self._ahead(), grows=self.grows)
             if fetchable:
                 fetched = await self._fetch(fetchable)
                 if fetched:

@@ -39,7 +39,10 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a fenced claim (a write found it gone) stores nothing more and hands out no batch, until a
   rebalance drops it;
 - an abandoned batch is read again from its first unfinished record, so a partition that stays
-  (its store failed, say) never goes on past records nobody finished.
+  (its store failed, say) never goes on past records nobody finished;
+- a running batch grows by the partition's next batch (`pick` with ``grows``) only while nothing
+  voids, withholds or pauses it; grown, it is still one batch: what it commits, its progress and
+  where it is read again from are as for any batch.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 
 from ..errors import IllegalTransition, NotOwnedError
@@ -55,7 +58,11 @@ from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
 from .claims import UNPOSITIONED, Batch, Claim
 
-__all__ = ["IllegalTransition", "PartitionStates"]
+__all__ = ["Grows", "IllegalTransition", "PartitionStates"]
+
+Grows = Callable[[PartitionKey], bool]
+"""Whether the running batch of a partition takes its next batch into it now (see
+`PartitionStates.pick`)."""
 
 
 def _record_bytes(records: list[Record]) -> int:
@@ -330,9 +337,11 @@ class PartitionStates:
 
     # -- fetching ----------------------------------------------------------------------------
 
-    def fetchable(self, *, ahead: int | None = None) -> list[PartitionKey]:
+    def fetchable(
+        self, *, ahead: int | None = None, grows: Grows | None = None
+    ) -> list[PartitionKey]:
         """The partitions to fetch now: fed, neither fenced, withheld nor paused, and with no
-        batch running or buffered; none while suspended.
+        batch running (or one that ``grows``, see `pick`) or buffered; none while suspended.
 
         ``ahead`` is for a member with a budget: a partition is then fetched on while its
         batches run or wait, up to ``ahead`` bytes waiting, since the budget bounds what is
@@ -350,7 +359,7 @@ class PartitionStates:
             and p not in self._paused
             and p not in self._held
             and (
-                not claim.buffered and p not in self._inflight
+                not claim.buffered and (p not in self._inflight or (grows is not None and grows(p)))
                 if ahead is None
                 else sum(claim.sizes) < ahead
             )
@@ -524,19 +533,31 @@ class PartitionStates:
 
     # -- handing out -------------------------------------------------------------------------
 
-    def _available(self, partition: PartitionKey) -> bool:
+    def _available(self, partition: PartitionKey, grows: Grows | None = None) -> bool:
+        """Whether ``partition`` may hand out a batch: none of it runs (or its running batch
+        ``grows``, see `pick`), and nothing withholds or pauses it."""
+        if partition in self._inflight and (
+            grows is None or partition in self._voided or not grows(partition)
+        ):
+            return False
         return (
-            partition not in self._inflight
-            and partition not in self._withheld
+            partition not in self._withheld
             and partition not in self._paused
             and partition not in self._held
         )
 
-    def pick(self) -> tuple[Claim, Batch] | None:
+    def pick(self, grows: Grows | None = None) -> tuple[Claim, Batch] | None:
         """Hand out the next batch, round-robin over the partitions that may hand one out.
 
+        A partition whose batch runs hands out its next buffered batch too when ``grows`` says
+        so (a processor whose running batch waits on a few records, and would hold back the
+        others behind them): the records are appended to the running batch, in place, which
+        stays the one in flight: it commits, progresses and is read again from its first
+        unfinished record as one batch.
+
         Returns:
-            The claim and its batch, now in flight; None when no batch may be handed out.
+            The claim and its batch, now in flight (the running batch, grown, when it grew);
+            None when no batch may be handed out.
         """
         if self.suspended:
             return None
@@ -551,7 +572,7 @@ class PartitionStates:
                 claim.buffered
                 and not claim.fenced
                 and self._fed.get(partition) is claim
-                and self._available(partition)
+                and self._available(partition, grows)
             ):
                 break
         else:
@@ -560,9 +581,13 @@ class PartitionStates:
         batch = claim.buffered.popleft()
         claim.sizes.popleft()
         claim.next_offset = batch[-1].offset + 1
+        self.records += len(batch)
+        running = self._inflight.get(partition)
+        if running is not None:
+            running[1].extend(batch)
+            return claim, running[1]
         self._inflight[partition] = (claim, batch, batch[0].offset)
         self.batches += 1
-        self.records += len(batch)
         return claim, batch
 
     def finished(

@@ -172,6 +172,9 @@ class Processor:
         self._held = 0
         """Records of the running batches not yet finished (started or not), as far as their
         windows told (`Window.take_grown()`)."""
+        self._kept = 0
+        """Records of the running batches, finished or not: what they keep in memory. A batch
+        grows (`_grows()`) only while this is under ``max_records``."""
         self._untold: set[Window] = set()
         """Windows whose prefix grew since the delivery was told (`report()`)."""
         self._telling = False
@@ -287,6 +290,7 @@ class Processor:
         """
         self.running = True
         self._delivery.watcher = self
+        self._delivery.grows = self._grows
         if self._delivery.suspended:
             self.halt()
         try:
@@ -301,6 +305,7 @@ class Processor:
         finally:
             if self._delivery.watcher is self:
                 self._delivery.watcher = None
+                self._delivery.grows = None
             for window in list(self._windows.values()):
                 self._settle(window)
             # The task group ended: no handler runs any more.
@@ -389,10 +394,15 @@ class Processor:
             self._fail(exc)
 
     def _admit(self, claim: Claim, batch: Batch) -> None:
+        window = self._windows.get(claim.partition)
+        if window is not None and window.batch is batch:
+            self._grown(window)
+            return
         window = Window(claim, batch, self._policy.ordering)
         self._windows[claim.partition] = window
         self.failed_at.pop(claim.partition, None)
         self._held += len(batch)
+        self._kept += len(batch)
         self._idle.clear()
         if self._pass_finished(window):
             return  # every record finished before: committed
@@ -401,6 +411,44 @@ class Processor:
             return
         self._open.append(window)
         self._wake(len(batch))
+
+    def _grows(self, partition: PartitionKey) -> bool:
+        """Whether the running batch of ``partition`` takes its partition's next batch into
+        it now (`Delivery.grows`): all its records were taken and some wait (for a retry, a
+        slow handler, or behind their keys), so the other keys of the records that follow
+        run meanwhile; while what the running batches keep stays under ``max_records``."""
+        window = self._windows.get(partition)
+        return (
+            window is not None
+            and self._kept < self._policy.max_records
+            and partition not in self._deferred
+            and window.may_grow()
+        )
+
+    def _grown(self, window: Window) -> None:
+        """``window``'s batch took its partition's next records (see `_grows()`): they are
+        taken after the others (those noted as finished passed over)."""
+        added = window.grow()
+        self._held += added
+        self._kept += added
+        found = noted(window.claim)
+        if found is not None:
+            batch, offsets = window.batch, found.offsets
+            window.pass_over(
+                [i for i in range(len(batch) - added, len(batch)) if batch[i].offset in offsets]
+            )
+            self._grew(window, window.take_grown())
+            if window.gone:
+                return
+        if window not in self._open:
+            self._open.append(window)
+        self._wake(added)
+
+    def _offer(self, window: Window) -> None:
+        """``window`` may have taken all its records while some wait: the delivery looks
+        whether its batch grows (see `_grows()`)."""
+        if window.may_grow():
+            self._delivery.poke()
 
     def _pass_finished(self, window: Window) -> bool:
         """Pass over the records of ``window`` noted as finished (by an earlier ``process()``
@@ -448,6 +496,7 @@ class Processor:
             window = windows[at]
             if window.exhausted():
                 del windows[at]
+                self._offer(window)
                 continue
             index = window.take()
             if index >= 0:
@@ -595,6 +644,7 @@ class Processor:
                 else:
                     index, started = await self._run_in_place(window, seat)
                 if index < 0:
+                    self._offer(window)
                     return
                 entry.index, entry.out, entry.key = index, False, None
         finally:
@@ -623,6 +673,8 @@ class Processor:
             seat.entry = entry
             if self._parked and (self._ready or self._open):
                 self._wake_one()
+            if window.cursor >= len(batch):
+                self._offer(window)  # its last record waits: the records after it may come
             entry.started = time.monotonic()
             try:
                 try:
@@ -647,6 +699,7 @@ class Processor:
             else:
                 index = window.take()
                 if index < 0:
+                    self._offer(window)
                     return False
                 entry.index, entry.out, entry.key = index, False, None
             if self._halted or not window.may_start(entry.index) or not delivery.may_start():
@@ -795,11 +848,14 @@ class Processor:
         ``running``): other tasks run from here, so it is out (and running), cancelled through
         ``seat`` if its batch is abandoned, and an idle worker may take the next record."""
         self._put_out(entry)
+        window = entry.window
         if running:
-            entry.window.running.add(entry)
+            window.running.add(entry)
         seat.entry = entry
         if self._parked and (self._ready or self._open):
             self._wake_one()
+        if window.cursor >= len(window.batch):
+            self._offer(window)  # its last record waits: the records after it may come
 
     async def _call(self, entry: Entry) -> None:
         """Run the handler for ``entry`` in its slot, which it gives back."""
@@ -824,6 +880,7 @@ class Processor:
             window.running.add(entry)
             assert self._tasks is not None
             self._tasks.start_soon(self._recover, entry, error)
+            self._offer(window)  # it waits for its retry: the records after it may come
         else:
             # Its partition is handed over or stopped: the record runs again later.
             self._drop(entry)
@@ -1033,6 +1090,7 @@ class Processor:
         if self._windows.get(window.partition) is window:
             del self._windows[window.partition]
         self._held -= grown + unfinished
+        self._kept -= len(window.batch)
         if not unfinished:
             self._delivery.finish(window.claim, window.batch, completed=True, commit=True)
         else:
@@ -1074,6 +1132,7 @@ class Processor:
                 self._note_finished(window)
             window.give_up()
             self._held -= window.take_grown() + window.unfinished
+            self._kept -= len(window.batch)
             if not window.running and window.in_place < 0:
                 continue
             self._leaving.add(window)

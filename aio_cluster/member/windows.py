@@ -105,6 +105,18 @@ class Window:
     _last_passed: int = -1
     """The last record finished before the batch came (`pass_over()`; -1: none): up to it,
     taking passes over finished records."""
+    asked: Ordering = field(init=False)
+    """The ordering the processor asked for (`ordering` may turn ``"none"`` for a batch of
+    distinct keys, until it grows)."""
+    held_run: bool = False
+    """True while a run in place holds the rest of the batch (`begin_run()` to `end_run()`)."""
+    _rekeyed: bool = False
+    """True once it grew with keys known: a record put out before may have been told its key
+    had no other record (`finished()` finds it again)."""
+    _counts: Counter[bytes | None] | None = None
+    """Once it grew with keys known: key -> its records."""
+    _alone_at: dict[bytes | None, int] | None = None
+    """Once it grew with keys known: key of a single record -> that record's index."""
     running: set[Entry] = field(default_factory=set)
     """Records started and not finished that other tasks may see: in a handler that waits,
     waiting for a retry, or being sent to the dead-letter topic."""
@@ -115,6 +127,7 @@ class Window:
 
     def __post_init__(self) -> None:
         self.done = bytearray(len(self.batch))
+        self.asked = self.ordering
 
     @property
     def partition(self) -> PartitionKey:
@@ -240,6 +253,7 @@ class Window:
             run = range(self.cursor, stop)
             # The rest stays taken while the run holds it; `end_run()` gives it back.
             self.cursor = len(self.batch)
+            self.held_run = True
         else:
             index = self.take()
             run = range(index, index + 1) if index >= 0 else range(0)
@@ -251,6 +265,7 @@ class Window:
         ``stop`` on were not run, so they are not taken either (the one at ``stop`` stays
         taken if it started)."""
         self.in_place = -1
+        self.held_run = False
         self._book(self.run_start, stop)
         self.run_start = stop
         self.cursor = min(self.cursor, stop + 1)
@@ -266,7 +281,65 @@ class Window:
         """The records of the run in place from ``index`` on will not run: they are not taken
         (the run keeps them until it ends, so no other record was taken since)."""
         self.in_place = -1
+        self.held_run = False
         self.cursor = min(self.cursor, index)
+
+    def may_grow(self) -> bool:
+        """Whether the batch may take the partition's next records into it now: it takes
+        records, all of them are taken, some are unfinished (out, or queued behind their keys),
+        and no run in place holds any (its records' keys are not busy: one of them in the new
+        records could start before it)."""
+        return (
+            self.taking
+            and not self.held_run
+            and self.in_place < 0
+            and self.cursor >= len(self.batch)
+            and self.prefix < len(self.batch)
+        )
+
+    def grow(self) -> int:
+        """The batch grew in place (see `PartitionStates.pick`): the records that came are
+        taken after the others, and under ``"key"`` one whose key a record out has waits for
+        it, as within one batch. Asked only after `may_grow()`.
+
+        Returns:
+            How many records came.
+        """
+        known = len(self.done)
+        added = len(self.batch) - known
+        self.done.extend(bytes(added))
+        if self.asked == "key" and self._keys is not None:
+            self._rekey(known)
+        return added
+
+    def _rekey(self, known: int) -> None:
+        """Give the records from ``known`` on their keys, and make busy the key of a record out
+        that had no other record before (it was not busy) and has one now."""
+        batch, keys = self.batch, self._keys
+        assert keys is not None
+        if self._counts is None:
+            # The first growth: the keys of the records before, as `_find_keys()` would.
+            raws = [raw_key(batch[index]) for index in range(known)]
+            self._counts = counts = Counter(raws)
+            self._alone_at = {key: index for index, key in enumerate(raws) if counts[key] == 1}
+        counts, alone_at = self._counts, self._alone_at
+        assert alone_at is not None
+        self.ordering = "key"  # it may have turned "none": its keys were all distinct
+        self._rekeyed = True
+        done, cursor = self.done, self.cursor
+        for index in range(known, len(batch)):
+            key = raw_key(batch[index])
+            counts[key] += 1
+            if counts[key] == 1:
+                alone_at[key] = index
+                keys.append(_ALONE)
+                continue
+            keys.append(key)
+            first = alone_at.pop(key, None)
+            if first is not None:
+                keys[first] = key
+                if first < cursor and not done[first]:
+                    self.busy.setdefault(key, None)  # it is out: its key's records wait
 
     def exhausted(self) -> bool:
         """True once `take()` can return no record any more."""
@@ -315,7 +388,7 @@ class Window:
         self._furthest = max(self._furthest, index)
         following = -1
         if out and self.ordering != "none":
-            if key is _UNKNOWN:
+            if key is _UNKNOWN or (self._rekeyed and (key is _ALONE or key is None)):
                 key = self._key(index)
             if key is not _ALONE:
                 waiting = self.busy[key]
