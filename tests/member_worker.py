@@ -8,7 +8,8 @@ to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leav
 loop stops at the next batch boundary, before processing, and the member closes. SIGUSR1 blocks
 its event loop for a minute, as a body stuck in synchronous code would; kazoo's threads go on
 answering ZooKeeper's pings, so the session holds. In ``process`` mode the records go through
-``process()`` instead, 50 at a time in key order, each handler awaiting a random 0-20 ms; OUT_FILE
+``process()`` instead, 50 at a time in key order, each handler awaiting a random 0-20 ms (half a
+second for one value in 50, so that a partition has several batches in flight); OUT_FILE
 then logs every run instead: ``start RUN CLOCK MEMBER PARTITION OFFSET KEY VALUE`` as the handler
 starts and ``OUTCOME RUN CLOCK`` as it ends (``done``, or ``cancelled`` by the member), RUN
 numbering the process's runs and CLOCK read from CLOCK_MONOTONIC (one clock for every process of a
@@ -86,7 +87,11 @@ async def main(
                     )
                     outcome = "cancelled"
                     try:
-                        await asyncio.sleep(rng.random() * 0.02)
+                        # One record in 50 is slow: its key waits for it, while the records of
+                        # other keys go on into its partition's next batches (several of them
+                        # in flight).
+                        slow = value.isdigit() and int(value) % 50 == 7
+                        await asyncio.sleep(0.5 if slow else rng.random() * 0.02)
                         outcome = "done"
                     finally:
                         note(f"{outcome} {run} {clock()}")
