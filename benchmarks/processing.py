@@ -20,8 +20,16 @@ collected (``gc.collect()``): a collection of the whole heap, which the earlier 
 fill, takes tens of milliseconds, as long as a concurrent mode's whole run.
 Results go to ``benchmarks/results/processing.md`` and ``processing.png``.
 
+The bulk section (`bulk_section()`, also alone with ``--bulk-only``) sets ``process_bulk()``
+against ``process()`` where each call costs what a database round trip does: 5 ms plus 0.05 ms per
+record, on a store that takes ``--pool`` calls at once (a connection pool); the per-record handler
+pays the same per call, of one record. The records have a key each (``ordering="key"``). Its
+ideal is the calls' costs, as many at a time as the pool takes and ``--concurrency`` lets gather
+(``concurrency // size``: every record in a call holds a handler slot). It goes to
+``processing-bulk.md``.
+
     python benchmarks/processing.py [--records N] [--concurrency C] [--noop-records N]
-                                    [--repeat R]
+                                    [--repeat R] [--pool P] [--bulk-only]
 """
 
 from __future__ import annotations
@@ -214,6 +222,160 @@ def stand_in(offset: int) -> Record:
     return record
 
 
+CALL_COST = 0.005
+"""Seconds a call to the store costs, whatever it carries."""
+RECORD_COST = 0.00005
+"""Seconds a call to the store costs more per record it carries."""
+BULK_SIZES = (100, 500)
+
+
+class Store:
+    """A store that takes ``pool`` calls at once, each costing `CALL_COST` plus `RECORD_COST`
+    per record."""
+
+    def __init__(self, pool: int) -> None:
+        self._pool = asyncio.Semaphore(pool)
+        self.calls = 0
+
+    async def write(self, records: int) -> None:
+        async with self._pool:
+            self.calls += 1
+            await asyncio.sleep(CALL_COST + RECORD_COST * records)
+
+
+def bulk_ideal(records: int, size: int, pool: int, concurrency: int) -> float:
+    """The costs of full calls of ``size`` records, as many at a time as the pool takes and the
+    concurrency lets gather (every record in a call holds a handler slot)."""
+    calls = -(-records // size)
+    at_once = min(pool, concurrency // size)
+    return -(-calls // at_once) * (CALL_COST + RECORD_COST * size)
+
+
+async def with_bulk(
+    cluster: LocalCluster, topic: str, clock: Clock, store: Store, size: int, concurrency: int
+) -> float:
+    """``process_bulk()`` on ``topic`` until every record's call returned: the seconds from its
+    first call."""
+
+    async def handler(records: list[Record]) -> None:
+        clock.start()
+        await store.write(len(records))
+        for _ in records:
+            clock.end()
+
+    async with member(cluster, topic) as group:
+        task = asyncio.create_task(
+            group.process_bulk(handler, size=size, linger=0.05, concurrency=concurrency)
+        )
+        try:
+            await clock.finished.wait()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return clock.seconds
+
+
+async def with_store(
+    cluster: LocalCluster, topic: str, clock: Clock, store: Store, concurrency: int
+) -> float:
+    """``process()`` on ``topic`` with a handler that writes each record in a call of its own."""
+
+    async def handler(record: Record) -> None:
+        clock.start()
+        await store.write(1)
+        clock.end()
+
+    async with member(cluster, topic) as group:
+        task = asyncio.create_task(group.process(handler, concurrency=concurrency))
+        try:
+            await clock.finished.wait()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return clock.seconds
+
+
+async def bulk_section(cluster: LocalCluster, args: argparse.Namespace) -> str:
+    """The bulk handler against the per-record one on the same store (see the module): printed,
+    written to ``processing-bulk.md``, and returned as Markdown."""
+    records, pool, concurrency = args.records, args.pool, args.concurrency
+    topic = await create_topic(cluster.bootstrap, 1)
+    await fill(cluster.bootstrap, topic, records, records)
+
+    def run_per_record() -> Awaitable[float]:
+        return with_store(cluster, topic, Clock(records), Store(pool), concurrency)
+
+    per_record = await median_of(args.repeat, run_per_record)
+    per_record_ideal = bulk_ideal(records, 1, pool, concurrency)
+    print(f"per-record handler: {per_record:.3f}s", file=sys.stderr)
+    headers = [
+        "handler",
+        "seconds",
+        "calls",
+        "ideal (calls' costs, min(pool, concurrency // size) at a time)",
+        "x ideal",
+        "speed-up over per-record (paired)",
+    ]
+    rows = [
+        [
+            f"process(), concurrency={concurrency}",
+            f"{per_record:.3f}",
+            f"{records:,}",
+            f"{per_record_ideal:.3f}",
+            f"{per_record / per_record_ideal:.2f}",
+            "1",
+        ]
+    ]
+
+    def run_bulk(size: int, stores: list[Store]) -> Awaitable[float]:
+        stores.append(Store(pool))
+        return with_bulk(cluster, topic, Clock(records), stores[-1], size, concurrency)
+
+    for size in BULK_SIZES:
+        stores: list[Store] = []
+        seconds, to_per_record = await paired(
+            args.repeat, functools.partial(run_bulk, size, stores), run_per_record
+        )
+        best = bulk_ideal(records, size, pool, concurrency)
+        calls = statistics.median(store.calls for store in stores)
+        print(f"process_bulk(size={size}): {seconds:.3f}s", file=sys.stderr)
+        rows.append(
+            [
+                f"process_bulk(size={size}, linger=0.05), concurrency={concurrency}",
+                f"{seconds:.3f}",
+                f"{calls:,.0f}",
+                f"{best:.3f}",
+                f"{seconds / best:.2f}",
+                f"{1 / to_per_record:.1f}",
+            ]
+        )
+    title = (
+        f"Bulk handler: {records:,} records on one partition, a key each, ordering='key'; every "
+        f"call to the store costs {CALL_COST * 1000:g} ms + {RECORD_COST * 1000:g} ms per "
+        f"record, {pool} calls at once (a pool of {pool} connections)"
+    )
+    shown = Table(title=title)
+    for header in headers:
+        shown.add_column(header, justify="right")
+    for row in rows:
+        shown.add_row(*row)
+    Console(width=180).print(shown)
+    paired_line = (
+        "The speed-up is the median of the ratios of a bulk run to a per-record run just before "
+        "it, in the same run of the benchmark"
+    )
+    command = "python benchmarks/processing.py " + " ".join(sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = f"{title}.\n\n" + markdown_table(headers, rows) + f"\n\n{paired_line}.\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "processing-bulk.md").write_text(
+        f"# Processing: bulk handlers\n\n`{command.strip()}`, {when}\n\n{text}"
+    )
+    return text
+
+
 async def median_of(repeat: int, run: Callable[[], Awaitable[float]]) -> float:
     """The median seconds of ``repeat`` runs, or of one run when it takes ``SHORT`` or more;
     the garbage of what ran before is collected ahead of each run (see the module)."""
@@ -250,6 +412,9 @@ async def main(args: argparse.Namespace) -> None:
     rows: list[list[str]] = []
     chart: list[tuple[str, float, float]] = []
     async with LocalCluster() as cluster:
+        if args.bulk_only:
+            await bulk_section(cluster, args)
+            return
         topics = {}
         for mode in modes(args.records):
             topics[mode.label] = topic = await create_topic(cluster.bootstrap, 1)
@@ -315,6 +480,7 @@ async def main(args: argparse.Namespace) -> None:
             )
             for concurrency in sorted({Processing().concurrency, args.concurrency})
         }
+        bulk = await bulk_section(cluster, args)
     loop_rate = args.noop_records / loop_noop
     headers = [
         "mode",
@@ -372,7 +538,7 @@ async def main(args: argparse.Namespace) -> None:
     (RESULTS / "processing.md").write_text(
         f"# Processing\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
-        + f"\n\n{floor_line}.\n\n{noop_line}.\n\n{goals_line}.\n"
+        + f"\n\n{floor_line}.\n\n{noop_line}.\n\n{goals_line}.\n\n{bulk}"
     )
     draw(chart, title)
 
@@ -407,6 +573,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--noop-records", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument(
+        "--pool", type=int, default=10, help="calls the bulk section's store takes at once"
+    )
+    parser.add_argument(
+        "--bulk-only", action="store_true", help="run only the bulk section (see the module)"
+    )
     parser.add_argument(
         "--repeat", type=int, default=5, help=f"runs of each timing under {SHORT:g} s (median)"
     )
