@@ -24,12 +24,14 @@ Modules::
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     naming.py        PartitionNames: the user's int or TopicPartition to keys and back (pure)
     offsets.py       stored offsets and the fenced transaction
+    outcomes.py      what a handler's end means in process(): the key's next, retries, policy
     partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
-    processing.py    Processor: many records in flight, in key order, retries, dead letters
+    processing.py    Processor: process()'s batches taken, grown, told and settled
     rebalance.py     the rebalance under the lock: the loop, releases and claims
     registration.py  this member's node, the name it holds, the members seen, the strategy
     statistics.py    GroupStatistics: an immutable snapshot of a member
     target_node.py   the sticky target's node: reading it, publishing the next one
     topics.py        the topics and partitions a member reads now, and when they changed
     windows.py       process()'s running batches: which records may start, the prefix (pure)
+    workers.py       Workers: process()'s tasks that run the handlers, the hot path
 """

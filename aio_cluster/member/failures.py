@@ -32,7 +32,7 @@ from .windows import Entry
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
-    from .processing import Handler
+    from .workers import Handler
 
 __all__ = ["Retries", "Slots"]
 
