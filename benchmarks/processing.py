@@ -28,6 +28,11 @@ ideal is the calls' costs, as many at a time as the pool takes and ``--concurren
 (``concurrency // size``: every record in a call holds a handler slot). It goes to
 ``processing-bulk.md``.
 
+The head-of-line section (``benchmarks/head_of_line.py``, also alone) times the records of other
+keys behind one record that waits for its retries, against the code before, in which a
+partition's next batch waited for every record of its running batch; it goes to
+``processing-head-of-line.md``.
+
     python benchmarks/processing.py [--records N] [--concurrency C] [--noop-records N]
                                     [--repeat R] [--pool P] [--bulk-only]
 """
@@ -50,11 +55,15 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 from common import RESULTS, create_topic, fresh, markdown_table
+from head_of_line import head_of_line_section
 from rich.console import Console
 from rich.table import Table
 
 from aio_cluster import ConsumerGroup, Processing, Record
 from aio_cluster.local import LocalCluster
+
+HEAD_OF_LINE_RECORDS = 3_000
+"""Records behind the slow one in the head-of-line section (`head_of_line`)."""
 
 SHORT = 2.0
 """Seconds under which a run is repeated (see the module)."""
@@ -481,6 +490,7 @@ async def main(args: argparse.Namespace) -> None:
             for concurrency in sorted({Processing().concurrency, args.concurrency})
         }
         bulk = await bulk_section(cluster, args)
+        head_of_line = await head_of_line_section(cluster, HEAD_OF_LINE_RECORDS, args.repeat)
     loop_rate = args.noop_records / loop_noop
     headers = [
         "mode",
@@ -538,7 +548,7 @@ async def main(args: argparse.Namespace) -> None:
     (RESULTS / "processing.md").write_text(
         f"# Processing\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
         + markdown_table(headers, rows)
-        + f"\n\n{floor_line}.\n\n{noop_line}.\n\n{goals_line}.\n\n{bulk}"
+        + f"\n\n{floor_line}.\n\n{noop_line}.\n\n{goals_line}.\n\n{bulk}\n{head_of_line}"
     )
     draw(chart, title)
 
