@@ -233,19 +233,7 @@ class Telemetry:
         span, token = (
             self._start_run(record, known, attempt, retry_of) if self._tracing else (None, None)
         )
-        started = time.perf_counter()
-        error: str | None = None
-        try:
-            await handler(record)
-        except BaseException as exc:
-            error = error_type(exc) if span is None else _failed(span, exc)
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-            if span is not None:
-                span.end()
-            self.meters.processed(time.perf_counter() - started, known.metric, error)
+        await self._timed(handler(record), span, token, known.metric)
 
     async def handle_call(
         self,
@@ -292,10 +280,21 @@ class Telemetry:
                     if context is not None:
                         span.add_link(trace.get_current_span(context).get_span_context())
                 token = otel_context.attach(trace.set_span_in_context(span))
+        await self._timed(handler(records), span, token, attributes)
+
+    async def _timed(
+        self,
+        run: Awaitable[object],
+        span: Span | None,
+        token: Token[Context] | None,
+        attributes: Attributes,
+    ) -> None:
+        """Await a handler's ``run`` and end its ``span`` (current through ``token``): its
+        duration and error go to the meters, its error to the span."""
         started = time.perf_counter()
         error: str | None = None
         try:
-            await handler(records)
+            await run
         except BaseException as exc:
             error = error_type(exc) if span is None else _failed(span, exc)
             raise
