@@ -12,7 +12,6 @@ plan again. The writes themselves are the store's, which fences a racing operato
 from __future__ import annotations
 
 import secrets
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -24,6 +23,7 @@ from ..control.store import ControlStore
 from ..errors import ConfigurationError, ControlConflictError, ControlError, SkipRefusedError
 from ..kafka.offset_reader import OffsetReader
 from ..zookeeper.client import ZooKeeper
+from .kept import KeptPlans
 
 __all__ = ["Act", "ControlPlan", "ControlPlans", "Request", "parse_request", "refusal"]
 
@@ -153,12 +153,10 @@ def _who(by: str, at: float) -> str:
 
 
 class ControlPlans:
-    """The plans made from the page, kept until applied (the newest `KEPT`)."""
-
-    KEPT = 16
+    """The plans made from the page, kept until applied (the newest `KeptPlans.KEPT`)."""
 
     def __init__(self) -> None:
-        self._plans: OrderedDict[str, ControlPlan] = OrderedDict()
+        self._plans: KeptPlans[ControlPlan] = KeptPlans("applied")
 
     async def plan(
         self, zk: ZooKeeper, kafka: OffsetReader, group: str, request: Request
@@ -185,10 +183,7 @@ class ControlPlans:
         if refused is not None:
             raise refused
         made = ControlPlan(secrets.token_hex(8), group, request, row)
-        self._plans[made.id] = made
-        while len(self._plans) > self.KEPT:
-            self._plans.popitem(last=False)
-        return made
+        return self._plans.keep(made)
 
     def get(self, group: str, plan_id: str) -> ControlPlan:
         """The plan of that id, made for ``group``.
@@ -196,10 +191,7 @@ class ControlPlans:
         Raises:
             ConfigurationError: no such plan (applied already, or too old: plan again).
         """
-        found = self._plans.get(plan_id)
-        if found is None or found.group != group:
-            raise ConfigurationError("no such plan (applied already, or too old): plan again")
-        return found
+        return self._plans.get(group, plan_id)
 
     async def apply(self, zk: ZooKeeper, group: str, plan_id: str, by: str) -> str:
         """Write the plan as it was shown, by ``by``; returns what was written, in words (for
@@ -235,5 +227,5 @@ class ControlPlans:
         else:
             skip = await store.request_skip(request.topic, request.partition, request.to_offset, by)
             done = f"asked the owner of {where} of group {group} to skip to offset {skip.target}"
-        del self._plans[plan_id]
+        self._plans.forget(plan_id)
         return done

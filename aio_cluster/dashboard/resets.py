@@ -13,7 +13,6 @@ Registered members that may read the topic refuse the write unless the form forc
 from __future__ import annotations
 
 import secrets
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from ..errors import ConfigurationError, CoordinationError
 from ..kafka.offset_reader import OffsetReader
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout
+from .kept import KeptPlans
 
 __all__ = ["TARGETS", "Plan", "Resets", "reset_target"]
 
@@ -95,12 +95,10 @@ class Plan:
 
 
 class Resets:
-    """The plans made from the page, kept until stored (the newest `KEPT`)."""
-
-    KEPT = 16
+    """The plans made from the page, kept until stored (the newest `KeptPlans.KEPT`)."""
 
     def __init__(self) -> None:
-        self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._plans: KeptPlans[Plan] = KeptPlans("stored")
 
     async def plan(
         self,
@@ -124,10 +122,7 @@ class Resets:
         members = await survey.read_members(zk, group)
         registered = readers(members, topic)
         made = Plan(secrets.token_hex(8), group, topic, rows, versions, registered)
-        self._plans[made.id] = made
-        while len(self._plans) > self.KEPT:
-            self._plans.popitem(last=False)
-        return made
+        return self._plans.keep(made)
 
     def get(self, group: str, plan_id: str) -> Plan:
         """The plan of that id, made for ``group``.
@@ -135,10 +130,7 @@ class Resets:
         Raises:
             ConfigurationError: no such plan (stored already, or too old: plan again).
         """
-        found = self._plans.get(plan_id)
-        if found is None or found.group != group:
-            raise ConfigurationError("no such plan (stored already, or too old): plan again")
-        return found
+        return self._plans.get(group, plan_id)
 
     async def store(self, zk: ZooKeeper, group: str, plan_id: str, *, force: bool) -> Plan:
         """Store the plan as it was shown, bumping each partition's fence.
@@ -170,5 +162,5 @@ class Resets:
                 f"the stored offsets of group {group!r} changed since the plan was made: "
                 "nothing was stored; plan again"
             )
-        del self._plans[plan_id]
+        self._plans.forget(plan_id)
         return plan
