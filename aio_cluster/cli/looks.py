@@ -28,6 +28,7 @@ from .plans import (
     lag_rows,
     plan_reset,
     select_partitions,
+    unreadable_note,
 )
 
 __all__ = [
@@ -93,7 +94,7 @@ async def look(
         else await survey.group_topics(zk, group, members.values())
     )
     rows: list[LagRow] = []
-    notes: list[str] = []
+    notes = [unreadable_note(path, why) for path, why in sorted(controls.unreadable.items())]
     for name in shown:
         layout = GroupLayout(group, name)
         try:

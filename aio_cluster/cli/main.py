@@ -167,7 +167,9 @@ async def _describe(connection: Connection, options: DescribeOptions) -> int:
         if options.watch:
             await _watch(zk, kafka, options, look)
             return 0
-    members, rows, _notes = look
+    members, rows, notes = look
+    if options.json:
+        _notes_to_stderr(notes)
     if options.json and options.members:
         owned = _owned(rows)
         print(
@@ -232,10 +234,11 @@ async def _check(connection: Connection, options: CheckOptions) -> int:
         await survey.require_group(zk, options.group)
         loop = asyncio.get_running_loop()
         start = loop.time()
+        notes: list[str] = []
         for number in range(count):
             # Evenly over the window: the first look at its start, the last at its end.
             await asyncio.sleep(max(start + window * number / (count - 1) - loop.time(), 0))
-            _members, rows, _unreadable = await looks.look(zk, kafka, options.group, options.topics)
+            _members, rows, notes = await looks.look(zk, kafka, options.group, options.topics)
             for row in rows:
                 samples.setdefault((row.topic, row.partition), []).append(row.sample())
             if options.verbose:
@@ -248,10 +251,20 @@ async def _check(connection: Connection, options: CheckOptions) -> int:
     worst = verdict(findings)
     if options.json:
         print(json.dumps([finding.as_json() for finding in findings], indent=2))
+        _notes_to_stderr(notes)
     else:
         tables.show(tables.health_table(findings))
+        for note in notes:
+            tables.show(Text(note))
         tables.show(_verdict_line(options.group, findings, window))
     return int(worst)
+
+
+def _notes_to_stderr(notes: Sequence[str]) -> None:
+    """With ``--json``, what the look could not show (an unreadable node, say) goes to stderr,
+    so that stdout stays the JSON."""
+    for note in notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
 
 
 def _verdict_line(group: str, findings: list[PartitionHealth], window: float) -> str:

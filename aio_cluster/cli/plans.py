@@ -39,6 +39,7 @@ __all__ = [
     "skip_text",
     "subscription_text",
     "topic_name",
+    "unreadable_note",
 ]
 
 
@@ -152,6 +153,22 @@ def lag_rows(
             )
         )
     return rows
+
+
+_UNREADABLE_MEANS = {
+    "paused": "members hold the partition while this node exists; resume lifts it",
+    "skips": "its owner leaves it unapplied; delete the node to request the skip again",
+    "stopped": "it goes with the session of the member that published it",
+}
+"""What an unreadable control node does, by the kind of node (its parent's parent)."""
+
+
+def unreadable_note(path: str, why: str) -> str:
+    """The note ``describe``, ``check`` and the dashboard show for a control node that cannot be
+    read (``why``: what was wrong): the node is named, and what it still does."""
+    kind = path.split("/")[-3] if path.count("/") >= 3 else ""
+    means = _UNREADABLE_MEANS.get(kind)
+    return f"control node {path} is unreadable, left out: {why}" + (f" ({means})" if means else "")
 
 
 def topic_name(name: str) -> bool:

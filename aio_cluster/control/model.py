@@ -100,11 +100,15 @@ class ControlEvent:
 
 @dataclass(frozen=True)
 class Controls:
-    """A group's controls as read at one moment, by partition."""
+    """A group's controls as read at one moment, by partition; ``unreadable`` holds the control
+    nodes that could not be read as what they should be (a stranger's write, a truncated node):
+    their path -> what was wrong. They are left out of the rest, so that one bad node hides
+    nothing else."""
 
     paused: Mapping[Key, Pause] = field(default_factory=dict)
     skips: Mapping[Key, Skip] = field(default_factory=dict)
     stopped: Mapping[Key, Stopped] = field(default_factory=dict)
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
 def format_at(at: float) -> str:

@@ -55,7 +55,7 @@ from .model import (
     format_at,
 )
 
-__all__ = ["HISTORY_KEPT", "ControlStore"]
+__all__ = ["HISTORY_KEPT", "UNREADABLE_BY", "ControlStore"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class ControlStore:
         check_name("group", group)
         self._zk = zookeeper
         self.group = group
+        self._warned: dict[str, str] = {}
+        """The unreadable nodes the last read warned of -> what was wrong."""
 
     def _layout(self, topic: str) -> GroupLayout:
         return GroupLayout(self.group, topic)
@@ -106,27 +108,46 @@ class ControlStore:
     async def read(self) -> Controls:
         """The group's pauses, pending skips and stopped partitions, as they are now.
 
-        Raises:
-            CoordinationError: ZooKeeper could not be read, or a node holds something else.
-        """
-        paused, skips, stopped = await asyncio.gather(
-            self._read_all(paused_path(self.group), decode_pause),
-            self._read_all(skips_path(self.group), decode_skip),
-            self._read_all(stopped_path(self.group), decode_stopped),
-        )
-        return Controls(paused=paused, skips=skips, stopped=stopped)
+        A node that cannot be decoded is left out and named in `Controls.unreadable`, with a
+        warning logged once per node and content (this store warns again only when it changes),
+        so that a stranger's write blinds no reader to the other partitions' controls.
 
-    async def _read_all(self, parent: str, decode: Callable[[str, int, bytes], T]) -> dict[Key, T]:
+        Raises:
+            CoordinationError: ZooKeeper could not be read.
+        """
+        unreadable: dict[str, str] = {}
+        paused, skips, stopped = await asyncio.gather(
+            self._read_all(paused_path(self.group), decode_pause, unreadable),
+            self._read_all(skips_path(self.group), decode_skip, unreadable),
+            self._read_all(stopped_path(self.group), decode_stopped, unreadable),
+        )
+        for path, why in unreadable.items():
+            if self._warned.get(path) != why:
+                log.warning("control node %s left out: %s", path, why)
+        self._warned = dict(unreadable)
+        return Controls(paused=paused, skips=skips, stopped=stopped, unreadable=unreadable)
+
+    async def _read_all(
+        self,
+        parent: str,
+        decode: Callable[[str, int, bytes], T],
+        unreadable: dict[str, str],
+    ) -> dict[Key, T]:
+        """The decoded nodes under ``parent`` by partition; the undecodable ones go to
+        ``unreadable``."""
         found: dict[Key, T] = {}
         for topic in sorted(await self._children(parent)):
             names = await self._children(f"{parent}/{topic}")
             partitions = sorted(int(name) for name in names if name.isdigit())
-            datas = await asyncio.gather(
-                *(self._get(f"{parent}/{topic}/{partition}") for partition in partitions)
-            )
-            for partition, got in zip(partitions, datas, strict=True):
-                if got is not None:
+            paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
+            datas = await asyncio.gather(*(self._get(path) for path in paths))
+            for partition, path, got in zip(partitions, paths, datas, strict=True):
+                if got is None:
+                    continue  # deleted meanwhile
+                try:
                     found[(topic, partition)] = decode(topic, partition, got[0])
+                except CoordinationError as exc:
+                    unreadable[path] = str(exc)
         return found
 
     async def _children(self, path: str) -> list[str]:
@@ -177,7 +198,8 @@ class ControlStore:
         """Lift the operator's pause of ``partitions``.
 
         Returns:
-            The pauses lifted, as they were: partitions not paused are left as they are.
+            The pauses lifted, as they were: partitions not paused are left as they are. A
+            pause node that cannot be read is lifted too, returned as by `UNREADABLE_BY`.
 
         Raises:
             ConfigurationError: a topic or partition is not valid; nothing was written.
@@ -189,8 +211,8 @@ class ControlStore:
         nodes = await asyncio.gather(
             *(self._get(self._layout(topic).paused_node(p)) for topic, p in keys)
         )
-        lifted: list[tuple[Pause, int]] = [
-            (decode_pause(topic, p, got[0]), got[1].version)
+        lifted: list[tuple[Pause, str, int]] = [
+            (*_lifted(topic, p, got[0], now), got[1].version)
             for (topic, p), got in zip(keys, nodes, strict=True)
             if got is not None
         ]
@@ -199,21 +221,14 @@ class ControlStore:
         await self._parents([history_path(self.group)])
         ops: list[Op] = [
             Delete(self._layout(pause.topic).paused_node(pause.partition), version)
-            for pause, version in lifted
+            for pause, _detail, version in lifted
         ]
         ops += [
-            self.event(
-                now,
-                by,
-                "resume",
-                pause.topic,
-                pause.partition,
-                f"paused by {pause.by} at {format_at(pause.at)}",
-            )
-            for pause, _version in lifted
+            self.event(now, by, "resume", pause.topic, pause.partition, detail)
+            for pause, detail, _version in lifted
         ]
         await self._write(ops, "resume")
-        return [pause for pause, _version in lifted]
+        return [pause for pause, _detail, _version in lifted]
 
     async def request_skip(
         self, topic: str, partition: int, to_offset: int | None, by: str
@@ -348,6 +363,21 @@ class ControlStore:
                 f" the {what} changed nothing: look again"
             ) from exc
         await self.trim()
+
+
+UNREADABLE_BY = "(unreadable node)"
+"""Who a lifted pause was by, where its node could not be read."""
+
+
+def _lifted(topic: str, partition: int, data: bytes, now: float) -> tuple[Pause, str]:
+    """A pause being lifted and the history's detail of it. A node that is not a pause is lifted
+    too (members hold a partition while its pause node exists, whatever it holds): as a pause
+    by `UNREADABLE_BY` at ``now``, the detail saying what was wrong."""
+    try:
+        pause = decode_pause(topic, partition, data)
+    except CoordinationError as exc:
+        return Pause(topic, partition, UNREADABLE_BY, now), f"its node was unreadable: {exc}"
+    return pause, f"paused by {pause.by} at {format_at(pause.at)}"
 
 
 def describe_skip(skip: Skip) -> str:

@@ -1,0 +1,114 @@
+"""A control node that cannot be read (a stranger's write, a truncated node) against the real
+servers: it blinds no reader. The store leaves it out, warning once; a member goes on obeying
+the other pauses; ``describe`` and ``check`` work and name the node; ``resume`` lifts it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from aio_cluster.control.model import Stopped
+from aio_cluster.control.store import UNREADABLE_BY, ControlStore
+from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
+
+from conftest import MakeTopic
+from support import member, wait_until
+from test_cli import run
+from test_control_member import Seen, consuming, load
+
+pytestmark = pytest.mark.asyncio
+
+GARBAGE = b"\x00not json{"
+
+
+async def test_the_store_leaves_an_unreadable_node_out_and_warns_once(
+    zk: ZooKeeper, group_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ControlStore(zk, group_name)
+    await store.pause([("t", 0)], "ann@host")
+    await store.publish_stopped(Stopped("t", 3, "m-1", 7, "boom", 1.0))
+    layout = GroupLayout(group_name, "t")
+    bad = [layout.paused_node(1), layout.skip_node(2), layout.stopped_node(4)]
+    for path in bad:
+        await zk.create(path, GARBAGE, makepath=True)
+
+    with caplog.at_level(logging.WARNING, logger="aio_cluster.control.store"):
+        controls = await store.read()
+        again = await store.read()
+    assert list(controls.paused) == [("t", 0)]
+    assert list(controls.stopped) == [("t", 3)]
+    assert controls.skips == {}
+    assert sorted(controls.unreadable) == sorted(bad)
+    assert "not JSON" in controls.unreadable[layout.paused_node(1)]
+    assert again == controls
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3, "one warning per node, not one per read"
+    assert all(any(path in message for message in warned) for path in bad)
+
+    # The resume lifts an unreadable pause too (members hold a partition while it exists).
+    lifted = await store.resume([("t", 1)], "bob@host")
+    assert [(p.partition, p.by) for p in lifted] == [(1, UNREADABLE_BY)]
+    assert await zk.exists(layout.paused_node(1)) is None
+    assert "its node was unreadable" in (await store.history(limit=1))[0].detail
+
+
+async def test_an_unreadable_node_blinds_neither_a_member_nor_describe_nor_check(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    producer: AIOKafkaProducer,
+    make_topic: MakeTopic,
+    group_name: str,
+) -> None:
+    topic = await make_topic(3)
+    layout = GroupLayout(group_name, topic)
+    store = ControlStore(zk, group_name)
+    seen = Seen()
+    group = member(cluster, group_name, topic)
+    async with load(producer, topic), consuming(group, seen, "async for"):
+        await wait_until(lambda: seen.of(0, since=0) > 0, what="partition 0 flowing")
+        await store.pause([(topic, 0)], "test@host")
+        await zk.create(layout.paused_node(1), GARBAGE)  # a stranger's pause of partition 1
+        await zk.create(layout.skip_node(2), GARBAGE, makepath=True)  # and a skip of 2
+
+        quiet_from = time.monotonic() + 2.0
+        await asyncio.sleep(4.0)
+        assert seen.of(0, since=quiet_from) == 0, "the good pause still holds"
+        assert seen.of(1, since=quiet_from) == 0, "so does the node a stranger wrote"
+        assert seen.of(2, since=quiet_from) > 0, "the other partition flows"
+        assert sorted((await group.statistics()).operator_paused) == [0, 1]
+
+        code, out, err = await run(cluster, "describe", group_name)
+        assert code == 0, err
+        (row,) = [line for line in out.splitlines() if line.split()[:2] == [topic, "0"]]
+        assert "paused by test@host" in row
+        text = " ".join(out.split())
+        for path in (layout.paused_node(1), layout.skip_node(2)):
+            assert f"control node {path} is unreadable" in text
+        assert "members hold the partition while this node exists" in text
+
+        code, out, err = await run(cluster, "describe", group_name, "--json")
+        assert code == 0, err
+        assert json.loads(out)[0]["paused"]["by"] == "test@host"
+        assert f"control node {layout.paused_node(1)} is unreadable" in err
+
+        window = ("--window", "1s", "--samples", "2")
+        code, out, err = await run(cluster, "check", group_name, *window)
+        assert code in (1, 2), err  # a verdict: 1 is a warning, 2 an error, never a crash
+        assert f"control node {layout.skip_node(2)} is unreadable" in " ".join(out.split())
+        assert out.splitlines()[-1].startswith(("warning:", "error:")), out
+
+        # resume lifts the stranger's node: partition 1 flows again.
+        code, out, err = await run(
+            cluster, "resume", group_name, "--topic", topic, "--partition", "1"
+        )
+        assert code == 0, err
+        resumed_at = time.monotonic()
+        await wait_until(lambda: seen.of(1, since=resumed_at) > 0, what="partition 1 flowing again")
+        assert seen.of(0, since=quiet_from) == 0
