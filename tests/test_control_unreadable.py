@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -18,7 +20,8 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
-from conftest import MakeTopic
+from conftest import MakeTopic, Produce
+from dashboard_support import dashboard_of
 from support import member, wait_until
 from test_cli import run
 from test_control_member import Seen, consuming, load
@@ -65,12 +68,14 @@ async def test_an_unreadable_node_blinds_neither_a_member_nor_describe_nor_check
     producer: AIOKafkaProducer,
     make_topic: MakeTopic,
     group_name: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = await make_topic(3)
     layout = GroupLayout(group_name, topic)
     store = ControlStore(zk, group_name)
     seen = Seen()
     group = member(cluster, group_name, topic)
+    caplog.set_level(logging.ERROR, logger="aio_cluster.member.controls")
     async with load(producer, topic), consuming(group, seen, "async for"):
         await wait_until(lambda: seen.of(0, since=0) > 0, what="partition 0 flowing")
         await store.pause([(topic, 0)], "test@host")
@@ -112,3 +117,40 @@ async def test_an_unreadable_node_blinds_neither_a_member_nor_describe_nor_check
         resumed_at = time.monotonic()
         await wait_until(lambda: seen.of(1, since=resumed_at) > 0, what="partition 1 flowing again")
         assert seen.of(0, since=quiet_from) == 0
+    skip_errors = [r for r in caplog.records if layout.skip_node(2) in r.getMessage()]
+    assert len(skip_errors) == 1, "the member logs the unreadable skip once, not at every look"
+
+
+async def test_the_dashboard_shows_the_other_controls_and_names_the_node(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(topic, 10)
+    layout = GroupLayout(group_name, topic)
+    await zk.ensure_path(layout.offsets)
+    for partition in (0, 1):
+        await zk.create(layout.offset(partition), b"0")
+    await ControlStore(zk, group_name).pause([(topic, 0)], "ann@host")
+    await zk.create(layout.paused_node(1), GARBAGE)
+    caplog.set_level(logging.WARNING, logger="aio_cluster.control.store")
+    dashboard = dashboard_of(cluster, group_name)
+    async with (
+        dashboard,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=dashboard.app), base_url="http://dashboard"
+        ) as client,
+    ):
+        for _look in range(3):
+            await asyncio.wait_for(dashboard.watcher.next_refresh(), 30)
+        page = (await client.get(f"/groups/{group_name}")).text
+    (row,) = re.findall(rf'<tr data-partition="{topic}/0">.*?</tr>', page)
+    assert 'class="badge paused"' in row
+    assert "by ann@host" in row
+    assert f"control node {layout.paused_node(1)} is unreadable" in page
+    warned = [r for r in caplog.records if layout.paused_node(1) in r.getMessage()]
+    assert len(warned) == 1, "one warning for the node, not one per look"

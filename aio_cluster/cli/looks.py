@@ -81,13 +81,20 @@ Look = tuple[dict[str, Registration | None], list[LagRow], list[str]]
 
 
 async def look(
-    zk: ZooKeeper, kafka: OffsetReader, group: str, topics: Sequence[str] | None
+    zk: ZooKeeper,
+    kafka: OffsetReader,
+    group: str,
+    topics: Sequence[str] | None,
+    store: ControlStore | None = None,
 ) -> Look:
     """One look at a group: the named topics, else every topic it holds, each partition with
     the operator's controls of it. A topic named that Kafka does not have is an error; one only
-    found in ZooKeeper (deleted since, say) is a note, so that the others are still shown."""
+    found in ZooKeeper (deleted since, say) is a note, so that the others are still shown; so is
+    a control node that cannot be read. ``store`` is the group's control store where the caller
+    keeps one across looks (the dashboard), so that such a node is warned of once, not at every
+    look."""
     members = await survey.read_members(zk, group)
-    controls = await ControlStore(zk, group).read()
+    controls = await (store or ControlStore(zk, group)).read()
     shown = (
         list(dict.fromkeys(topics))
         if topics

@@ -71,6 +71,9 @@ class Watcher:
         self._zk_exit = contextlib.AsyncExitStack()
         self._kafka: OffsetReader | None = None
         self._kafka_exit = contextlib.AsyncExitStack()
+        self._stores: dict[str, tuple[ZooKeeper, ControlStore]] = {}
+        """Each group's control store, kept across looks (it warns of a bad node once), with
+        the client it reads through."""
 
     async def run(self) -> None:
         """Refresh every ``interval`` seconds until cancelled; the clients are closed then."""
@@ -122,12 +125,15 @@ class Watcher:
         for name in list(self.histories):
             if name not in names:
                 del self.histories[name]
+                self._stores.pop(name, None)
         for group in names:
             history = self.histories.setdefault(group, self._history(group))
             if kafka is None:
                 continue  # without log ends there is no lag to record; the page says why
             try:
-                members, rows, notes = await looks.look(zk, kafka, group, None)
+                members, rows, notes = await looks.look(
+                    zk, kafka, group, None, self._store(zk, group)
+                )
                 events = await ControlStore(zk, group).history(EVENTS_SHOWN)
             except CoordinationError as exc:
                 await self._zookeeper_failed(exc)
@@ -141,6 +147,13 @@ class Watcher:
         self.zookeeper.answered(now)
         if kafka is not None:
             self.kafka.answered(now)
+
+    def _store(self, zk: ZooKeeper, group: str) -> ControlStore:
+        """The group's control store kept across looks: a new one with a new client."""
+        kept = self._stores.get(group)
+        if kept is None or kept[0] is not zk:
+            kept = self._stores[group] = (zk, ControlStore(zk, group))
+        return kept[1]
 
     def _history(self, group: str) -> GroupHistory:
         return GroupHistory(group, self.keep, self.window, self.thresholds)

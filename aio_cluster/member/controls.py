@@ -85,6 +85,8 @@ class MemberControls:
         self._changed = asyncio.Event()
         self._published: dict[PartitionKey, int] = {}
         """Partitions published stopped by this session -> the record's offset."""
+        self._unreadable: dict[str, str] = {}
+        """Skip nodes that could not be read -> what was wrong, logged once each."""
         self.applied = 0
         """Skips applied."""
 
@@ -176,10 +178,14 @@ class MemberControls:
             data, stat = await self._zk.get(path)
             skip = decode_skip(topic, partition, data)
         except NoNodeError:
+            self._unreadable.pop(path, None)
             return
         except CoordinationError as exc:
-            log.error("member %s: skip %s left as it is: %s", self._id, path, exc)
+            if self._unreadable.get(path) != str(exc):
+                log.error("member %s: skip %s left as it is: %s", self._id, path, exc)
+                self._unreadable[path] = str(exc)
             return
+        self._unreadable.pop(path, None)
         if not await self._move(key, skip):
             return
         detail = describe_skip(skip) + f", requested by {skip.by} at {format_at(skip.at)}"
