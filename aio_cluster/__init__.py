@@ -60,12 +60,15 @@ from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
+from .errors import ProducerFencedError as ProducerFencedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
+from .errors import TransactionClosedError as TransactionClosedError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
+from .group import Output as Output
 from .kafka.options import KafkaOptions as KafkaOptions
 from .kafka.records import Record as Record
 from .kafka.topics import TopicPartition as TopicPartition
@@ -99,8 +102,10 @@ __all__ = [
     "MemberReplacedError",
     "Membership",
     "NotOwnedError",
+    "Output",
     "PartitionStatistics",
     "Processing",
+    "ProducerFencedError",
     "RebalanceListener",
     "Record",
     "SessionLostError",
@@ -109,6 +114,7 @@ __all__ = [
     "StrategyMismatchError",
     "Timing",
     "TopicPartition",
+    "TransactionClosedError",
     "ZooKeeperSecurity",
     "ZooKeeperTLS",
 ]

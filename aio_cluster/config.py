@@ -236,6 +236,13 @@ class Membership:
             moving from the Kafka group and back again never re-reads. Under ``"migrate"`` a
             reset of the ZooKeeper offsets alone does not take where Kafka's offset is further:
             reset both, or use ``"mirror"`` once the move is done. ``"off"``: neither.
+        exactly_once: consume in the exactly-once mode (see the exactly-once guide): the
+            output a batch or a record sends through its `Output` and the input offsets commit
+            in one Kafka transaction per partition, through
+            [transactions()][aio_cluster.ConsumerGroup.transactions] or
+            [process_transactional()][aio_cluster.ConsumerGroup.process_transactional] only.
+            The offsets committed in Kafka under the group's name are then the truth and the
+            ZooKeeper offsets follow them, so it needs ``kafka_offsets="off"``.
     """
 
     strategy: Strategy | str = Strategy.STICKY
@@ -244,6 +251,7 @@ class Membership:
     wait_for_topic: bool = True
     register: bool = True
     kafka_offsets: KafkaOffsets = "off"
+    exactly_once: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -257,6 +265,13 @@ class Membership:
         _flag("wait_for_topic", self.wait_for_topic)
         _flag("register", self.register)
         _one_of("kafka_offsets", self.kafka_offsets, KAFKA_OFFSETS)
+        _flag("exactly_once", self.exactly_once)
+        if self.exactly_once and self.kafka_offsets != "off":
+            raise ConfigurationError(
+                f"exactly_once cannot combine with kafka_offsets={self.kafka_offsets!r}: the "
+                "offsets committed in the transactions are the group's Kafka offsets already, "
+                "and a mirror's commits would race them"
+            )
         if self.member_name is not None:
             check_member_name(self.member_name)
         grace: object = self.rejoin_grace
@@ -410,6 +425,7 @@ class Options(TypedDict, total=False):
     wait_for_topic: bool
     register: bool
     kafka_offsets: KafkaOffsets
+    exactly_once: bool
     zookeeper_auth: Sequence[tuple[str, str]]
     zookeeper_acl: Acl
     zookeeper_tls: ZooKeeperTLS | bool

@@ -32,7 +32,9 @@ reach a caller, an ``except`` of its parent catches it::
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
     │   └── DeserializationError    the key or value deserializer refused a record
-    └── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
+    └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
 
 from __future__ import annotations
@@ -62,9 +64,11 @@ __all__ = [
     "NodeExistsError",
     "NotOwnedError",
     "OffsetsOutOfRange",
+    "ProducerFencedError",
     "SessionLostError",
     "SkipRefusedError",
     "StrategyMismatchError",
+    "TransactionClosedError",
 ]
 
 
@@ -290,3 +294,28 @@ class FetchStalledError(AioClusterError):
     member leaves the group, so that its partitions go to members that can read them. The
     cause of the last end is the ``__cause__``.
     """
+
+
+class ProducerFencedError(AioClusterError):
+    """Exactly once (``exactly_once=True``): a newer owner of the partition initialised its
+    transactional producer, which fenced this member's: this member's transaction of the
+    partition is aborted, its output never visible to ``read_committed`` readers. The member
+    has given the partition up and consumes on with the others; the new owner handles the
+    records again from the offset committed last.
+
+    Attributes:
+        partition: the partition's key (its id, for a member of one topic).
+    """
+
+    retriable = False
+
+    def __init__(self, message: str, partition: int) -> None:
+        super().__init__(message)
+        self.partition = partition
+
+
+class TransactionClosedError(AioClusterError):
+    """Exactly once: an [Output][aio_cluster.Output] was used after its batch's body (or its
+    record's handler) ended: what it sends now would belong to no transaction."""
+
+    retriable = False

@@ -31,6 +31,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, overload
 
+import anyio
+
 from .assign.strategies import Strategy
 from .assign.subscription import Subscription
 from .config import (
@@ -48,18 +50,20 @@ from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.bulk import run_bulk
 from .member.claims import Batch
+from .member.exactly_once import Output, TransactionalHandler, Transactions
 from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
 from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
 from .member.naming import UNKNOWN, PartitionNames
 from .member.statistics import GroupStatistics
+from .member.workers import check_handler
 from .zookeeper.layout import check_name
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["Batch", "ConsumerGroup", "GroupState", "TopicPartition"]
+__all__ = ["Batch", "ConsumerGroup", "GroupState", "Output", "TopicPartition"]
 
 
 def _check_offset(value: object, label: str = "offset") -> None:
@@ -445,9 +449,11 @@ class ConsumerGroup(Generic[PartitionT]):
                 cause, and iterate again.
             DeserializationError: a deserializer raised on the partition's next record; the
                 records before it were handed out. Seek past it and iterate again.
-            ConfigurationError: `process()` runs.
+            ConfigurationError: `process()` runs, or the group is ``exactly_once`` (use
+                `transactions()`).
             AioClusterError: the member failed in the background (the cause is kept).
         """
+        self._not_exactly_once("async for / batches()", "transactions()")
         batches = self._batches(commit)
         telemetry = self._member.telemetry
         return batches if telemetry is None else telemetry.body_spans(batches)
@@ -498,6 +504,7 @@ class ConsumerGroup(Generic[PartitionT]):
             AioClusterError: the member failed in the background.
             Exception: the handler's error, with ``on_failure="raise"``.
         """
+        self._not_exactly_once("process()", "process_transactional()")
         await self._member.process(handler, Processing.of(processing, options))
 
     async def process_bulk(
@@ -540,4 +547,129 @@ class ConsumerGroup(Generic[PartitionT]):
             AioClusterError: the member failed in the background.
             Exception: a record's error alone, with ``on_failure="raise"``.
         """
+        self._not_exactly_once("process_bulk()", "process_transactional()")
         await run_bulk(self._member, handler, size, linger, Processing.of(processing, options))
+
+    # -- exactly once ------------------------------------------------------------------------
+
+    def _not_exactly_once(self, call: str, instead: str) -> None:
+        """Refuse a way of consuming that writes outside the transactions.
+
+        Raises:
+            ConfigurationError: the group is ``exactly_once``.
+        """
+        if self._member.transactions is not None:
+            raise ConfigurationError(
+                f"{call} cannot run on an exactly_once group: what it wrote would not be in "
+                f"the partition's transaction; use {instead}"
+            )
+
+    def _exactly_once(self, call: str) -> Transactions:
+        """The member's transactions.
+
+        Raises:
+            ConfigurationError: the group is not ``exactly_once``.
+        """
+        transactions = self._member.transactions
+        if transactions is None:
+            raise ConfigurationError(
+                f"{call} needs ConsumerGroup(..., exactly_once=True): the output and the "
+                "offsets commit in one transaction only in that mode"
+            )
+        return transactions
+
+    def transactions(self) -> AsyncIterator[tuple[PartitionT, Batch, Output]]:
+        """Exactly once: yield ``(partition, batch, output)`` until the member closes. What
+        the body sends through ``output`` and the batch's offset commit in one Kafka
+        transaction when the body completed (when the loop asks for the next batch); a body
+        that raises or breaks sends nothing, and its batch is delivered again. See the
+        exactly-once guide.
+
+        Raises:
+            ConfigurationError: the group is not ``exactly_once``, or `process()` runs.
+            ProducerFencedError: a newer owner fenced this member's producer of the partition
+                whose batch was to commit (its ZooKeeper session expired meanwhile, say): the
+                batch's output is dropped, the partition given up. Iterate again to go on with
+                the other partitions.
+            FetchError, DeserializationError: as for `batches()`.
+            AioClusterError: the member failed in the background (the cause is kept).
+        """
+        return self._transactions(self._exactly_once("transactions()"))
+
+    async def _transactions(
+        self, transactions: Transactions
+    ) -> AsyncGenerator[tuple[PartitionT, Batch, Output], None]:
+        member = self._member
+        with member.iterating():
+            while (picked := await member.next_batch()) is not None:
+                claim, batch = picked
+                output = transactions.output(claim)
+                completed = False
+                try:
+                    yield self._names.name(claim.partition), batch, output
+                    completed = True
+                finally:
+                    sends = output.close()
+                    # Kept only when the batch still counts (no seek or handover overtook it).
+                    finished = member.delivery.finish(
+                        claim, batch, completed=completed, commit=True
+                    )
+                    if finished and completed:
+                        transactions.keep(claim, batch[0].offset, sends)
+                if completed:
+                    await transactions.commit([claim.partition], raising=True)
+
+    async def process_transactional(
+        self,
+        handler: TransactionalHandler,
+        *,
+        commit_interval: float = 0.1,
+        processing: Processing | None = None,
+        **options: Unpack[ProcessOptions],
+    ) -> None:
+        """Exactly once: `process()` with a handler that writes through an `Output`:
+        ``await handler(record, output)``. What an attempt sends is kept until it finished (a
+        failed attempt's sends are dropped, so retries never write twice); every
+        ``commit_interval`` seconds each partition's completed prefix commits in one Kafka
+        transaction with the sends of the records below it, in offset order. Records that
+        finished beyond the prefix keep their sends for a later transaction (at most
+        ``max_records`` records are kept). Dead letters stay at least once. See the
+        exactly-once guide.
+
+        Args:
+            handler: ``async def handler(record, output)``.
+            commit_interval: seconds between two commits of a partition's transaction: shorter
+                is less latency for ``read_committed`` readers, longer fewer transactions.
+            processing: as for `process()`.
+            **options: any field of `Processing` instead, by its name.
+
+        Raises:
+            ConfigurationError: the group is not ``exactly_once``, a bad argument, or one
+                `process()` refuses.
+            TypeError: an unknown keyword argument.
+            GroupClosedError: the member is closed.
+            AioClusterError: the member failed in the background.
+            Exception: the handler's error, with ``on_failure="raise"``.
+        """
+        transactions = self._exactly_once("process_transactional()")
+        check_handler(handler)
+        interval: object = commit_interval
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
+            raise ConfigurationError(
+                f"commit_interval must be a positive number of seconds, not {commit_interval!r}"
+            )
+        policy = Processing.of(processing, options)
+        member = self._member
+        claims = member.states.claims
+
+        async def commit_every() -> None:
+            while True:
+                await anyio.sleep(commit_interval)
+                await transactions.commit(list(claims))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(commit_every)
+            try:
+                await member.process(transactions.handler(handler), policy)
+            finally:
+                tasks.cancel_scope.cancel()

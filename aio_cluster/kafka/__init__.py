@@ -19,4 +19,5 @@ Modules::
     records.py         Record: one record as the library hands it out
     seams.py           every private name of aiokafka used, checked at start, each with a fallback
     topics.py          TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)
+    transactions.py    PartitionProducer: one input partition's transactional producer (fences)
 """

@@ -12,6 +12,7 @@ Modules::
     controls.py      MemberControls: an operator's pauses and skips obeyed, stops published
     delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
     eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
+    exactly_once.py  Transactions, Output: a partition's output and offsets in one Kafka transaction
     failures.py      Retries: a failed record's retries and its dead letter, for process()
     finished.py      notes of records finished past the stored offset, passed over after it
     handover.py      a rebalance's handover: draining, the listener, new claims

@@ -35,6 +35,9 @@ class Claim:
     """The offset stored in ZooKeeper, as far as this member knows."""
     pending: int | None = None
     """A completed batch's next offset, not yet stored."""
+    ready: int | None = None
+    """Exactly once: a completed batch's next offset, not yet committed in the partition's
+    transaction (once committed, it becomes ``pending``)."""
     buffered: deque[Batch] = field(default_factory=deque)
     sizes: deque[int] = field(default_factory=deque)
     """The record bytes of each buffered batch, in step with ``buffered`` (the budget's

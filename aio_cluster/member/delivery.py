@@ -315,14 +315,20 @@ class Delivery:
             if partition in self._fetcher.assigned:
                 self._fetcher.seek(partition, offset)
 
-    def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> None:
+    def finish(self, claim: Claim, batch: Batch, *, completed: bool, commit: bool) -> bool:
         """A batch's body ended: commit it when it completed, else deliver it again (see
-        `PartitionStates.finished`)."""
+        `PartitionStates.finished`).
+
+        Returns:
+            False when the batch was no longer in flight (abandoned, or its claim ended).
+        """
         position = self._fetcher.position(claim.partition)
         if self._states.finished(
             claim, batch, completed=completed, commit=commit, position=position
         ):
             self.wake()
+            return True
+        return False
 
     def progress(self, claim: Claim, batch: Batch, offset: int) -> None:
         """The records of a running batch before ``offset`` completed (see

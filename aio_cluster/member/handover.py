@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -32,12 +32,19 @@ from .partitions import PartitionStates
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
 
-__all__ = ["Handover"]
+__all__ = ["Committer", "Handover"]
 
 log = logging.getLogger(__name__)
 
 _QUIET_MAX = 5.0
 """The most seconds a handover waits for cancelled handlers to end."""
+
+
+class Committer(Protocol):
+    """Exactly once: commits the completed offsets in Kafka transactions before ZooKeeper
+    stores them (`aio_cluster.member.exactly_once.Transactions`)."""
+
+    async def commit(self, partitions: Collection[PartitionKey]) -> None: ...
 
 
 class Handover:
@@ -55,6 +62,7 @@ class Handover:
         rebalance_timeout: float,
         label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
         telemetry: Telemetry | None = None,
+        committer: Committer | None = None,
     ) -> None:
         """Args:
         states: the member's partition states.
@@ -66,7 +74,11 @@ class Handover:
         rebalance_timeout: the bound on a running body and on each listener call.
         label: names a partition key in log messages (its topic too, of many topics).
         telemetry: runs each listener call in a span, if given.
+        committer: exactly once: commits the completed offsets in Kafka before each store
+            (and records finished past a prefix are never passed over by a new claim: their
+            output was not committed).
         """
+        self._committer = committer
         self._states = states
         self._delivery = delivery
         self._offsets = offsets
@@ -144,7 +156,8 @@ class Handover:
         self._states.withhold(new)
         try:
             claims = self._states.claims
-            await self._offsets.read_notes([claims[p] for p in new if p in claims])
+            if self._committer is None:
+                await self._offsets.read_notes([claims[p] for p in new if p in claims])
             await self._mirror.take_over(self._states.claims, self._states.migrated)
             await self._delivery.position()
             changed = await self._delivery.reassign()
@@ -163,7 +176,10 @@ class Handover:
 
     async def store(self, partitions: list[PartitionKey]) -> None:
         """Store the pending offsets of ``partitions``; the mirror copies them to Kafka soon
-        after."""
+        after. Exactly once, the completed offsets are committed in Kafka first: only those
+        become pending."""
+        if self._committer is not None:
+            await self._committer.commit(partitions)
         self._mirror.stored(await self._offsets.store(partitions))
 
     async def store_and_mirror(self, partitions: list[PartitionKey]) -> None:

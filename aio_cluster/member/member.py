@@ -62,6 +62,7 @@ from ..zookeeper.client import SessionState, ZooKeeper
 from .claims import Batch, Claim
 from .controls import MemberControls
 from .delivery import Delivery
+from .exactly_once import Transactions
 from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .lifecycle import GroupState
@@ -224,7 +225,21 @@ class Member:
             # At most half the close bound, so that an absent Kafka leaves time to release.
             timeout=min(timing.request_timeout, timing.close_timeout / 2),
         )
-        self.states = PartitionStates()
+        self.states = PartitionStates(transactional=joining.exactly_once)
+        self.transactions: Transactions | None = (
+            Transactions(
+                brokers,
+                layout,
+                self.states,
+                member_id=self.id,
+                timeout=timing.request_timeout,
+                options=settings.kafka,
+                on_fenced=self._fenced,
+            )
+            if joining.exactly_once
+            else None
+        )
+        """Exactly once: the partitions' producers and their commits; None otherwise."""
         self.telemetry: Telemetry | None = telemetry_for(
             layout.group, self.id, layout.keys.split, self._lag
         )
@@ -249,6 +264,7 @@ class Member:
             rejoin_grace=joining.rejoin_grace or None,
             subscription=subscription,
             telemetry=self.telemetry,
+            starter=self.transactions,
         )
         self.delivery = Delivery(
             self.fetcher,
@@ -275,6 +291,7 @@ class Member:
             rebalance_timeout=timing.rebalance_timeout,
             label=layout.label,
             telemetry=self.telemetry,
+            committer=self.transactions,
         )
         self.controls = MemberControls(
             self.zk,
@@ -572,7 +589,7 @@ class Member:
         Each start runs to its end even when another fails, so that no client is left half
         started; the first failure (in that order) is raised, and `register()` closes them all.
         """
-        failures: list[BaseException | None] = [None, None, None]
+        failures: list[BaseException | None] = [None, None, None, None]
 
         async def attempt(index: int, start: Callable[[], Awaitable[None]]) -> None:
             try:
@@ -584,6 +601,8 @@ class Member:
             tasks.start_soon(attempt, 0, self._start_zookeeper)
             tasks.start_soon(attempt, 1, self._start_kafka)
             tasks.start_soon(attempt, 2, self.mirror.start)
+            if self.transactions is not None:
+                tasks.start_soon(attempt, 3, self.transactions.start)
         for failure in failures:
             if failure is not None:
                 raise failure
@@ -707,7 +726,11 @@ class Member:
         share = self.settings.timing.close_timeout / 4
         with anyio.move_on_after(max(self._deadline - self._loop.time(), share)) as scope:
             results = await asyncio.gather(
-                self.zk.close(), self.delivery.stop(), self.mirror.stop(), return_exceptions=True
+                self.zk.close(),
+                self.delivery.stop(),
+                self.mirror.stop(),
+                *([] if self.transactions is None else [self.transactions.stop()]),
+                return_exceptions=True,
             )
             for result in results:
                 if isinstance(result, Exception):
@@ -775,6 +798,8 @@ class Member:
             # started; closed all the same, or each warns of being left unclosed.
             await self.fetcher.stop()
             await self.mirror.stop()
+            if self.transactions is not None:
+                await self.transactions.stop()
             return
         self._begin_closing()
         work = _WORK.get()

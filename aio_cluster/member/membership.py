@@ -32,7 +32,7 @@ from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .partitions import PartitionStates
-from .rebalance import Rebalancer
+from .rebalance import ClaimStarter, Rebalancer
 from .registration import Registrar
 from .topics import Topics
 
@@ -62,6 +62,7 @@ class Membership:
         rejoin_grace: float | None = None,
         subscription: Subscription | None = None,
         telemetry: Telemetry | None = None,
+        starter: ClaimStarter | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -82,6 +83,8 @@ class Membership:
         subscription: the topics this member reads (None: the first topic of ``layout``'s
             keys).
         telemetry: traces each rebalance, if given.
+        starter: started with each claim and ended with it (exactly once: the partition's
+            producer), if given.
         """
         if subscription is None:
             subscription = Subscription(kind="static", topics=(layout.keys.topic(PartitionKey(0)),))
@@ -119,6 +122,7 @@ class Membership:
             claim_timeout=claim_timeout,
             named=named,
             telemetry=telemetry,
+            starter=starter,
         )
 
     @property

@@ -40,6 +40,9 @@ Rules kept (checked by ``tests/test_partition_states.py``):
   rebalance drops it;
 - an abandoned batch is read again from its first unfinished record, so a partition that stays
   (its store failed, say) never goes on past records nobody finished;
+- exactly once (``transactional``): what a batch or a processor's prefix completes becomes
+  ``ready``, not pending; only a transaction that committed it in Kafka makes it pending
+  (`committed`), so ZooKeeper never holds an offset ahead of Kafka's;
 - a running batch grows by the partition's next batch (`pick` with ``grows``) only while nothing
   voids, withholds or pauses it; grown, it is still one batch: what it commits, its progress and
   where it is read again from are as for any batch.
@@ -79,7 +82,12 @@ _VALUE_SIZE = operator.attrgetter("serialized_value_size")
 class PartitionStates:
     """Every partition's state in one member, and the legal transitions between states."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transactional: bool = False) -> None:
+        """Args:
+        transactional: the exactly-once mode: completed offsets become ``ready`` for the
+            partition's transaction, and pending only once it committed (`committed`).
+        """
+        self.transactional = transactional
         self._claims: dict[PartitionKey, Claim] = {}
         self._view = MappingProxyType(self._claims)
         self._withheld: set[PartitionKey] = set()
@@ -226,6 +234,7 @@ class PartitionStates:
         self._announced.clear()
         for partition in gone:
             self._claims[partition].pending = None
+            self._claims[partition].ready = None
             self._forget(partition)
         self._claims.clear()
         self._order = None
@@ -622,7 +631,7 @@ class PartitionStates:
                 self._drop(claim)
             else:
                 if commit:
-                    claim.pending = batch[-1].offset + 1
+                    self._completed(claim, batch[-1].offset + 1)
                 self.stepped_over(partition, position)
         return True
 
@@ -639,8 +648,30 @@ class PartitionStates:
             and partition not in self._voided
             and self._claims.get(partition) is claim
         ):
-            claim.pending = offset
+            self._completed(claim, offset)
             self._inflight[partition] = (claim, running[1], offset)
+
+    def _completed(self, claim: Claim, offset: int) -> None:
+        """The records of ``claim`` before ``offset`` completed: pending, or, exactly once,
+        ready for the partition's next transaction."""
+        if self.transactional:
+            claim.ready = offset
+        else:
+            claim.pending = offset
+
+    def committed(self, claim: Claim, offset: int) -> bool:
+        """Exactly once: a transaction committed ``offset`` for ``claim`` in Kafka: it becomes
+        pending (ZooKeeper follows), unless the claim ended or a seek came meanwhile.
+
+        Returns:
+            False when nothing changed.
+        """
+        if self._claims.get(claim.partition) is not claim or claim.fenced:
+            return False
+        if claim.ready == offset:
+            claim.ready = None
+        claim.pending = offset
+        return True
 
     def withhold(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out no batch of ``partitions`` until `hand_out()`."""
@@ -723,6 +754,7 @@ class PartitionStates:
         claim = self._claim(partition)
         claim.next_offset = offset
         claim.pending = None
+        claim.ready = None
         if partition in self._inflight:
             self._voided.add(partition)
         self._drop(claim)
@@ -738,7 +770,10 @@ class PartitionStates:
         claim = self._claim(partition)
         if claim.fenced:
             raise NotOwnedError(f"partition {partition}: its claim is gone, nothing is stored")
-        claim.pending = offset
+        if self.transactional:
+            claim.ready = offset
+        else:
+            claim.pending = offset
 
     def unstored(self, partitions: Iterable[PartitionKey]) -> list[Claim]:
         """The owned claims among ``partitions`` whose pending offset is not stored yet."""

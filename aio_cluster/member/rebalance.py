@@ -16,7 +16,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -34,7 +34,7 @@ from ..errors import (
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import SessionState, ZooKeeper
 from .assignment import Assignment
-from .claiming import ClaimNodes
+from .claiming import ClaimNodes, Taken
 from .claims import UNPOSITIONED, Claim
 from .handover import Handover
 from .keyed_layout import KeyedLayout
@@ -46,9 +46,25 @@ from .topics import Topics
 if TYPE_CHECKING:
     from ..otel.telemetry import Rebalance, Telemetry
 
-__all__ = ["Rebalancer"]
+__all__ = ["ClaimStarter", "Rebalancer"]
 
 log = logging.getLogger(__name__)
+
+
+class ClaimStarter(Protocol):
+    """What a claim starts and ends beside its owner node (the exactly-once mode's producer of
+    the partition: `aio_cluster.member.exactly_once.Transactions`)."""
+
+    async def claim(self, partition: PartitionKey, stored: int | None) -> int | None:
+        """The claim of ``partition`` is being taken (its node is ours, ZooKeeper stores
+        ``stored``): start what goes with it; returns where the claim starts.
+
+        Raises:
+            BrokerError: it could not start (the claim is not made; the rebalance retries).
+        """
+
+    async def release(self, partition: PartitionKey) -> None:
+        """The claim of ``partition`` ends (before its node is deleted)."""
 
 
 class Rebalancer:
@@ -68,6 +84,7 @@ class Rebalancer:
         claim_timeout: float,
         named: bool,
         telemetry: Telemetry | None = None,
+        starter: ClaimStarter | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -81,7 +98,9 @@ class Rebalancer:
         claim_timeout: seconds to wait for a partition's previous owner to release it.
         named: a named member takes over the owner nodes of its older run (see `ClaimNodes`).
         telemetry: runs each rebalance in a span, its steps in spans of their own, if given.
+        starter: started with each claim, before it is recorded, and ended with it, if given.
         """
+        self._starter = starter
         self._zk = zk
         self._layout = layout
         self._keys = layout.keys
@@ -241,6 +260,8 @@ class Rebalancer:
 
     async def _release_node(self, partition: PartitionKey) -> None:
         claim = self._states.released(partition)
+        if self._starter is not None:
+            await self._starter.release(partition)
         if claim is not None:
             await self._nodes.release(partition, claim.node_version, claim.epoch)
 
@@ -261,30 +282,42 @@ class Rebalancer:
         taken = await self._nodes.take(partition, self._claim_timeout, self._requested)
         if taken is None:
             return False
+        start: int | None = None
         try:
-            stored = await self._offsets.stored(partition)
+            stored = start = await self._offsets.stored(partition)
+            if self._starter is not None:
+                start = await self._starter.claim(partition, stored)
         except BaseException:
             # No claim records the node: give it back at once, or it would block the partition
             # for this session's life once the assignment moves it elsewhere.
-            await self._nodes.unrecorded(partition, taken.node_version, taken.epoch)
+            await self._unrecorded(partition, taken)
             raise
         if self._epoch != epoch:
             # Checked after the last wait: a claim of a lost session must never be recorded.
             # Its node is given back all the same: kazoo sends a create queued across the
             # expiry on the next session, where it would block the partition for that
             # session's life (under the claim's fence, so no other claim's node is touched).
-            await self._nodes.unrecorded(partition, taken.node_version, taken.epoch)
+            await self._unrecorded(partition, taken)
             raise SessionLostError("the ZooKeeper session expired during the rebalance")
         self._states.claimed(
             Claim(
                 partition=partition,
                 node_version=taken.node_version,
-                next_offset=UNPOSITIONED if stored is None else stored,
+                next_offset=UNPOSITIONED if start is None else start,
                 stored=stored,
+                # A start other than the stored offset (Kafka's, exactly once) is stored next.
+                pending=None if start == stored else start,
                 epoch=taken.epoch,
             )
         )
         return True
+
+    async def _unrecorded(self, partition: PartitionKey, taken: Taken) -> None:
+        """A claim taken is not recorded: what started with it ends, its node is given back."""
+        if self._starter is not None:
+            with anyio.CancelScope(shield=True):
+                await self._starter.release(partition)
+        await self._nodes.unrecorded(partition, taken.node_version, taken.epoch)
 
     async def leave(self, handover: Handover) -> None:
         """Give up every claim (the listener hears of them, their pending offsets are stored),

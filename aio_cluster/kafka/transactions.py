@@ -1,0 +1,211 @@
+"""Transactional producers, one per claimed input partition, for the exactly-once mode.
+
+A partition's producer has the ``transactional.id`` `transactional_id()` derives from the group,
+the topic and the partition, so every member that ever claims the partition uses the same one.
+Starting it sends ``InitProducerId``: Kafka bumps the id's epoch, which fences the producer of the
+partition's previous owner (its next send or commit fails) and aborts the transaction it left
+open (or waits until one it was committing is complete). So once `PartitionProducer.start()`
+returned, the offset committed for the partition in Kafka is final: no older owner can commit
+again.
+
+One transaction carries the output of a stretch of input records and the offset after them
+(`PartitionProducer.commit()`: begin, the sends in order, ``TxnOffsetCommit`` for the group's
+name, end): a reader with ``isolation_level="read_committed"`` sees the output exactly when
+the offset moved past its input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
+
+from ..errors import BrokerError, ProducerFencedError
+from .diagnosis import named
+from .options import KafkaOptions, parse_bootstrap
+
+__all__ = ["PartitionProducer", "Send", "transactional_id"]
+
+log = logging.getLogger(__name__)
+
+_FENCING = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+"""The errors that mean another producer of the same ``transactional.id`` took over (or this
+one may not use it): nothing this producer sends can commit any more."""
+
+
+def transactional_id(group: str, topic: str, partition: int) -> str:
+    """The ``transactional.id`` of the producer of one input partition of a group."""
+    return f"aio-cluster.{group}.{topic}.{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One record to write in a transaction, as `Output.send()` was given it."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[tuple[str, bytes]] | None = None
+    partition: int | None = None
+
+
+class PartitionProducer:
+    """The transactional producer of one input partition (see the module)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        source: tuple[str, int],
+        *,
+        client_id: str,
+        timeout: float,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Configure the producer; nothing connects before `start()`.
+
+        Args:
+            bootstrap: Kafka's servers.
+            group: the group's name: the offsets commit under it.
+            source: the input partition whose output and offsets it commits.
+            client_id: shown in the broker's logs.
+            timeout: the bound, in seconds, on its start and on each commit.
+            options: connection options (TLS, SASL).
+        """
+        self.group = group
+        topic, partition = source
+        self.source = TopicPartition(topic, partition)  # aiokafka's own type
+        self.id = transactional_id(group, topic, partition)
+        self._timeout = timeout
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=parse_bootstrap(bootstrap),
+            client_id=f"{client_id}-txn",
+            transactional_id=self.id,
+            enable_idempotence=True,
+            linger_ms=0,
+            **KafkaOptions(options or {}),
+        )
+        self.fenced = False
+        """True once Kafka said a newer producer of the id took over."""
+
+    async def start(self) -> None:
+        """Connect and initialise the id: this fences the previous owner's producer.
+
+        Raises:
+            ProducerFencedError: a newer producer of the id took over meanwhile.
+            BrokerError: Kafka did not answer within the timeout.
+        """
+        try:
+            with anyio.fail_after(self._timeout):
+                await self._producer.start()
+        except BaseException as exc:
+            await self.stop()
+            translated = self._translated(exc, "start")
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    async def commit(self, sends: Sequence[Send], offset: int) -> None:
+        """One transaction: ``sends`` in their order, and ``offset`` as the group's next offset
+        of the input partition.
+
+        Raises:
+            ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
+                nothing this producer sends can be.
+            BrokerError: the transaction failed otherwise, or took longer than the timeout; its
+                outcome is unknown until the producer is started again (`stop()` it: a new one's
+                start aborts it, or waits for it).
+        """
+        producer = self._producer
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            with anyio.fail_after(self._timeout):
+                await producer.begin_transaction()
+                for send in sends:
+                    futures.append(
+                        await producer.send(
+                            send.topic,
+                            send.value,
+                            key=send.key,
+                            partition=send.partition,
+                            headers=list(send.headers) if send.headers is not None else None,
+                        )
+                    )
+                await producer.send_offsets_to_transaction({self.source: offset}, self.group)
+                await producer.commit_transaction()
+                # Delivered before the end: a failed send fails the commit first.
+                await asyncio.gather(*futures)
+        except BaseException as exc:
+            for future in futures:
+                # Their errors are the commit's: retrieved, so none is reported as lost.
+                future.add_done_callback(_retrieved)
+            translated = self._translated(exc, "commit")
+            if translated is exc:
+                raise
+            await self._abort()
+            raise translated from exc
+
+    async def _abort(self) -> None:
+        """Abort the failed transaction, as far as the producer still can (a fenced one
+        cannot: the next owner's start aborted it); this also takes its error in, so that
+        aiokafka does not report it as never retrieved."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                await self._producer.abort_transaction()
+        except Exception as exc:
+            log.debug("transactional producer %r: aborting failed: %r", self.id, exc)
+
+    async def stop(self) -> None:
+        """Close the producer (a transaction left open is aborted by the next owner's start).
+        Never raises."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                await self._producer.stop()
+        except Exception as exc:
+            # A fenced or broken producer may fail to stop: it is gone all the same.
+            log.debug("transactional producer %r: stopping failed: %r", self.id, exc)
+
+    def _translated(self, exc: BaseException, what: str) -> BaseException:
+        """Kafka's error as the package's (a cancellation stays what it is)."""
+        if isinstance(exc, _FENCING) or _fenced_inside(exc):
+            self.fenced = True
+            return ProducerFencedError(
+                f"the producer {self.id!r} was fenced: a newer owner of {self.source.topic} "
+                f"partition {self.source.partition} took over; this transaction is aborted",
+                self.source.partition,
+            )
+        if isinstance(exc, TimeoutError):
+            return BrokerError(
+                f"transactional producer {self.id!r}: {what} took over {self._timeout:g} s"
+            )
+        if isinstance(exc, KafkaError) or type(exc).__module__.startswith("aiokafka"):
+            return BrokerError(f"transactional producer {self.id!r}: {what} failed: {named(exc)}")
+        return exc
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _fenced_inside(exc: BaseException) -> bool:
+    """Whether a fencing error is the cause of ``exc`` (aiokafka wraps some)."""
+    seen = exc.__cause__ or exc.__context__
+    depth = 0
+    while seen is not None and depth < 5:
+        if isinstance(seen, _FENCING):
+            return True
+        seen = seen.__cause__ or seen.__context__
+        depth += 1
+    return False

@@ -1,0 +1,417 @@
+"""Exactly once: what a member of an ``exactly_once`` group writes to Kafka and the input offsets
+it consumed, committed together in one Kafka transaction per partition.
+
+Each claimed partition has a transactional producer of its own
+(`aio_cluster.kafka.transactions.PartitionProducer`). It is started while the claim is taken,
+before the partition's first batch is handed out (`Transactions.claim()`): that fences the
+previous owner's producer. Only then is the group's committed Kafka offset read: it is the
+partition's start, and the ZooKeeper offset node follows it (a node ahead is corrected down).
+
+What a batch's body or a record's handler sends goes into an `Output`, kept in memory: a body
+that raises or breaks, or a handler attempt that fails, drops its sends. The sends of records
+that finished are kept by the input offset they came from; the partition's completed offset
+(a batch's end, or `process()`'s completed prefix) is ``ready`` (see
+`aio_cluster.member.partitions`), and a commit (`Transactions.commit()`) writes the kept sends
+of the records below it, in offset order, and the offset, in one transaction. Records finished
+beyond the prefix keep their sends for a later transaction, so a transaction only ever carries
+the output of inputs below the offset it commits. Only a committed offset becomes pending for
+ZooKeeper, which so never runs ahead of Kafka.
+
+A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
+up: its claim is marked gone (`aio_cluster.member.partitions.PartitionStates.fenced_off`) and
+the next rebalance drops it. A commit that fails otherwise does the same, after which the
+rebalance claims the partition again when the assignment still gives it here: the new producer's
+start aborts the open transaction, and the partition is read again from the offset Kafka
+committed last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..errors import (
+    BrokerError,
+    ConfigurationError,
+    ProducerFencedError,
+    TransactionClosedError,
+)
+from ..kafka.group_offsets import KafkaGroupOffsets
+from ..kafka.records import Record
+from ..kafka.topics import PartitionKey
+from ..kafka.transactions import PartitionProducer, Send
+from .claims import Claim
+from .keyed_layout import KeyedLayout
+from .partitions import PartitionStates
+
+__all__ = ["Output", "TransactionalHandler", "Transactions"]
+
+log = logging.getLogger(__name__)
+
+TransactionalHandler = Callable[[Record, "Output"], Awaitable[object]]
+"""``async def handler(record, output)``: what `process_transactional()` runs."""
+
+STARTING = 16
+"""The most producers a member starts at once (each start is a few round trips to Kafka)."""
+
+
+class Output:
+    """Where a batch's body (``transactions()``) or a record's handler
+    (``process_transactional()``) writes its output: what it sends is written to Kafka in the
+    transaction that commits the input it came from, or never.
+
+    An Output belongs to one batch, or one attempt of one record's handler: once that ended it
+    refuses sends (`TransactionClosedError`).
+    """
+
+    __slots__ = ("_closed", "_fenced", "_partition", "_sends")
+
+    def __init__(self, fenced: Callable[[], bool], partition: int) -> None:
+        """Args:
+        fenced: whether the input partition's producer is known to be fenced.
+        partition: the input partition (named in the error).
+        """
+        self._sends: list[Send] = []
+        self._closed = False
+        self._fenced = fenced
+        self._partition = partition
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Write a record to ``topic`` in the input partition's next transaction. It is kept in
+        memory until that commits (when the batch's body completed, or at the next commit
+        interval once the record and all before it finished).
+
+        Args:
+            topic: the topic to write to.
+            value: the record's value (bytes, or None for a tombstone).
+            key: the record's key, which picks its partition unless ``partition`` is given.
+            headers: the record's headers, ``(name, bytes)`` pairs.
+            partition: the partition to write to (default: by key, as Kafka's producers do).
+
+        Raises:
+            TransactionClosedError: the batch or the handler attempt this Output belongs to
+                ended.
+            ProducerFencedError: a newer owner took the input partition over: nothing sent
+                here will be committed.
+            ConfigurationError: the topic is not a non-empty string, or the value, key or
+                headers are not bytes.
+        """
+        if self._closed:
+            raise TransactionClosedError(
+                "this Output's batch (or record attempt) ended: its transaction is closed"
+            )
+        if self._fenced():
+            raise ProducerFencedError(
+                f"input partition {self._partition} was taken over by a newer owner: its "
+                "transaction is dead",
+                self._partition,
+            )
+        _check_send(topic, value, key, headers, partition)
+        if headers is not None:
+            headers = list(headers)
+        self._sends.append(Send(topic, value, key, headers, partition))
+
+    def close(self) -> list[Send]:
+        """End the Output: what it was sent, in order; it refuses sends from now on."""
+        self._closed = True
+        sends, self._sends = self._sends, []
+        return sends
+
+
+@dataclass(eq=False)
+class _Partition:
+    """One claimed partition's producer, and the sends kept for its next transactions."""
+
+    producer: PartitionProducer
+    kept: dict[int, list[Send]] = field(default_factory=dict)
+    """Input offset -> the sends of the finished input (a batch's: its first offset) not yet
+    committed."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a commit and by the release: one transaction of the partition at a time."""
+
+
+class Transactions:
+    """A member's transactional producers, one per claimed partition, and their commits (see
+    the module)."""
+
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        layout: KeyedLayout,
+        states: PartitionStates,
+        *,
+        member_id: str,
+        timeout: float,
+        options: Mapping[str, Any] | None,
+        on_fenced: Callable[[list[PartitionKey]], None],
+    ) -> None:
+        """Args:
+        brokers: Kafka's servers.
+        layout: the group's paths and partition keys.
+        states: the member's partition states (transactional).
+        member_id: named in the producers' client ids and in log messages.
+        timeout: the bound, in seconds, on each producer's start and each commit.
+        options: Kafka connection options.
+        on_fenced: called with the partitions given up (their claims marked gone): a
+            rebalance drops them.
+        """
+        self._brokers = brokers
+        self._layout = layout
+        self._keys = layout.keys
+        self._states = states
+        self._id = member_id
+        self._timeout = timeout
+        self._options = options
+        self._on_fenced = on_fenced
+        self._offsets = KafkaGroupOffsets(
+            brokers, layout.group, layout.keys, client_id=member_id, options=options
+        )
+        self._partitions: dict[PartitionKey, _Partition] = {}
+        self._starting = asyncio.Semaphore(STARTING)
+
+    async def start(self) -> None:
+        """Connect the reader of the group's committed offsets.
+
+        Raises:
+            BrokerError: no broker answered.
+        """
+        await self._offsets.start()
+
+    async def stop(self) -> None:
+        """Close every producer (their open transactions are aborted by the next owners) and
+        the offsets' reader. Never raises."""
+        partitions, self._partitions = self._partitions, {}
+        await asyncio.gather(*(entry.producer.stop() for entry in partitions.values()))
+        try:
+            await self._offsets.stop()
+        except Exception as exc:
+            log.warning("member %s: closing the offsets' reader failed: %r", self._id, exc)
+
+    # -- claims ------------------------------------------------------------------------------
+
+    async def claim(self, partition: PartitionKey, stored: int | None) -> int | None:
+        """A claim of ``partition`` is being taken: start its producer (which fences the
+        previous owner's), then read the offset the group committed in Kafka.
+
+        Returns:
+            Where the claim starts: the committed Kafka offset, or ``stored`` (ZooKeeper's)
+            when Kafka holds none.
+
+        Raises:
+            BrokerError: Kafka did not answer (the claim is not to be made).
+        """
+        topic, number = self._keys.split(partition)
+        async with self._starting:
+            old = self._partitions.pop(partition, None)
+            if old is not None:
+                await old.producer.stop()
+            producer = PartitionProducer(
+                self._brokers,
+                self._layout.group,
+                self._keys.split(partition),
+                client_id=self._id,
+                timeout=self._timeout,
+                options=self._options,
+            )
+            try:
+                await producer.start()
+            except ProducerFencedError as exc:
+                raise BrokerError(f"{exc} (while starting: trying again)") from exc
+        try:
+            committed = await self._offsets.committed([partition], self._timeout)
+        except BaseException:
+            await producer.stop()
+            raise
+        self._partitions[partition] = _Partition(producer)
+        start = committed.get(partition, stored)
+        if stored is not None and start != stored:
+            log.info(
+                "member %s: %s starts at offset %d, committed in Kafka (ZooKeeper said %d: it "
+                "follows)",
+                self._id,
+                self._layout.label(partition),
+                start,
+                stored,
+            )
+        log.debug("member %s: producer of %s %d started", self._id, topic, number)
+        return start
+
+    async def release(self, partition: PartitionKey) -> None:
+        """The claim of ``partition`` ends: stop its producer (after a commit under way)."""
+        entry = self._partitions.get(partition)
+        if entry is None:
+            return
+        async with entry.lock:
+            if self._partitions.get(partition) is entry:
+                del self._partitions[partition]
+            await entry.producer.stop()
+
+    # -- output ------------------------------------------------------------------------------
+
+    def output(self, claim: Claim) -> Output:
+        """A new `Output` for a batch or a record attempt of ``claim``."""
+        entry = self._partitions.get(claim.partition)
+
+        def fenced() -> bool:
+            return claim.fenced or entry is None or entry.producer.fenced
+
+        return Output(fenced, self._keys.split(claim.partition).partition)
+
+    def keep(self, claim: Claim, offset: int, sends: list[Send]) -> None:
+        """The input at ``offset`` of ``claim`` finished having sent ``sends``: kept for the
+        transaction that commits past it (dropped when the claim ended meanwhile)."""
+        if not sends or self._states.claims.get(claim.partition) is not claim:
+            return
+        entry = self._partitions.get(claim.partition)
+        if entry is not None:
+            entry.kept[offset] = sends
+
+    def handler(self, handler: TransactionalHandler) -> Callable[[Record], Awaitable[None]]:
+        """``handler`` as `process()` runs it: each attempt gets an `Output` of its own, kept
+        when the attempt finished, dropped when it failed."""
+        keys, claims = self._keys, self._states.claims
+
+        async def attempt(record: Record) -> None:
+            claim = claims.get(keys.key(record.topic, record.partition))
+            # A record whose claim ended meanwhile: nothing it sends can commit here.
+            output = self.output(claim) if claim is not None else _gone(record.partition)
+            try:
+                await handler(record, output)
+            finally:
+                sends = output.close()
+            if claim is not None:
+                self.keep(claim, record.offset, sends)
+
+        return attempt
+
+    # -- commits -----------------------------------------------------------------------------
+
+    async def commit(self, partitions: Collection[PartitionKey], *, raising: bool = False) -> None:
+        """Commit, for each of ``partitions`` whose completed offset moved, a transaction with
+        the kept sends below it and the offset; a committed offset becomes pending (ZooKeeper
+        follows). A partition whose commit failed is given up (see the module).
+
+        Args:
+            partitions: the partitions to commit.
+            raising: raise `ProducerFencedError` for a fenced partition (else it is logged).
+
+        Raises:
+            ProducerFencedError: with ``raising``, a partition's producer was fenced.
+        """
+        due = [p for p in partitions if self._due(p)]
+        if not due:
+            return
+        if len(due) == 1:
+            await self._commit(due[0], raising)
+            return
+        async with anyio.create_task_group() as tasks:
+            for partition in due:
+                tasks.start_soon(self._commit, partition, raising)
+
+    def _due(self, partition: PartitionKey) -> bool:
+        claim = self._states.claims.get(partition)
+        return (
+            claim is not None
+            and claim.ready is not None
+            and not claim.fenced
+            and partition in self._partitions
+        )
+
+    async def _commit(self, partition: PartitionKey, raising: bool) -> None:
+        entry = self._partitions.get(partition)
+        if entry is None:
+            return
+        async with entry.lock:
+            claim = self._states.claims.get(partition)
+            offset = None if claim is None else claim.ready
+            if (
+                claim is None
+                or claim.fenced
+                or offset is None
+                or self._partitions.get(partition) is not entry
+            ):
+                return
+            kept = entry.kept
+            below = sorted(o for o in kept if o < offset)
+            sends = [send for o in below for send in kept[o]]
+            try:
+                await entry.producer.commit(sends, offset)
+            except ProducerFencedError as exc:
+                self._give_up(claim, f"{exc}")
+                if raising:
+                    raise
+                return
+            except BrokerError as exc:
+                self._give_up(claim, f"{exc}; reading it again from the offset committed last")
+                return
+            except BaseException:
+                # Cancelled mid-transaction: its outcome is unknown; the next claim knows.
+                self._give_up(claim, "a commit was cancelled")
+                raise
+            for o in below:
+                del kept[o]
+            self._states.committed(claim, offset)
+
+    def _give_up(self, claim: Claim, why: str) -> None:
+        """The partition's transaction failed: its claim is given up (see the module)."""
+        if claim.fenced:
+            return
+        log.warning(
+            "member %s: %s: the transaction failed (%s); giving the partition up",
+            self._id,
+            self._layout.label(claim.partition),
+            why,
+        )
+        self._on_fenced(self._states.fenced_off([claim]))
+
+
+def _check_send(
+    topic: object, value: object, key: object, headers: object, partition: object
+) -> None:
+    """Refuse what `Output.send()` cannot write (checked before it is kept, so the error
+    points at the send, not at a commit later).
+
+    Raises:
+        ConfigurationError: the argument named is not valid.
+    """
+    raw = (bytes, bytearray, memoryview)
+    if not isinstance(topic, str) or not topic:
+        raise ConfigurationError(f"topic must be a non-empty string, not {topic!r}")
+    if value is not None and not isinstance(value, raw):
+        raise ConfigurationError(f"value must be bytes or None, not {type(value).__name__}")
+    if key is not None and not isinstance(key, raw):
+        raise ConfigurationError(f"key must be bytes or None, not {type(key).__name__}")
+    if partition is not None and (
+        not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
+    ):
+        raise ConfigurationError(f"partition must be a non-negative integer, not {partition!r}")
+    if headers is None:
+        return
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+        raise ConfigurationError(f"headers must be a list of (str, bytes) pairs, not {headers!r}")
+    for header in headers:
+        if (
+            not isinstance(header, tuple)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not isinstance(header[1], raw)
+        ):
+            raise ConfigurationError(f"headers must be (str, bytes) pairs, not {header!r}")
+
+
+def _gone(partition: int) -> Output:
+    """An `Output` of a record whose claim ended: it refuses every send as fenced."""
+    return Output(lambda: True, partition)
