@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from pipeline import outputs_of
 
 from aio_cluster import (
     ConfigurationError,
@@ -32,6 +31,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
+from pipeline import outputs_of
 from support import add_topic, member, stored_offsets, within
 
 pytestmark = [pytest.mark.asyncio]

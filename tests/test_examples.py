@@ -25,6 +25,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
+from pipeline import outputs_of
 from support import running, stored_offsets, wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -198,4 +199,26 @@ async def test_manual_commit_script_commits_what_it_wrote(
     await example.run(command, log, a_chunk, "a chunk committed")
     written = [line.split() for line in out.read_text().splitlines()]
     assert sorted(value for _p, _o, value in written) == sorted(str(i) for i in range(250))
+    await example.assert_left(counts)
+
+
+async def test_exactly_once_script_writes_each_input_once(
+    example: Example, produce: Produce, make_topic: MakeTopic
+) -> None:
+    counts = await produce(example.topic, 200)
+    sink = await make_topic(partitions=3)
+    log = example.folder / "exactly_once.log"
+    command = [
+        *(sys.executable, str(EXAMPLES / "exactly_once.py"), example.group, example.topic, sink)
+    ]
+    async with outputs_of(example.cluster.bootstrap, sink, 3) as outputs:
+
+        async def all_written() -> bool:
+            await outputs.read(100)
+            return len(outputs.keys) == 200
+
+        await example.run(command, log, all_written, "200 outputs, read_committed")
+        await outputs.to_end()
+    assert set(outputs.keys.values()) == {1}, output(log)
+    assert await stored_offsets(example.zk, example.layout, 3) == dict(counts)
     await example.assert_left(counts)
