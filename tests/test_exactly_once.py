@@ -32,7 +32,8 @@ from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
 from pipeline import outputs_of
-from support import add_topic, member, stored_offsets, within
+from support import add_topic, member, stored_offsets, wait_until, within
+from test_cli import run as run_cli
 
 pytestmark = [pytest.mark.asyncio]
 
@@ -324,3 +325,50 @@ async def test_key_order_holds_in_the_output(
     for key, values in seen.items():
         assert values == sorted(values), f"{key!r} out of order"
         assert len(values) == total // keys
+
+
+async def test_a_reset_moves_kafkas_offsets_too_and_the_next_claim_starts_there(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    zk: ZooKeeper,
+    group_name: str,
+) -> None:
+    """An exactly-once group's claims start from the offset committed in Kafka: a reset of the
+    stopped group (``aio-cluster reset-offsets``) must move it too, or the reset is ignored."""
+    source, sink, total = await make_topic(1), await make_topic(1), 20
+    await produce(source, total)
+
+    async def copy(group: ConsumerGroup[int], value: bytes) -> None:
+        async for _partition, batch, output in group.transactions():
+            for record in batch:
+                await output.send(sink, value, key=record.key)
+
+    for run, value in enumerate((b"first", b"again")):
+        async with (
+            outputs_of(cluster.bootstrap, sink, 1) as outputs,
+            member(cluster, group_name, source, exactly_once=True) as group,
+        ):
+            piping = asyncio.create_task(copy(group, value))
+            async def written(expected: int = total * (run + 1)) -> bool:
+                await outputs.read(100)
+                return sum(outputs.keys.values()) >= expected
+
+            await wait_until(written, timeout=60, what=f"run {run}'s output")
+            await group.close()
+            await within(piping, 30, "the loop's end")
+            assert sum(outputs.keys.values()) == total * (run + 1)
+        await offsets_agree(cluster, zk, group_name, source, 1)
+        if run == 0:
+            status, out, err = await run_cli(
+                cluster,
+                "reset-offsets",
+                group_name,
+                "--topic",
+                source,
+                "--to-earliest",
+                "--execute",
+            )
+            assert status == 0, err
+            assert "group's offsets in Kafka of 1 partition" in out
+            assert await kafka_offsets(cluster, group_name, source, 1) == {PartitionKey(0): 0}

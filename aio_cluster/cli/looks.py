@@ -13,8 +13,9 @@ from typing import TypeVar
 
 from ..control.store import ControlStore
 from ..errors import AccessDeniedError, ConfigurationError
+from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.offset_reader import OffsetReader
-from ..kafka.topics import TopicPartition
+from ..kafka.topics import TopicKeys, TopicPartition
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, Registration
 from . import survey
@@ -34,6 +35,7 @@ from .plans import (
 __all__ = [
     "Look",
     "by_partition",
+    "kafka_follows",
     "look",
     "open_kafka",
     "open_zookeeper",
@@ -42,6 +44,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+KAFKA_TIMEOUT = 30.0
+"""Seconds the reset waits for Kafka's group offsets to be read and written."""
 
 
 @contextlib.asynccontextmanager
@@ -169,3 +174,34 @@ async def plan_topic(
         plan_reset(target, stored, bounds, at_time),
         {p: version for p, (_value, version) in nodes.items()},
     )
+
+
+async def kafka_follows(
+    connection: Connection, group: str, plans: Mapping[str, Sequence[PlanRow]]
+) -> int:
+    """After a reset stored in ZooKeeper: move the group's offsets in Kafka too, for the
+    partitions where Kafka holds one (an exactly-once group's claims start from Kafka's
+    committed offset, which would otherwise win over the reset; a mirrored group's tools would
+    show the old one). Partitions without a Kafka offset are left without.
+
+    Returns:
+        How many partitions' Kafka offsets were moved.
+
+    Raises:
+        BrokerError: Kafka did not answer (ZooKeeper holds the reset already).
+    """
+    keys = TopicKeys(tuple(plans))
+    offsets = KafkaGroupOffsets(
+        connection.bootstrap_address(), group, keys, client_id=PROG, options=connection.kafka
+    )
+    await offsets.start()
+    try:
+        wanted = {
+            keys.key(topic, row.partition): row.new for topic, plan in plans.items() for row in plan
+        }
+        held = await offsets.committed(list(wanted), KAFKA_TIMEOUT)
+        moved = {key: offset for key, offset in wanted.items() if key in held}
+        await offsets.commit(moved, KAFKA_TIMEOUT)
+        return len(moved)
+    finally:
+        await offsets.stop()

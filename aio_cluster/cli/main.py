@@ -374,12 +374,17 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
                 f"refused: the stored offsets of group {group!r} kept changing while the "
                 f"reset was planned ({_RESET_ATTEMPTS} plans); stop its members first"
             )
+    # Kafka's offsets follow (an exactly-once group starts from them): written once ZooKeeper
+    # holds the reset, so that a failure here leaves ZooKeeper right and says so.
+    moved = await looks.kafka_follows(connection, group, plans)
     if options.json:
         stored = [row.as_json(topic, stored=True) for topic, plan in plans.items() for row in plan]
         print(json.dumps(stored, indent=2))
     else:
         count = sum(len(plan) for plan in plans.values())
         tables.show(f"stored the new offsets of {count} partition(s) of {len(plans)} topic(s)")
+        if moved:
+            tables.show(f"and the group's offsets in Kafka of {moved} partition(s)")
     return 0
 
 
