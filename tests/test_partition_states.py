@@ -752,3 +752,30 @@ def test_a_batch_grows_only_while_nothing_voids_withholds_or_pauses_it() -> None
         else:
             states.pause([P0])
         assert states.pick(grows) is None, stop
+
+
+def test_exactly_once_a_completed_offset_waits_for_its_transaction_before_it_is_stored() -> None:
+    """Transactional states: what a batch or a prefix completes is ``ready``, never pending,
+    until `committed()` says Kafka committed it; a seek or a loss drops it."""
+    states = PartitionStates(transactional=True)
+    claim = Claim(P0, 0, 0, 0)
+    states.claimed(claim)
+    _fed(states, FakeFetcher())
+    states.fetched(P0, records(0, 1, 2, 3))
+    picked = states.pick()
+    assert picked is not None
+    states.progressed(claim, picked[1], 2)
+    assert (claim.ready, claim.pending) == (2, None), "a prefix is ready, not pending"
+    assert states.unstored([P0]) == [], "nothing for ZooKeeper before Kafka committed"
+    assert states.committed(claim, 2)
+    assert (claim.ready, claim.pending) == (None, 2)
+    assert states.finished(*picked, completed=True, commit=True)
+    assert (claim.ready, claim.pending) == (4, 2)
+    states.to_store(P0, 3)
+    assert (claim.ready, claim.pending) == (3, 2), "commit() goes through a transaction too"
+    states.sought(P0, 1)
+    assert claim.ready is None
+    assert not states.committed(Claim(P0, 0, 0, 0), 9), "another claim's commit changes nothing"
+    states.to_store(P0, 5)
+    states.lost()
+    assert claim.ready is None
