@@ -259,6 +259,13 @@ class Transactions:
                 del self._partitions[partition]
             await entry.producer.stop()
 
+    async def retire(self, claimed: Collection[PartitionKey]) -> None:
+        """Stop the producers of partitions no longer claimed (their claims went with a lost
+        session; a new owner's start has fenced them, or will)."""
+        held = set(claimed)
+        stale = [partition for partition in self._partitions if partition not in held]
+        await asyncio.gather(*(self.release(partition) for partition in stale))
+
     # -- output ------------------------------------------------------------------------------
 
     def output(self, claim: Claim) -> Output:

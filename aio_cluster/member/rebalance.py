@@ -15,7 +15,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -65,6 +65,9 @@ class ClaimStarter(Protocol):
 
     async def release(self, partition: PartitionKey) -> None:
         """The claim of ``partition`` ends (before its node is deleted)."""
+
+    async def retire(self, claimed: Collection[PartitionKey]) -> None:
+        """Before a rebalance: end what goes with claims no longer held (lost with a session)."""
 
 
 class Rebalancer:
@@ -214,6 +217,8 @@ class Rebalancer:
             False when a claim could not be made in time, so the rebalance is tried again.
         """
         epoch = self._epoch
+        if self._starter is not None:
+            await self._starter.retire(list(self._claims))
         with self._step("targets"):
             target = await self._assignment.target()
         self._states.expected(target)
