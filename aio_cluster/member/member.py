@@ -584,7 +584,8 @@ class Member:
 
     async def _start(self) -> None:
         """Start the member's clients at once: the ZooKeeper session (then the group's paths),
-        the Kafka clients (then, if the member may not wait, the topic check) and the mirror.
+        the Kafka clients (then, if the member may not wait, the topic check), the mirror and,
+        exactly once, the reader of the group's committed Kafka offsets.
 
         Each start runs to its end even when another fails, so that no client is left half
         started; the first failure (in that order) is raised, and `register()` closes them all.
