@@ -350,6 +350,7 @@ async def test_a_reset_moves_kafkas_offsets_too_and_the_next_claim_starts_there(
             member(cluster, group_name, source, exactly_once=True) as group,
         ):
             piping = asyncio.create_task(copy(group, value))
+
             async def written(expected: int = total * (run + 1)) -> bool:
                 await outputs.read(100)
                 return sum(outputs.keys.values()) >= expected
