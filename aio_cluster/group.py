@@ -583,7 +583,8 @@ class ConsumerGroup(Generic[PartitionT]):
         the body sends through ``output`` and the batch's offset commit in one Kafka
         transaction when the body completed (when the loop asks for the next batch); a body
         that raises or breaks sends nothing, and its batch is delivered again. See the
-        exactly-once guide.
+        exactly-once guide. With OpenTelemetry's API installed each body runs in a
+        ``process <topic>`` span, as in `batches()`.
 
         Raises:
             ConfigurationError: the group is not ``exactly_once``, or `process()` runs.
@@ -594,7 +595,9 @@ class ConsumerGroup(Generic[PartitionT]):
             FetchError, DeserializationError: as for `batches()`.
             AioClusterError: the member failed in the background (the cause is kept).
         """
-        return self._transactions(self._exactly_once("transactions()"))
+        batches = self._transactions(self._exactly_once("transactions()"))
+        telemetry = self._member.telemetry
+        return batches if telemetry is None else telemetry.body_spans(batches)
 
     async def _transactions(
         self, transactions: Transactions

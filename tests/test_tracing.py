@@ -481,3 +481,21 @@ asyncio.run(main())
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
     assert out.decode().strip() == "consumed 5"
+
+
+@pytest.mark.asyncio
+async def test_a_transactions_body_runs_in_its_span(
+    otel: Telemetries, cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    exporter, _reader = otel
+    topic, sink = await make_topic(partitions=1), await make_topic(partitions=1)
+    await _produce_traced(cluster, topic, ["k0", "k1"])
+    inside: list[int] = []
+    async with member(cluster, group_name, topic, exactly_once=True) as group:
+        async for _partition, batch, output in group.transactions():
+            inside.append(trace.get_current_span().get_span_context().span_id)
+            await output.send(sink, b"v", key=batch[0].key)
+            break  # one body is enough: its span ends with the loop
+    bodies = _spans(exporter, f"process {topic}")
+    assert [_span_id(span) for span in bodies] == inside
+    assert _attributes(bodies[0])[semconv.CONSUMER_GROUP] == group_name

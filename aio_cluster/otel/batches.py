@@ -38,17 +38,17 @@ if TYPE_CHECKING:
 
 __all__ = ["BodySpans"]
 
-P = TypeVar("P")
+Item = TypeVar("Item", bound=tuple[Any, ...])
+"""What the loop hands out: ``(partition, batch)``, or ``(partition, batch, output)`` for
+``transactions()``; the batch is always second."""
 
 
-class BodySpans(AsyncGenerator[tuple[P, list[Record]], None]):
-    """``(partition, batch)`` pairs of a member's batch generator, each body in its span (see
-    the module). An async generator itself (``asend``, ``athrow``, ``aclose``), as the batches
-    it wraps are."""
+class BodySpans(AsyncGenerator[Item, None]):
+    """``(partition, batch, ...)`` items of a member's batch generator, each body in its span
+    (see the module). An async generator itself (``asend``, ``athrow``, ``aclose``), as the
+    batches it wraps are."""
 
-    def __init__(
-        self, batches: AsyncGenerator[tuple[P, list[Record]], None], telemetry: Telemetry
-    ) -> None:
+    def __init__(self, batches: AsyncGenerator[Item, None], telemetry: Telemetry) -> None:
         self._batches = batches
         self._telemetry = telemetry
         self._span: Span | None = None
@@ -57,19 +57,20 @@ class BodySpans(AsyncGenerator[tuple[P, list[Record]], None]):
         self._topic = ""
         self._partition = 0
 
-    async def asend(self, value: None) -> tuple[P, list[Record]]:
+    async def asend(self, value: None) -> Item:
         """End the body before (it completed), then hand out the next batch in a new span."""
         self._end(completed=True)
-        partition, batch = await self._batches.asend(value)
+        item = await self._batches.asend(value)
+        batch: list[Record] = item[1]
         self._begin(batch)
-        return partition, batch
+        return item
 
     async def athrow(
         self,
         typ: Any,
         val: Any = None,
         tb: TracebackType | None = None,
-    ) -> tuple[P, list[Record]]:
+    ) -> Item:
         """End the body before (it did not complete), then throw into the batches."""
         self._end(completed=False)
         if val is None and tb is None:

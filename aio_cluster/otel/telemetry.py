@@ -58,7 +58,7 @@ from .attributes import (
     partition_attributes,
     process_name,
 )
-from .batches import BodySpans
+from .batches import BodySpans, Item
 from .headers import producer_context
 from .meters import LagReading, Meters
 
@@ -190,11 +190,9 @@ class Telemetry:
         first = batch[0]
         self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 
-    def body_spans(
-        self, batches: AsyncGenerator[tuple[P, list[Record]], None]
-    ) -> AsyncGenerator[tuple[P, list[Record]], None]:
-        """``batches`` with each async for body in a span of its own (see
-        `aio_cluster.otel.batches`)."""
+    def body_spans(self, batches: AsyncGenerator[Item, None]) -> AsyncGenerator[Item, None]:
+        """``batches`` (``(partition, batch, ...)`` items) with each async for body in a span of
+        its own (see `aio_cluster.otel.batches`)."""
         return BodySpans(batches, self)
 
     def body(self, batch: list[Record]) -> Span:
