@@ -373,3 +373,24 @@ async def test_a_reset_moves_kafkas_offsets_too_and_the_next_claim_starts_there(
             assert status == 0, err
             assert "group's offsets in Kafka of 1 partition" in out
             assert await kafka_offsets(cluster, group_name, source, 1) == {PartitionKey(0): 0}
+
+
+async def test_commit_goes_through_a_transaction_and_zookeeper_follows(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    zk: ZooKeeper,
+    group_name: str,
+) -> None:
+    source = await make_topic(1)
+    await produce(source, 10)
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        await group.commit(0, 4)
+        assert await kafka_offsets(cluster, group_name, source, 1) == {PartitionKey(0): 4}
+        assert await group.offset(0) == 4
+    assert await stored_offsets(zk, GroupLayout(group_name, source), 1) == {0: 4}
+    async with member(cluster, group_name, source, exactly_once=True) as again:
+        batches = again.transactions()
+        _partition, batch, _output = await within(anext(batches), 30, "a batch")
+        assert batch[0].offset == 4, "the next claim starts at the committed offset"
+        await again.close()
