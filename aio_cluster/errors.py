@@ -208,7 +208,7 @@ class GroupClosedError(AioClusterError):
 
 class IllegalTransition(AioClusterError):
     """A part of the member asked for a transition the state of the partition does not allow:
-    a bug in the library (internal: `aio_cluster.member.partitions` raises it)."""
+    a bug in the library (internal: `aio_cluster.member.delivery.partitions` raises it)."""
 
 
 class BrokerError(AioClusterError):

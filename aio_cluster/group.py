@@ -49,7 +49,7 @@ from .errors import ConfigurationError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.bulk import run_bulk
-from .member.claims import Batch
+from .member.delivery.claims import Batch
 from .member.exactly_once import Output, TransactionalHandler, Transactions
 from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState

@@ -1,4 +1,4 @@
-"""The notes of records finished past a partition's prefix (`aio_cluster.member.finished`):
+"""The notes of records finished past a partition's prefix (`aio_cluster.member.delivery.finished`):
 kept beside their claim, stored as runs, and read back only as written."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aio_cluster.kafka.topics import PartitionKey
-from aio_cluster.member import finished
-from aio_cluster.member.claims import Claim
+from aio_cluster.member.delivery import finished
+from aio_cluster.member.delivery.claims import Claim
 
 
 @given(

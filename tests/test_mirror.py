@@ -10,9 +10,9 @@ import pytest
 
 from aio_cluster import BrokerError
 from aio_cluster.kafka.topics import PartitionKey
-from aio_cluster.member.claims import UNPOSITIONED, Claim
+from aio_cluster.member.delivery.claims import UNPOSITIONED, Claim
+from aio_cluster.member.delivery.partitions import PartitionStates
 from aio_cluster.member.mirror import KafkaMirror
-from aio_cluster.member.partitions import PartitionStates
 
 pytestmark = pytest.mark.asyncio
 

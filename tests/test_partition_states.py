@@ -22,8 +22,8 @@ from hypothesis.stateful import (
 from aio_cluster import NotOwnedError
 from aio_cluster.kafka.records import Record
 from aio_cluster.kafka.topics import PartitionKey
-from aio_cluster.member.claims import UNPOSITIONED, Batch, Claim
-from aio_cluster.member.partitions import IllegalTransition, PartitionStates
+from aio_cluster.member.delivery.claims import UNPOSITIONED, Batch, Claim
+from aio_cluster.member.delivery.partitions import IllegalTransition, PartitionStates
 
 PARTITIONS = 3
 LOG_END = 40

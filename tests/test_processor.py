@@ -19,10 +19,10 @@ from aio_cluster.config import Processing
 from aio_cluster.errors import CoordinationError
 from aio_cluster.kafka.records import DecodedRecord, Record
 from aio_cluster.kafka.topics import PartitionKey
-from aio_cluster.member.claims import Claim
-from aio_cluster.member.delivery import Delivery
+from aio_cluster.member.delivery.claims import Claim
+from aio_cluster.member.delivery.delivery import Delivery
+from aio_cluster.member.delivery.partitions import PartitionStates
 from aio_cluster.member.liveness import Liveness, Phase, phase
-from aio_cluster.member.partitions import PartitionStates
 from aio_cluster.member.processing import Processor
 from aio_cluster.member.workers import SLICE
 from aio_cluster.zookeeper.client import SessionState

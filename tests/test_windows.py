@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from aio_cluster.config import Ordering
 from aio_cluster.kafka.records import Record
 from aio_cluster.kafka.topics import PartitionKey
-from aio_cluster.member.claims import Claim
+from aio_cluster.member.delivery.claims import Claim
 from aio_cluster.member.windows import Entry, Window
 
 

@@ -8,13 +8,11 @@ Modules::
     assignment.py    which partitions the assignment gives this member: targets, shares, turns
     bulk.py          BulkCalls: a bulk handler as process()'s per-record handler, calls split
     claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
-    claims.py        the Claim record the parts of a member share
     controls.py      MemberControls: an operator's pauses and skips obeyed, stops published
-    delivery.py      buffers, batches in flight, the round-robin pick, pause and seek
+    delivery/        the partitions' states, and their batches fetched and handed out
     eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
     exactly_once.py  Transactions, Output: a partition's output and offsets in one Kafka transaction
     failures.py      Retries: a failed record's retries and its dead letter, for process()
-    finished.py      notes of records finished past the stored offset, passed over after it
     handover.py      a rebalance's handover: draining, the listener, new claims
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     lifecycle.py     GroupState: the stages of a member's life
@@ -26,7 +24,6 @@ Modules::
     naming.py        PartitionNames: the user's int or TopicPartition to keys and back (pure)
     offsets.py       stored offsets and the fenced transaction
     outcomes.py      what a handler's end means in process(): the key's next, retries, policy
-    partitions.py    PartitionStates: every partition's state and its legal transitions (pure)
     processing.py    Processor: process()'s batches taken, grown, told and settled
     rebalance.py     the rebalance under the lock: the loop, releases and claims
     registration.py  this member's node, the name it holds, the members seen, the strategy

@@ -24,7 +24,7 @@ from ..assign.shares import predecessor, watches_registrations
 from ..assign.strategies import Strategy, assign
 from ..assign.target import StickyTarget
 from ..kafka.topics import PartitionKey, TopicKeys
-from .claims import Claim
+from .delivery.claims import Claim
 from .registration import Members, Registrar
 from .topics import Topics, TopicState
 

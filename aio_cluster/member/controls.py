@@ -31,10 +31,10 @@ from ..errors import AioClusterError, BadVersionError, CoordinationError, NoNode
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import Delete, SessionState, ZooKeeper
 from ..zookeeper.layout import GroupLayout
-from .delivery import Delivery
+from .delivery.delivery import Delivery
+from .delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
-from .partitions import PartitionStates
 from .processing import Processor
 
 __all__ = ["REFRESH", "SKIPPED_BY", "MemberControls"]

@@ -11,15 +11,15 @@ What a batch's body or a record's handler sends goes into an `Output`, kept in m
 that raises or breaks, or a handler attempt that fails, drops its sends. The sends of records
 that finished are kept by the input offset they came from; the partition's completed offset
 (a batch's end, or `process()`'s completed prefix) is ``ready`` (see
-`aio_cluster.member.partitions`), and a commit (`Transactions.commit()`) writes the kept sends
-of the records below it, in offset order, and the offset, in one transaction. Records finished
+`aio_cluster.member.delivery.partitions`), and a commit (`Transactions.commit()`) writes the kept
+sends of the records below it, in offset order, and the offset, in one transaction. Records finished
 beyond the prefix keep their sends for a later transaction, so a transaction only ever carries
 the output of inputs below the offset it commits. Only a committed offset becomes pending for
 ZooKeeper, which so never runs ahead of Kafka.
 
 A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
-up: its claim is marked gone (`aio_cluster.member.partitions.PartitionStates.fenced_off`) and
-the next rebalance drops it. A commit that fails otherwise does the same, after which the
+up: its claim is marked gone (`aio_cluster.member.delivery.partitions.PartitionStates.fenced_off`)
+and the next rebalance drops it. A commit that fails otherwise does the same, after which the
 rebalance claims the partition again when the assignment still gives it here: the new producer's
 start aborts the open transaction, and the partition is read again from the offset Kafka
 committed last.
@@ -45,9 +45,9 @@ from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
 from ..kafka.transactions import PartitionProducer, Send
-from .claims import Claim
+from .delivery.claims import Claim
+from .delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
-from .partitions import PartitionStates
 
 __all__ = ["Output", "TransactionalHandler", "Transactions"]
 

@@ -7,10 +7,11 @@ listener hears of it, its completed offset is stored, and only then is its claim
 partition whose handler ignores its cancellation stays, handing out nothing, until it ended. A
 new claim is positioned and handed to the fetcher; its first batch waits until the listener
 heard of it, and until what the claim before it noted as finished past its offset was read
-(see `aio_cluster.member.finished`). When the member leaves, running bodies are not awaited
+(see `aio_cluster.member.delivery.finished`). When the member leaves, running bodies are not awaited
 (their batches go to the next owner), but the listener hears of every partition it gives up.
 
-The partitions' state is `aio_cluster.member.partitions.PartitionStates`; this part holds none.
+The partitions' state is `aio_cluster.member.delivery.partitions.PartitionStates`; this part holds
+none.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from ..kafka.topics import PartitionKey
-from .delivery import Delivery
+from .delivery.delivery import Delivery
+from .delivery.partitions import PartitionStates
 from .listener import RebalanceListener
 from .mirror import KafkaMirror
 from .offsets import Offsets
-from .partitions import PartitionStates
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry

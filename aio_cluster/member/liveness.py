@@ -39,7 +39,7 @@ import anyio
 
 from ..errors import CoordinationError
 from ..zookeeper.client import SessionState, ZooKeeper
-from .delivery import Delivery
+from .delivery.delivery import Delivery
 
 __all__ = ["Liveness", "Phase", "phase"]
 

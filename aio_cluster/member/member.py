@@ -59,9 +59,10 @@ from ..kafka.options import parse_bootstrap
 from ..kafka.topics import PartitionKey
 from ..otel.loading import telemetry_for
 from ..zookeeper.client import SessionState, ZooKeeper
-from .claims import Batch, Claim
 from .controls import MemberControls
-from .delivery import Delivery
+from .delivery.claims import Batch, Claim
+from .delivery.delivery import Delivery
+from .delivery.partitions import PartitionStates
 from .exactly_once import Transactions
 from .handover import Handover
 from .keyed_layout import KeyedLayout
@@ -71,7 +72,6 @@ from .liveness import Liveness
 from .membership import Membership
 from .mirror import KafkaMirror
 from .offsets import Offsets
-from .partitions import PartitionStates
 from .processing import Handler, Processor, check_handler
 from .statistics import GroupStatistics, partition_statistics
 

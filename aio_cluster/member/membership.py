@@ -27,11 +27,11 @@ from ..errors import AioClusterError
 from ..kafka.fetcher import Fetcher
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import ZooKeeper
-from .claims import Claim
+from .delivery.claims import Claim
+from .delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
-from .partitions import PartitionStates
 from .rebalance import ClaimStarter, Rebalancer
 from .registration import Registrar
 from .topics import Topics

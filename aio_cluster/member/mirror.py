@@ -12,7 +12,7 @@ With ``"migrate"`` a newly claimed partition starts at the offset a Kafka consum
 same name committed where that is further than the offset stored in ZooKeeper (or none is
 stored), and stores it at once: a service moves from such a group to aio_cluster, back, and
 again, without reading twice what either side had read. An offset Kafka committed past the log
-end is treated as any stored offset past it (see `aio_cluster.member.delivery`).
+end is treated as any stored offset past it (see `aio_cluster.member.delivery.delivery`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..errors import BrokerError
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.topics import PartitionKey
-from .claims import Claim
+from .delivery.claims import Claim
 
 __all__ = ["KafkaMirror"]
 

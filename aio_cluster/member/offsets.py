@@ -7,8 +7,8 @@ replaced, an offset reset bumped the fence) never overwrites what the next owner
 stored. A claim such a write finds gone is marked ``fenced``: nothing is stored for it again, its
 offsets are not mirrored, and ``on_fenced`` asks for the rebalance that drops it.
 
-The records noted as finished past a claim's offset (`aio_cluster.member.finished`) are stored
-in the same transaction, in a node of the project's own; a claim's first batch is handed out
+The records noted as finished past a claim's offset (`aio_cluster.member.delivery.finished`) are
+stored in the same transaction, in a node of the project's own; a claim's first batch is handed out
 only once the notes of the claim before it were read (`Offsets.read_notes()`).
 """
 
@@ -34,10 +34,10 @@ from ..zookeeper.client import (
     ZooKeeper,
 )
 from ..zookeeper.layout import decode_offset
-from . import finished
-from .claims import Claim
+from .delivery import finished
+from .delivery.claims import Claim
+from .delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
-from .partitions import PartitionStates
 
 __all__ = ["Offsets"]
 
@@ -71,14 +71,14 @@ class Offsets:
         self._store_lock = asyncio.Lock()
         """Serialises offset writes, so a later write never overtakes an earlier one."""
         self._notes: set[str] = set()
-        """The note nodes known to exist (`aio_cluster.member.finished`)."""
+        """The note nodes known to exist (`aio_cluster.member.delivery.finished`)."""
         self._parents: set[str] = set()
         """The note parents known to exist."""
 
     async def read_notes(self, claims: list[Claim]) -> None:
         """Learn what the claims before ``claims`` noted as finished past the offsets they
-        stored (see `aio_cluster.member.finished`): one read of each topic's notes, and one of
-        each note of these partitions. A note that does not go with the claim's offset and
+        stored (see `aio_cluster.member.delivery.finished`): one read of each topic's notes, and one
+        of each note of these partitions. A note that does not go with the claim's offset and
         epoch is ignored; so is any that cannot be read (its records are handled again)."""
         by_parent: dict[str, list[Claim]] = {}
         for claim in claims:

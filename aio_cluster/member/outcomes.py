@@ -24,7 +24,7 @@ from ..config import Processing
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
-from .delivery import Delivery
+from .delivery.delivery import Delivery
 from .failures import Retries
 from .windows import Entry, Window
 from .workers import Handler, Workers

@@ -1,8 +1,8 @@
 """Processing: a handler run for every record of the claimed partitions, many records at once, in
 key order, with retries and a policy for records that fail for good.
 
-`Processor` takes batches from `aio_cluster.member.delivery` like the ``async for`` loop does,
-one running batch per partition, but keeps a batch running while up to ``concurrency`` of its
+`Processor` takes batches from `aio_cluster.member.delivery.delivery` like the ``async for`` loop
+does, one running batch per partition, but keeps a batch running while up to ``concurrency`` of its
 records (over all partitions) are in a handler: the workers of `aio_cluster.member.workers` run
 them, and `aio_cluster.member.outcomes` says what each end means. Which records may start, in
 which order, and how far the completed prefix got is the pure bookkeeping of
@@ -20,7 +20,8 @@ the furthest record start; past ``rebalance_timeout`` they are cancelled and awa
 first unfinished record is delivered again), or when the processor stops. A batch that ends
 unfinished notes the records that finished past its prefix, which are stored beside its offset
 and passed over when its records come again, here or on the next owner
-(`aio_cluster.member.finished`): a stop that cuts handlers short repeats no finished record.
+(`aio_cluster.member.delivery.finished`): a stop that cuts handlers short repeats no finished
+record.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from ..errors import AioClusterError
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
-from .claims import Batch, Claim
-from .delivery import Delivery
-from .finished import forget, note, noted
+from .delivery.claims import Batch, Claim
+from .delivery.delivery import Delivery
+from .delivery.finished import forget, note, noted
 from .outcomes import Outcomes
 from .windows import Window
 from .workers import Handler, check_handler
@@ -332,7 +333,7 @@ class Processor(Outcomes):
     def _pass_finished(self, window: Window) -> bool:
         """Pass over the records of ``window`` noted as finished (by an earlier ``process()``
         stopped without a graceful handover, here or on another member: see
-        `aio_cluster.member.finished`); a batch that starts before the note's prefix (read
+        `aio_cluster.member.delivery.finished`); a batch that starts before the note's prefix (read
         again after a seek back) forgets it.
 
         Returns:
@@ -353,7 +354,7 @@ class Processor(Outcomes):
     def _note_finished(self, window: Window) -> None:
         """``window`` ends unfinished: note the records that finished past its prefix (with
         those noted before, past it), to be stored beside its offset, so that none is handled
-        again (see `aio_cluster.member.finished`)."""
+        again (see `aio_cluster.member.delivery.finished`)."""
         batch, claim = window.batch, window.claim
         base = batch[window.prefix].offset
         offsets = {batch[index].offset for index in window.finished_beyond()}

@@ -35,11 +35,11 @@ from ..kafka.topics import PartitionKey
 from ..zookeeper.client import SessionState, ZooKeeper
 from .assignment import Assignment
 from .claiming import ClaimNodes, Taken
-from .claims import UNPOSITIONED, Claim
+from .delivery.claims import UNPOSITIONED, Claim
+from .delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
-from .partitions import PartitionStates
 from .registration import RETRY_DELAY, Registrar
 from .topics import Topics
 

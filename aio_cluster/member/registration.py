@@ -40,8 +40,8 @@ from ..zookeeper.client import (
 )
 from ..zookeeper.layout import Registration, decode_registration, encode_registration
 from ..zookeeper.roster import Roster, decode_roster, encode_roster
+from .delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
-from .partitions import PartitionStates
 
 __all__ = ["RETRY_DELAY", "Members", "Registrar"]
 

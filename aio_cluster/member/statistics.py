@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, cast
 
 from ..kafka.topics import PartitionKey, PartitionT
-from .claims import UNPOSITIONED, Claim
+from .delivery.claims import UNPOSITIONED, Claim
 from .lifecycle import GroupState
 
 __all__ = ["GroupStatistics", "PartitionStatistics", "lag", "partition_statistics"]

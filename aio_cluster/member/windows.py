@@ -29,8 +29,8 @@ finished record, so the next owner repeats none. One whose record failed for goo
 nothing more.
 
 Records that finished before the batch came (noted by a ``process()`` that stopped without a
-graceful handover: `aio_cluster.member.finished`) are passed over (`Window.pass_over()`): never
-taken, and passed by the prefix like any finished record.
+graceful handover: `aio_cluster.member.delivery.finished`) are passed over (`Window.pass_over()`):
+never taken, and passed by the prefix like any finished record.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from ..config import Ordering
 from ..kafka.records import Record, raw_key
 from ..kafka.topics import PartitionKey
-from .claims import Batch, Claim
+from .delivery.claims import Batch, Claim
 
 __all__ = ["Entry", "Window"]
 
@@ -182,7 +182,7 @@ class Window:
 
     def pass_over(self, indices: list[int]) -> None:
         """The records at ``indices`` (ascending) finished before the batch came (see
-        `aio_cluster.member.finished`): none of them is taken, and the prefix passes them.
+        `aio_cluster.member.delivery.finished`): none of them is taken, and the prefix passes them.
         They do not move the horizon: a stop runs no gap before them (they stay noted)."""
         if not indices:
             return

@@ -31,7 +31,7 @@ import anyio
 from ..config import Processing
 from ..errors import ConfigurationError
 from ..kafka.records import Record
-from .delivery import Delivery
+from .delivery.delivery import Delivery
 from .eager import resumed
 from .windows import Entry, Window
 

@@ -19,7 +19,7 @@ And every claim bumps its partition's fence, which classic tools ignore too::
     /consumers/<group>/fences/<topic>/<partition>  persistent, its version is the claim's epoch
 
 And where a batch ended unfinished, the records that finished past the stored offset, written
-with that offset (`aio_cluster.member.finished`), which classic tools ignore as well::
+with that offset (`aio_cluster.member.delivery.finished`), which classic tools ignore as well::
 
     /consumers/<group>/finished/<topic>/<partition>  persistent, the records finished past it
 

@@ -1,12 +1,12 @@
 """PartitionStates: the one owner of every partition's state in a member, without I/O.
 
-Each partition this member deals with has a claim (`aio_cluster.member.claims.Claim`: its owner
-node, position, buffered batches, pending and stored offsets) and a place in a few sets: withheld
-(being handed over, or not yet announced), paused, in flight (a batch whose body runs), voided (a
-running batch that must not be committed), sought (the fetcher must move), announced (the listener
-was told it is ours). Only this class changes them. Its methods are the transitions; each checks
-that it is legal and returns what the driver must do. The drivers (`delivery` for the fetcher,
-`offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener,
+Each partition this member deals with has a claim (`aio_cluster.member.delivery.claims.Claim`: its
+owner node, position, buffered batches, pending and stored offsets) and a place in a few sets:
+withheld (being handed over, or not yet announced), paused, in flight (a batch whose body runs),
+voided (a running batch that must not be committed), sought (the fetcher must move), announced (the
+listener was told it is ours). Only this class changes them. Its methods are the transitions; each
+checks that it is legal and returns what the driver must do. The drivers (`delivery` for the
+fetcher, `offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener,
 `rebalance` for the owner nodes) ask it and tell it, and never each other's state.
 
 The life of one partition::
@@ -56,9 +56,9 @@ import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 
-from ..errors import IllegalTransition, NotOwnedError
-from ..kafka.records import Record
-from ..kafka.topics import PartitionKey
+from ...errors import IllegalTransition, NotOwnedError
+from ...kafka.records import Record
+from ...kafka.topics import PartitionKey
 from .claims import UNPOSITIONED, Batch, Claim
 
 __all__ = ["Grows", "IllegalTransition", "PartitionStates"]

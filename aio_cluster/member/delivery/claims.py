@@ -1,7 +1,7 @@
 """A claim: one partition this member owns, and what the member knows about it.
 
-Plain data, changed only by `aio_cluster.member.partitions.PartitionStates` (the owner of every
-partition's state); the drivers (`rebalance`, `delivery`, `offsets`) read it.
+Plain data, changed only by `aio_cluster.member.delivery.partitions.PartitionStates` (the owner of
+every partition's state); the drivers (`rebalance`, `delivery`, `offsets`) read it.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..kafka.records import Record
-from ..kafka.topics import PartitionKey
+from ...kafka.records import Record
+from ...kafka.topics import PartitionKey
 
 __all__ = ["UNPOSITIONED", "Batch", "Claim"]
 
@@ -41,7 +41,7 @@ class Claim:
     buffered: deque[Batch] = field(default_factory=deque)
     sizes: deque[int] = field(default_factory=deque)
     """The record bytes of each buffered batch, in step with ``buffered`` (the budget's
-    measure, see `aio_cluster.member.partitions.PartitionStates.buffered_bytes`)."""
+    measure, see `aio_cluster.member.delivery.partitions.PartitionStates.buffered_bytes`)."""
     earliest: int | None = None
     """The partition's earliest offset when it was positioned (only where none was stored)."""
     epoch: int = 0

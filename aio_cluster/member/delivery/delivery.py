@@ -3,8 +3,8 @@ state says is fetchable, hands out the batch it picks, and wakes the iterators a
 wait on it.
 
 Which batch goes next, what a finished batch commits, where a partition reads from: all of that is
-decided by `aio_cluster.member.partitions.PartitionStates`; this part only does the waiting and the
-I/O. It never writes to ZooKeeper.
+decided by `aio_cluster.member.delivery.partitions.PartitionStates`; this part only does the waiting
+and the I/O. It never writes to ZooKeeper.
 
 Once every record a partition's fetches returned has been handed out and committed, its offset
 moves on to the fetcher's position: past the transaction markers, aborted records and compaction
@@ -35,8 +35,8 @@ from typing import Any, Protocol, cast
 
 import anyio
 
-from ..errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
-from ..kafka.topics import PartitionKey
+from ...errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
+from ...kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import Grows, PartitionStates
 
