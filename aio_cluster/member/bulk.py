@@ -33,7 +33,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -42,13 +42,14 @@ from tenacity import AsyncRetrying, stop_after_attempt
 from ..config import Processing
 from ..errors import ConfigurationError
 from ..kafka.records import Record
+from .delivery.delivery import Delivery
 from .failures import waits
+from .workers import Handler
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
-    from .member import Member
 
-__all__ = ["BulkCalls", "BulkHandler", "check_bulk", "run_bulk"]
+__all__ = ["BulkCalls", "BulkHandler", "ProcessingMember", "check_bulk", "run_bulk"]
 
 log = logging.getLogger(__name__)
 
@@ -275,8 +276,24 @@ class BulkCalls:
         )
 
 
+class ProcessingMember(Protocol):
+    """What `run_bulk()` asks of a member (`aio_cluster.member.member.Member` is one): its id,
+    its telemetry, its delivery's gate and its ``process()``."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def telemetry(self) -> Telemetry | None: ...
+
+    @property
+    def delivery(self) -> Delivery: ...
+
+    async def process(self, handler: Handler, policy: Processing) -> None: ...
+
+
 async def run_bulk(
-    member: Member, handler: BulkHandler, size: int, linger: float, policy: Processing
+    member: ProcessingMember, handler: BulkHandler, size: int, linger: float, policy: Processing
 ) -> None:
     """Run ``handler`` on calls of the member's records through its ``process()`` until the
     member closes or the call is cancelled (see the module).
