@@ -48,7 +48,6 @@ from .config import (
 from .errors import ConfigurationError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
-from .member.bulk import run_bulk
 from .member.delivery.claims import Batch
 from .member.exactly_once import Output, TransactionalHandler, Transactions
 from .member.keyed_layout import KeyedLayout
@@ -56,8 +55,9 @@ from .member.lifecycle import GroupState
 from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
 from .member.naming import UNKNOWN, PartitionNames
+from .member.processing.bulk import run_bulk
+from .member.processing.workers import check_handler
 from .member.statistics import GroupStatistics
-from .member.workers import check_handler
 from .zookeeper.layout import check_name
 
 if TYPE_CHECKING:

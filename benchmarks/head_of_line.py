@@ -31,7 +31,7 @@ from rich.table import Table
 
 from aio_cluster import ConsumerGroup, Record
 from aio_cluster.local import LocalCluster
-from aio_cluster.member.processing import Processor
+from aio_cluster.member.processing.processor import Processor
 
 KEYS = 50
 FAILURES = 3

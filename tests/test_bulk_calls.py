@@ -12,7 +12,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 
 from aio_cluster import ConfigurationError, Processing, Record
-from aio_cluster.member.bulk import BulkCalls, check_bulk
+from aio_cluster.member.processing.bulk import BulkCalls, check_bulk
 
 from support import wait_until
 

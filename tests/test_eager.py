@@ -1,5 +1,5 @@
-"""`aio_cluster.member.eager.resumed`: a coroutine stepped once by hand, then awaited, behaves
-as if it had been awaited from the start (pure asyncio, no servers)."""
+"""`aio_cluster.member.processing.eager.resumed`: a coroutine stepped once by hand, then awaited,
+behaves as if it had been awaited from the start (pure asyncio, no servers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from aio_cluster.member.eager import resumed
+from aio_cluster.member.processing.eager import resumed
 
 pytestmark = pytest.mark.asyncio
 

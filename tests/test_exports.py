@@ -99,7 +99,7 @@ PURE = [
     "kafka/topics.py",
     "member/keyed_layout.py",
     "member/naming.py",
-    "member/windows.py",
+    "member/processing/windows.py",
     "otel/attributes.py",
     "dashboard/charts.py",
     "dashboard/history.py",

@@ -431,7 +431,7 @@ async def test_poison_record_goes_to_the_dead_letter_topic(
             raise ValueError(f"cannot digest {record.value!r}")
         handled.append(record.value)
 
-    caplog.set_level(logging.WARNING, logger="aio_cluster.member.failures")
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.processing.failures")
     async with member(cluster, group_name, topic) as group:
         async with processing(
             group,

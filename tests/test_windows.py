@@ -1,5 +1,5 @@
-"""The pure bookkeeping of process()'s running batches (`aio_cluster.member.windows`): which
-records may start, in which order, and how far the completed prefix got. A hypothesis machine
+"""The pure bookkeeping of process()'s running batches (`aio_cluster.member.processing.windows`):
+which records may start, in which order, and how far the completed prefix got. A hypothesis machine
 plays the workers: records taken and finished at once, records put out (a handler that waits)
 and finished later in any order, and a stop."""
 
@@ -17,7 +17,7 @@ from aio_cluster.config import Ordering
 from aio_cluster.kafka.records import Record
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.delivery.claims import Claim
-from aio_cluster.member.windows import Entry, Window
+from aio_cluster.member.processing.windows import Entry, Window
 
 
 def records(keys: list[bytes | None], start: int = 0) -> list[Record]:

@@ -6,13 +6,10 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 Modules::
 
     assignment.py    which partitions the assignment gives this member: targets, shares, turns
-    bulk.py          BulkCalls: a bulk handler as process()'s per-record handler, calls split
     claiming.py      owner nodes: claims under a fence epoch, releases, strays reconciled
     controls.py      MemberControls: an operator's pauses and skips obeyed, stops published
     delivery/        the partitions' states, and their batches fetched and handed out
-    eager.py         resumed(): a coroutine stepped once by hand, then awaited as it was
     exactly_once.py  Transactions, Output: a partition's output and offsets in one Kafka transaction
-    failures.py      Retries: a failed record's retries and its dead letter, for process()
     handover.py      a rebalance's handover: draining, the listener, new claims
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     lifecycle.py     GroupState: the stages of a member's life
@@ -23,13 +20,10 @@ Modules::
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     naming.py        PartitionNames: the user's int or TopicPartition to keys and back (pure)
     offsets.py       stored offsets and the fenced transaction
-    outcomes.py      what a handler's end means in process(): the key's next, retries, policy
-    processing.py    Processor: process()'s batches taken, grown, told and settled
+    processing/      the engine of process(): handlers at once, in key order, retried
     rebalance.py     the rebalance under the lock: the loop, releases and claims
     registration.py  this member's node, the name it holds, the members seen, the strategy
     statistics.py    GroupStatistics: an immutable snapshot of a member
     target_node.py   the sticky target's node: reading it, publishing the next one
     topics.py        the topics and partitions a member reads now, and when they changed
-    windows.py       process()'s running batches: which records may start, the prefix (pure)
-    workers.py       Workers: process()'s tasks that run the handlers, the hot path
 """

@@ -35,7 +35,7 @@ from .delivery.delivery import Delivery
 from .delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
-from .processing import Processor
+from .processing.processor import Processor
 
 __all__ = ["REFRESH", "SKIPPED_BY", "MemberControls"]
 

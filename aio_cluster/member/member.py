@@ -72,7 +72,7 @@ from .liveness import Liveness
 from .membership import Membership
 from .mirror import KafkaMirror
 from .offsets import Offsets
-from .processing import Handler, Processor, check_handler
+from .processing.processor import Handler, Processor, check_handler
 from .statistics import GroupStatistics, partition_statistics
 
 if TYPE_CHECKING:
@@ -414,7 +414,8 @@ class Member:
 
     async def process(self, handler: Handler, policy: Processing) -> None:
         """Run ``handler`` for every record of the claimed partitions (see
-        `aio_cluster.member.processing`), until the member closes or the call is cancelled.
+        `aio_cluster.member.processing.processor`), until the member closes or the call is
+        cancelled.
 
         Raises:
             ConfigurationError: a bad handler, the consumed topic as dead-letter topic, or

@@ -80,7 +80,7 @@ class FetcherLike(Protocol):
 
 class Watcher(Protocol):
     """Told when running batches must end early: a processor that keeps many records of a batch
-    in flight (`aio_cluster.member.processing`) stops taking them, or cancels them."""
+    in flight (`aio_cluster.member.processing.processor`) stops taking them, or cancels them."""
 
     def report(self) -> None:
         """Tell `progress()` how far the running batches got, now (it may wait for a turn of

@@ -4,7 +4,8 @@
 ``attempts``, each attempt in a handler slot the processor hands out (`Slots`), and writes a
 record that failed for good to the dead-letter topic, sending until the broker has it. What the
 outcome means for the record's batch (the next record of its key, the prefix, a paused
-partition, the error leaving `process()`) is the processor's (`aio_cluster.member.processing`).
+partition, the error leaving `process()`) is the processor's
+(`aio_cluster.member.processing.processor`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from tenacity import (
 )
 from tenacity.wait import wait_base
 
-from ..config import Processing
-from ..errors import BrokerError
-from ..kafka.dead_letters import DeadLetters
+from ...config import Processing
+from ...errors import BrokerError
+from ...kafka.dead_letters import DeadLetters
 from .windows import Entry
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
     from .workers import Handler
 
 __all__ = ["Retries", "Slots"]

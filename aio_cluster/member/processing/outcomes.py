@@ -2,11 +2,11 @@
 failure policies.
 
 A finished record hands its key on to the key's next record (out at once) and may grow its
-batch's completed prefix. A failing record is retried (`aio_cluster.member.failures`; a record
-waiting for its retry holds back only its own key and no handler slot), then, by policy, written
-to a dead-letter topic and passed, or its partition is paused (``"stop"``), or the error leaves
-`Processor.run()` (``"raise"``). What a batch is for the member (the prefix told, a batch
-settled, a stop) is `aio_cluster.member.processing`'s.
+batch's completed prefix. A failing record is retried (`aio_cluster.member.processing.failures`; a
+record waiting for its retry holds back only its own key and no handler slot), then, by policy,
+written to a dead-letter topic and passed, or its partition is paused (``"stop"``), or the error
+leaves `Processor.run()` (``"raise"``). What a batch is for the member (the prefix told, a batch
+settled, a stop) is `aio_cluster.member.processing.processor`'s.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskGroup
 
-from ..config import Processing
-from ..kafka.dead_letters import DeadLetters
-from ..kafka.records import Record
-from ..kafka.topics import PartitionKey
-from .delivery.delivery import Delivery
+from ...config import Processing
+from ...kafka.dead_letters import DeadLetters
+from ...kafka.records import Record
+from ...kafka.topics import PartitionKey
+from ..delivery.delivery import Delivery
 from .failures import Retries
 from .windows import Entry, Window
 from .workers import Handler, Workers
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["Outcomes"]
 
@@ -201,7 +201,7 @@ class Outcomes(Workers):
 
     async def slot_for(self, entry: Entry) -> bool:
         """Take a handler slot for a retry of ``entry`` once it may run: never while ZooKeeper is
-        silent, checked again after each wait (`aio_cluster.member.failures.Slots`).
+        silent, checked again after each wait (`aio_cluster.member.processing.failures.Slots`).
 
         Returns:
             False (and no slot) when its batch stopped taking it (stopped, handed over, given

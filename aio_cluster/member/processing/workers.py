@@ -2,17 +2,17 @@
 
 ``concurrency`` workers take records in offset order: first those out and ready (handed on by a
 key, or retried), then the running batches' next records, in the order the batches came (which
-records may start, and in which order, is `aio_cluster.member.windows`'). A handler's first step
-runs at once, as asyncio's eager tasks run a coroutine: one that returns without waiting let no
-other task run, so its worker goes on with the batch's next records in place, checking before
+records may start, and in which order, is `aio_cluster.member.processing.windows`'). A handler's
+first step runs at once, as asyncio's eager tasks run a coroutine: one that returns without waiting
+let no other task run, so its worker goes on with the batch's next records in place, checking before
 each only that the batch still takes records and ZooKeeper was heard from (about what the plain
 loop costs); one that waits takes a slot, is seen by the other tasks (its key busy, cancellable,
 counted) and wakes an idle worker for the next record.
 
 What a record's end means (the next record of its key, the prefix, a retry, a policy) and what
-its batch is for the member are the subclasses': `aio_cluster.member.outcomes` and
-`aio_cluster.member.processing`. This module is the hot path: the calls it saves show in what a
-record costs.
+its batch is for the member are the subclasses': `aio_cluster.member.processing.outcomes` and
+`aio_cluster.member.processing.processor`. This module is the hot path: the calls it saves show in
+what a record costs.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from ..config import Processing
-from ..errors import ConfigurationError
-from ..kafka.records import Record
-from .delivery.delivery import Delivery
+from ...config import Processing
+from ...errors import ConfigurationError
+from ...kafka.records import Record
+from ..delivery.delivery import Delivery
 from .eager import resumed
 from .windows import Entry, Window
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["SLICE", "Handler", "Workers", "check_handler"]
 
@@ -118,8 +118,8 @@ class Workers(ABC):
         self._policy = policy
         self._telemetry = telemetry
         self._ready: deque[Entry] = deque()
-        """Records out (see `aio_cluster.member.windows`) that may start, taken before the
-        windows' next records."""
+        """Records out (see `aio_cluster.member.processing.windows`) that may start, taken before
+        the windows' next records."""
         self._open: list[Window] = []
         """The windows whose records are taken in turn, in the order they came."""
         self._parked: deque[asyncio.Future[None]] = deque()
@@ -256,7 +256,7 @@ class Workers(ABC):
     @staticmethod
     def _put_out(entry: Entry) -> None:
         """``entry`` leaves its worker's hands (it waits, is held back or retried): its key is
-        busy until it finished (see `aio_cluster.member.windows`)."""
+        busy until it finished (see `aio_cluster.member.processing.windows`)."""
         if not entry.out:
             entry.out = True
             entry.key = entry.window.put_out(entry.index)

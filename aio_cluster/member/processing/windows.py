@@ -1,6 +1,6 @@
 """Windows: the bookkeeping of `process()`'s running batches, one per partition: which records
 may start, in which order, and how far the completed prefix got. Pure: no I/O, no waiting; the
-processor (`aio_cluster.member.processing`) runs the handlers and asks here what follows.
+processor (`aio_cluster.member.processing.processor`) runs the handlers and asks here what follows.
 
 Records are taken in offset order (`Window.take()`). The ordering decides which records may run
 side by side: ``"key"``, those with different keys (a key's records run in offset order, one
@@ -39,10 +39,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from ..config import Ordering
-from ..kafka.records import Record, raw_key
-from ..kafka.topics import PartitionKey
-from .delivery.claims import Batch, Claim
+from ...config import Ordering
+from ...kafka.records import Record, raw_key
+from ...kafka.topics import PartitionKey
+from ..delivery.claims import Batch, Claim
 
 __all__ = ["Entry", "Window"]
 

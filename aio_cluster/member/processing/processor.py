@@ -3,12 +3,13 @@ key order, with retries and a policy for records that fail for good.
 
 `Processor` takes batches from `aio_cluster.member.delivery.delivery` like the ``async for`` loop
 does, one running batch per partition, but keeps a batch running while up to ``concurrency`` of its
-records (over all partitions) are in a handler: the workers of `aio_cluster.member.workers` run
-them, and `aio_cluster.member.outcomes` says what each end means. Which records may start, in
-which order, and how far the completed prefix got is the pure bookkeeping of
-`aio_cluster.member.windows`; this module takes the batches, tells the delivery how far a prefix
-got (once a turn of the event loop, and at once before it gives a batch up) and settles them. The
-offset stored is the first record not yet finished (the completed prefix), never past it.
+records (over all partitions) are in a handler: the workers of
+`aio_cluster.member.processing.workers` run them, and `aio_cluster.member.processing.outcomes` says
+what each end means. Which records may start, in which order, and how far the completed prefix got
+is the pure bookkeeping of `aio_cluster.member.processing.windows`; this module takes the batches,
+tells the delivery how far a prefix got (once a turn of the event loop, and at once before it gives
+a batch up) and settles them. The offset stored is the first record not yet finished (the completed
+prefix), never past it.
 
 A batch whose records were all taken while some wait (for a retry, in a slow handler, or behind
 their keys) takes its partition's next batch into it (`Processor._grows()`), so a waiting record
@@ -33,20 +34,20 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..config import Processing
-from ..errors import AioClusterError
-from ..kafka.dead_letters import DeadLetters
-from ..kafka.records import Record
-from ..kafka.topics import PartitionKey
-from .delivery.claims import Batch, Claim
-from .delivery.delivery import Delivery
-from .delivery.finished import forget, note, noted
+from ...config import Processing
+from ...errors import AioClusterError
+from ...kafka.dead_letters import DeadLetters
+from ...kafka.records import Record
+from ...kafka.topics import PartitionKey
+from ..delivery.claims import Batch, Claim
+from ..delivery.delivery import Delivery
+from ..delivery.finished import forget, note, noted
 from .outcomes import Outcomes
 from .windows import Window
 from .workers import Handler, check_handler
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["Handler", "Processor", "check_handler"]
 

@@ -2,9 +2,9 @@
 it awaited later as ``await`` would have awaited it from the start.
 
 This is what asyncio's eager tasks do for a new task's first step (Python 3.12), here for a
-coroutine a worker task runs itself: `aio_cluster.member.workers` steps a handler, or a run of
-handlers in place, once and learns whether it finished without waiting (``StopIteration``), in
-which case no other task ran meanwhile and the records need none of the bookkeeping that other
+coroutine a worker task runs itself: `aio_cluster.member.processing.workers` steps a handler, or a
+run of handlers in place, once and learns whether it finished without waiting (``StopIteration``),
+in which case no other task ran meanwhile and the records need none of the bookkeeping that other
 tasks look at.
 """
 

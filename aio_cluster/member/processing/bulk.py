@@ -1,5 +1,5 @@
 """Bulk handlers: ``async def handler(records)`` run on lists of records, through the engine of
-``process()`` (`aio_cluster.member.processing`), with its guarantees record by record.
+``process()`` (`aio_cluster.member.processing.processor`), with its guarantees record by record.
 
 `BulkCalls.handle` is the per-record handler the engine runs. Each record's run joins the open
 call and waits for the call's outcome for its record; the open call is flushed once it holds
@@ -39,15 +39,15 @@ import anyio
 from anyio.abc import TaskGroup
 from tenacity import AsyncRetrying, stop_after_attempt
 
-from ..config import Processing
-from ..errors import ConfigurationError
-from ..kafka.records import Record
-from .delivery.delivery import Delivery
+from ...config import Processing
+from ...errors import ConfigurationError
+from ...kafka.records import Record
+from ..delivery.delivery import Delivery
 from .failures import waits
 from .workers import Handler
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["BulkCalls", "BulkHandler", "ProcessingMember", "check_bulk", "run_bulk"]
 
