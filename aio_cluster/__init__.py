@@ -72,7 +72,7 @@ from .group import Output as Output
 from .kafka.options import KafkaOptions as KafkaOptions
 from .kafka.records import Record as Record
 from .kafka.topics import TopicPartition as TopicPartition
-from .member.listener import RebalanceListener as RebalanceListener
+from .member.protocol.listener import RebalanceListener as RebalanceListener
 from .member.statistics import GroupStatistics as GroupStatistics
 from .member.statistics import PartitionStatistics as PartitionStatistics
 from .zookeeper.security import ZooKeeperTLS as ZooKeeperTLS

@@ -50,13 +50,13 @@ from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.delivery.claims import Batch
 from .member.exactly_once import Output, TransactionalHandler, Transactions
-from .member.keyed_layout import KeyedLayout
 from .member.lifecycle import GroupState
-from .member.listener import NamingListener, RebalanceListener
 from .member.member import Member
 from .member.naming import UNKNOWN, PartitionNames
 from .member.processing.bulk import run_bulk
 from .member.processing.workers import check_handler
+from .member.protocol.keyed_layout import KeyedLayout
+from .member.protocol.listener import NamingListener, RebalanceListener
 from .member.statistics import GroupStatistics
 from .zookeeper.layout import check_name
 

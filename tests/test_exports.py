@@ -97,7 +97,7 @@ PURE = [
     "member/delivery/claims.py",
     "member/delivery/partitions.py",
     "kafka/topics.py",
-    "member/keyed_layout.py",
+    "member/protocol/keyed_layout.py",
     "member/naming.py",
     "member/processing/windows.py",
     "otel/attributes.py",

@@ -15,7 +15,7 @@ from aio_cluster import ConfigurationError, CoordinationError, CorruptOffsetErro
 from aio_cluster.assign.target import StickyTarget
 from aio_cluster.kafka.options import parse_bootstrap
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
-from aio_cluster.member.keyed_layout import KeyedLayout
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
 from aio_cluster.zookeeper.client import parse_hosts
 from aio_cluster.zookeeper.layout import (
     ROOT,

@@ -12,7 +12,7 @@ from aio_cluster import BrokerError
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.delivery.claims import UNPOSITIONED, Claim
 from aio_cluster.member.delivery.partitions import PartitionStates
-from aio_cluster.member.mirror import KafkaMirror
+from aio_cluster.member.protocol.mirror import KafkaMirror
 
 pytestmark = pytest.mark.asyncio
 

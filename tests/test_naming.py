@@ -9,8 +9,8 @@ import pytest
 from aio_cluster import ConfigurationError, NotOwnedError, TopicPartition
 from aio_cluster.assign.subscription import Subscription
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
-from aio_cluster.member.keyed_layout import KeyedLayout
 from aio_cluster.member.naming import UNKNOWN, PartitionNames
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
 
 
 def names_of(topic: object) -> PartitionNames[object]:

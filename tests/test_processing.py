@@ -382,7 +382,7 @@ async def test_a_handler_that_ignores_cancellation_keeps_its_partition_until_it_
     async def quick(record: Record) -> None:
         started_by_second.setdefault(record.partition, time.monotonic())
 
-    caplog.set_level(logging.WARNING, logger="aio_cluster.member.handover")
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.protocol.handover")
     first = member(cluster, group_name, topic, strategy="range", rebalance_timeout=1.0)
     second = member(cluster, group_name, topic, strategy="range")
     try:

@@ -22,9 +22,9 @@ from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.delivery.claims import Claim
 from aio_cluster.member.delivery.delivery import Delivery
 from aio_cluster.member.delivery.partitions import PartitionStates
-from aio_cluster.member.liveness import Liveness, Phase, phase
 from aio_cluster.member.processing.processor import Processor
 from aio_cluster.member.processing.workers import SLICE
+from aio_cluster.member.protocol.liveness import Liveness, Phase, phase
 from aio_cluster.zookeeper.client import SessionState
 
 from support import wait_until

@@ -9,7 +9,7 @@ import pytest
 
 from aio_cluster import CoordinationError, Strategy
 from aio_cluster.kafka.topics import TopicKeys
-from aio_cluster.member.keyed_layout import KeyedLayout
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
 from aio_cluster.zookeeper.layout import GroupLayout, Registration, roster_path
 from aio_cluster.zookeeper.roster import ROSTER_LIMIT, Roster, decode_roster, encode_roster
 

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from aio_cluster.assign.target import StickyTarget, next_target
-from aio_cluster.member import target_node
-from aio_cluster.member.target_node import TargetNode
+from aio_cluster.member.protocol import target_node
+from aio_cluster.member.protocol.target_node import TargetNode
 from aio_cluster.zookeeper import layout
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, encode_target

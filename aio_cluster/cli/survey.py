@@ -166,7 +166,7 @@ async def read_offset_nodes(zk: ZooKeeper, layout: GroupLayout) -> dict[int, tup
 
 async def ensure_fences(zk: ZooKeeper, layout: GroupLayout, partitions: Iterable[int]) -> None:
     """Create the claim fences of ``partitions`` that do not exist yet, so that a reset can bump
-    them whatever claims happen meanwhile (see `aio_cluster.member.claiming`)."""
+    them whatever claims happen meanwhile (see `aio_cluster.member.protocol.claiming`)."""
     await zk.ensure_path(layout.fences)
     for partition in partitions:
         await zk.ensure_path(layout.fence(partition))

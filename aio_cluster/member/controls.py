@@ -33,9 +33,9 @@ from ..zookeeper.client import Delete, SessionState, ZooKeeper
 from ..zookeeper.layout import GroupLayout
 from .delivery.delivery import Delivery
 from .delivery.partitions import PartitionStates
-from .handover import Handover
-from .keyed_layout import KeyedLayout
 from .processing.processor import Processor
+from .protocol.handover import Handover
+from .protocol.keyed_layout import KeyedLayout
 
 __all__ = ["REFRESH", "SKIPPED_BY", "MemberControls"]
 

@@ -47,7 +47,7 @@ from ..kafka.topics import PartitionKey
 from ..kafka.transactions import PartitionProducer, Send
 from .delivery.claims import Claim
 from .delivery.partitions import PartitionStates
-from .keyed_layout import KeyedLayout
+from .protocol.keyed_layout import KeyedLayout
 
 __all__ = ["Output", "TransactionalHandler", "Transactions"]
 

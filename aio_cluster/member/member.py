@@ -64,15 +64,15 @@ from .delivery.claims import Batch, Claim
 from .delivery.delivery import Delivery
 from .delivery.partitions import PartitionStates
 from .exactly_once import Transactions
-from .handover import Handover
-from .keyed_layout import KeyedLayout
 from .lifecycle import GroupState
-from .listener import RebalanceListener
-from .liveness import Liveness
-from .membership import Membership
-from .mirror import KafkaMirror
-from .offsets import Offsets
 from .processing.processor import Handler, Processor, check_handler
+from .protocol.handover import Handover
+from .protocol.keyed_layout import KeyedLayout
+from .protocol.listener import RebalanceListener
+from .protocol.liveness import Liveness
+from .protocol.membership import Membership
+from .protocol.mirror import KafkaMirror
+from .protocol.offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
 
 if TYPE_CHECKING:

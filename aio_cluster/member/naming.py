@@ -14,7 +14,7 @@ from typing import Generic, cast
 from ..assign.subscription import Subscription
 from ..errors import ConfigurationError, NotOwnedError
 from ..kafka.topics import PartitionKey, PartitionT
-from .keyed_layout import KeyedLayout
+from .protocol.keyed_layout import KeyedLayout
 
 __all__ = ["UNKNOWN", "PartitionNames"]
 

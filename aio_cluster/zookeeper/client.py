@@ -296,7 +296,7 @@ class ZooKeeper:
     [CoordinationError][aio_cluster.CoordinationError] on failure. Watches and state changes are
     delivered as plain callbacks on the event loop that called `start()`; they must not block.
     Requests pending when kazoo notices an expiry fail; one made while it reconnects afterwards
-    is sent on the next session (see `aio_cluster.member.claiming`).
+    is sent on the next session (see `aio_cluster.member.protocol.claiming`).
     """
 
     def __init__(

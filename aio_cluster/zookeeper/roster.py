@@ -9,7 +9,7 @@ same transaction as its target::
 
 and a newcomer starts from it: it lists the ``ids`` node (one request, which also gives the
 node's child version) and reads only the registrations the roster lacks. A roster is a snapshot
-of one member's cache (`aio_cluster.member.registration.Registrar.read_members`): the names
+of one member's cache (`aio_cluster.member.protocol.registration.Registrar.read_members`): the names
 listed, the ``ids`` node's child version then, and the registrations with their creation zxids.
 Whether a snapshot still holds is decided exactly as for a member's own cache: it does when the
 child version moved by as many changes as the names that came and went show; otherwise one

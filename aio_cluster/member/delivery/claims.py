@@ -46,8 +46,8 @@ class Claim:
     """The partition's earliest offset when it was positioned (only where none was stored)."""
     epoch: int = 0
     """The version of the partition's fence node this claim set (see
-    `aio_cluster.member.claiming`): every offset write checks it, so a write under a claim that
-    is gone fails."""
+    `aio_cluster.member.protocol.claiming`): every offset write checks it, so a write under a claim
+    that is gone fails."""
     fenced: bool = False
     """A write found the fence moved: the claim is no longer ours, nothing is stored for it any
     more, and the next rebalance drops it."""

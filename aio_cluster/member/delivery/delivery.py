@@ -172,7 +172,7 @@ class Delivery:
         processor whose batch waits on a few records: see `PartitionStates.pick`)."""
         self.fresh: Callable[[], bool] = lambda: True
         """Whether ZooKeeper was heard from recently enough that work may start (see
-        `aio_cluster.member.liveness`); when not, it suspends this delivery itself."""
+        `aio_cluster.member.protocol.liveness`); when not, it suspends this delivery itself."""
 
     def wake(self) -> None:
         """Wake every waiting iterator and handover."""

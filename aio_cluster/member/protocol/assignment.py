@@ -9,7 +9,7 @@ no registration and no whole target, and wakes when its share changes or its pre
 (`aio_cluster.assign.shares`). With range and round-robin every member computes the same
 assignment (`aio_cluster.assign.strategies`).
 
-It only reads: the rebalance (`aio_cluster.member.rebalance`) releases and claims what this
+It only reads: the rebalance (`aio_cluster.member.protocol.rebalance`) releases and claims what this
 finds.
 """
 
@@ -20,11 +20,11 @@ import collections
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..assign.shares import predecessor, watches_registrations
-from ..assign.strategies import Strategy, assign
-from ..assign.target import StickyTarget
-from ..kafka.topics import PartitionKey, TopicKeys
-from .delivery.claims import Claim
+from ...assign.shares import predecessor, watches_registrations
+from ...assign.strategies import Strategy, assign
+from ...assign.target import StickyTarget
+from ...kafka.topics import PartitionKey, TopicKeys
+from ..delivery.claims import Claim
 from .registration import Members, Registrar
 from .topics import Topics, TopicState
 

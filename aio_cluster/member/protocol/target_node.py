@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from ..assign.shares import Share, share_changes, shares_of
-from ..assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
-from ..errors import CoordinationError
-from ..zookeeper.client import (
+from ...assign.shares import Share, share_changes, shares_of
+from ...assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
+from ...errors import CoordinationError
+from ...zookeeper.client import (
     BadVersionError,
     Create,
     Delete,
@@ -29,7 +29,7 @@ from ..zookeeper.client import (
     SetData,
     ZooKeeper,
 )
-from ..zookeeper.layout import (
+from ...zookeeper.layout import (
     GroupLayout,
     decode_share,
     decode_target_node,

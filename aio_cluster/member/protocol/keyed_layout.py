@@ -7,8 +7,8 @@ the paths of its topic's `GroupLayout`. Every path comes from `aio_cluster.zooke
 
 from __future__ import annotations
 
-from ..kafka.topics import PartitionKey, TopicKeys, TopicPartition
-from ..zookeeper.layout import ROOT, GroupLayout, ids_path, member_path, roster_path
+from ...kafka.topics import PartitionKey, TopicKeys, TopicPartition
+from ...zookeeper.layout import ROOT, GroupLayout, ids_path, member_path, roster_path
 
 __all__ = ["KeyedLayout"]
 

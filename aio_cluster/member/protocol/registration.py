@@ -5,7 +5,7 @@ who shares each topic, oldest (by creation zxid) first. This part owns those nod
 sees them: creating its own (and, for a named member, taking its name over from an older run),
 watching that nobody takes the name from it, the cache of the members' registrations, and the
 check that they all assign with the same strategy. It makes no claim and reads no topic: the
-assignment (`aio_cluster.member.assignment`) asks it who the members are.
+assignment (`aio_cluster.member.protocol.assignment`) asks it who the members are.
 
 A newcomer starts its cache from the group's roster (`aio_cluster.zookeeper.roster`), which
 the sticky leader writes from its own cache: it then reads only the registrations the roster
@@ -22,25 +22,25 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
-from ..assign.strategies import Strategy
-from ..assign.subscription import Subscription
-from ..errors import (
+from ...assign.strategies import Strategy
+from ...assign.subscription import Subscription
+from ...errors import (
     AioClusterError,
     CoordinationError,
     MemberReplacedError,
     SessionLostError,
     StrategyMismatchError,
 )
-from ..zookeeper.client import (
+from ...zookeeper.client import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
     SessionState,
     ZooKeeper,
 )
-from ..zookeeper.layout import Registration, decode_registration, encode_registration
-from ..zookeeper.roster import Roster, decode_roster, encode_roster
-from .delivery.partitions import PartitionStates
+from ...zookeeper.layout import Registration, decode_registration, encode_registration
+from ...zookeeper.roster import Roster, decode_roster, encode_roster
+from ..delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
 
 __all__ = ["RETRY_DELAY", "Members", "Registrar"]

@@ -1,6 +1,6 @@
 """The rebalance: whenever asked, under one lock, this member learns the partitions the
-assignment gives it (`aio_cluster.member.assignment`), releases the others and claims the new
-ones in ZooKeeper, under their fences (`aio_cluster.member.claiming`).
+assignment gives it (`aio_cluster.member.protocol.assignment`), releases the others and claims the
+new ones in ZooKeeper, under their fences (`aio_cluster.member.protocol.claiming`).
 Partitions are known by key (`aio_cluster.kafka.topics.TopicKeys`; a one-topic member's keys are
 its partition ids).
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from ..assign.strategies import Strategy
-from ..errors import (
+from ...assign.strategies import Strategy
+from ...errors import (
     AioClusterError,
     BrokerError,
     ConfigurationError,
@@ -31,12 +31,12 @@ from ..errors import (
     SessionLostError,
     StrategyMismatchError,
 )
-from ..kafka.topics import PartitionKey
-from ..zookeeper.client import SessionState, ZooKeeper
+from ...kafka.topics import PartitionKey
+from ...zookeeper.client import SessionState, ZooKeeper
+from ..delivery.claims import UNPOSITIONED, Claim
+from ..delivery.partitions import PartitionStates
 from .assignment import Assignment
 from .claiming import ClaimNodes, Taken
-from .delivery.claims import UNPOSITIONED, Claim
-from .delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
@@ -44,7 +44,7 @@ from .registration import RETRY_DELAY, Registrar
 from .topics import Topics
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Rebalance, Telemetry
+    from ...otel.telemetry import Rebalance, Telemetry
 
 __all__ = ["ClaimStarter", "Rebalancer"]
 

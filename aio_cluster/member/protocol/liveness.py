@@ -37,9 +37,9 @@ from collections.abc import Callable
 
 import anyio
 
-from ..errors import CoordinationError
-from ..zookeeper.client import SessionState, ZooKeeper
-from .delivery.delivery import Delivery
+from ...errors import CoordinationError
+from ...zookeeper.client import SessionState, ZooKeeper
+from ..delivery.delivery import Delivery
 
 __all__ = ["Liveness", "Phase", "phase"]
 

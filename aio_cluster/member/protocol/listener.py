@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic
 
-from ..kafka.topics import PartitionKey, PartitionT
+from ...kafka.topics import PartitionKey, PartitionT
 
 __all__ = ["NamingListener", "RebalanceListener"]
 

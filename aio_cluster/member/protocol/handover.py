@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from ..kafka.topics import PartitionKey
-from .delivery.delivery import Delivery
-from .delivery.partitions import PartitionStates
+from ...kafka.topics import PartitionKey
+from ..delivery.delivery import Delivery
+from ..delivery.partitions import PartitionStates
 from .listener import RebalanceListener
 from .mirror import KafkaMirror
 from .offsets import Offsets
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["Committer", "Handover"]
 

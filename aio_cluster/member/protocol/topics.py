@@ -4,8 +4,8 @@ A member may read many topics: a list, or a pattern that follows the cluster's t
 created and deleted. This part keeps what the member knows of each (its classic layout, its
 sticky target's node, its partitions) and asks Kafka's metadata for news: a pattern member lists
 the cluster's topics, and a member that may not wait for its topic refuses to join without it.
-It decides nothing about who owns what: the assignment (`aio_cluster.member.assignment`) asks it
-which topics are read now and their partitions, and the rebalance is told when they change.
+It decides nothing about who owns what: the assignment (`aio_cluster.member.protocol.assignment`)
+asks it which topics are read now and their partitions, and the rebalance is told when they change.
 
 Kafka's metadata is not always right for a moment (a broker restarting calls a topic unknown, a
 listing leaves out a topic whose leader moves): a topic known a moment ago keeps its partitions
@@ -20,12 +20,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..assign.subscription import Subscription
-from ..errors import BrokerError, ConfigurationError
-from ..kafka.fetcher import Fetcher
-from ..kafka.topics import PartitionKey
-from ..zookeeper.client import ZooKeeper
-from ..zookeeper.layout import GroupLayout
+from ...assign.subscription import Subscription
+from ...errors import BrokerError, ConfigurationError
+from ...kafka.fetcher import Fetcher
+from ...kafka.topics import PartitionKey
+from ...zookeeper.client import ZooKeeper
+from ...zookeeper.layout import GroupLayout
 from .keyed_layout import KeyedLayout
 from .target_node import TargetNode
 

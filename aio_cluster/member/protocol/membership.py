@@ -1,10 +1,11 @@
 """Membership: a member's place in the group, put together from the three parts that keep it.
 
-- `aio_cluster.member.registration`: this member's registration, the name it holds, the members
-  it sees and the strategy they share;
-- `aio_cluster.member.topics`: which topics and partitions it reads, and when they changed;
-- `aio_cluster.member.rebalance`: the rebalance under the lock, and the claims it makes and
-  releases, after its `aio_cluster.member.assignment` says which partitions are this member's.
+- `aio_cluster.member.protocol.registration`: this member's registration, the name it holds, the
+  members it sees and the strategy they share;
+- `aio_cluster.member.protocol.topics`: which topics and partitions it reads, and when they changed;
+- `aio_cluster.member.protocol.rebalance`: the rebalance under the lock, and the claims it makes and
+  releases, after its `aio_cluster.member.protocol.assignment` says which partitions are this
+  member's.
 
 The rebalance (through its assignment) asks the other two; neither of them knows it. This
 composition builds them from one set of arguments, and runs the few steps that need more than
@@ -21,14 +22,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..assign.strategies import Strategy
-from ..assign.subscription import Subscription
-from ..errors import AioClusterError
-from ..kafka.fetcher import Fetcher
-from ..kafka.topics import PartitionKey
-from ..zookeeper.client import ZooKeeper
-from .delivery.claims import Claim
-from .delivery.partitions import PartitionStates
+from ...assign.strategies import Strategy
+from ...assign.subscription import Subscription
+from ...errors import AioClusterError
+from ...kafka.fetcher import Fetcher
+from ...kafka.topics import PartitionKey
+from ...zookeeper.client import ZooKeeper
+from ..delivery.claims import Claim
+from ..delivery.partitions import PartitionStates
 from .handover import Handover
 from .keyed_layout import KeyedLayout
 from .offsets import Offsets
@@ -37,7 +38,7 @@ from .registration import Registrar
 from .topics import Topics
 
 if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
+    from ...otel.telemetry import Telemetry
 
 __all__ = ["Membership"]
 

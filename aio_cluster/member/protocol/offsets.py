@@ -2,10 +2,10 @@
 
 An offset is written only while this member's claim of the partition holds: the same transaction
 checks the owner node's version and the partition's fence at the claim's epoch (see
-`aio_cluster.member.claiming`), so a member whose claim is gone (its session expired, its node was
-replaced, an offset reset bumped the fence) never overwrites what the next owner, or the reset,
-stored. A claim such a write finds gone is marked ``fenced``: nothing is stored for it again, its
-offsets are not mirrored, and ``on_fenced`` asks for the rebalance that drops it.
+`aio_cluster.member.protocol.claiming`), so a member whose claim is gone (its session expired, its
+node was replaced, an offset reset bumped the fence) never overwrites what the next owner, or the
+reset, stored. A claim such a write finds gone is marked ``fenced``: nothing is stored for it again,
+its offsets are not mirrored, and ``on_fenced`` asks for the rebalance that drops it.
 
 The records noted as finished past a claim's offset (`aio_cluster.member.delivery.finished`) are
 stored in the same transaction, in a node of the project's own; a claim's first batch is handed out
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
-from ..errors import CoordinationError
-from ..kafka.topics import PartitionKey
-from ..zookeeper.client import (
+from ...errors import CoordinationError
+from ...kafka.topics import PartitionKey
+from ...zookeeper.client import (
     BadVersionError,
     Check,
     Create,
@@ -33,10 +33,10 @@ from ..zookeeper.client import (
     SetData,
     ZooKeeper,
 )
-from ..zookeeper.layout import decode_offset
-from .delivery import finished
-from .delivery.claims import Claim
-from .delivery.partitions import PartitionStates
+from ...zookeeper.layout import decode_offset
+from ..delivery import finished
+from ..delivery.claims import Claim
+from ..delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
 
 __all__ = ["Offsets"]

@@ -21,10 +21,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import BrokerError
-from ..kafka.group_offsets import KafkaGroupOffsets
-from ..kafka.topics import PartitionKey
-from .delivery.claims import Claim
+from ...errors import BrokerError
+from ...kafka.group_offsets import KafkaGroupOffsets
+from ...kafka.topics import PartitionKey
+from ..delivery.claims import Claim
 
 __all__ = ["KafkaMirror"]
 

@@ -9,7 +9,7 @@ the previous owner to let go (a node in the way is read and watched in one reque
 owner node of a claim is at version 1; a node made by hand or by another tool is at version 0),
 and bump the version of the partition's persistent fence node (created by the partition's first
 claim). The fence's new version is the claim's *epoch*: no earlier claim of the partition had it.
-Every offset write (`aio_cluster.member.offsets`) and every release checks the owner node's
+Every offset write (`aio_cluster.member.protocol.offsets`) and every release checks the owner node's
 version and the fence's in the same transaction as the write, so a member whose claim is gone (its
 session expired, its node was replaced, its request was queued across a reconnect, an offset reset
 bumped the fence) can never store an offset or delete a node of that partition again. A node of
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from ..errors import CoordinationError
-from ..kafka.topics import PartitionKey
-from ..zookeeper.client import (
+from ...errors import CoordinationError
+from ...kafka.topics import PartitionKey
+from ...zookeeper.client import (
     BadVersionError,
     Check,
     Create,
