@@ -32,14 +32,14 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from ..errors import ConfigurationError
 from ..net.addresses import parse_servers
 
-__all__ = ["FaultProxy", "Mode"]
+__all__ = ["FaultProxy", "ProxyMode"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 65536
 
 
-class Mode(enum.Enum):
+class ProxyMode(enum.Enum):
     """What a `FaultProxy` does with the traffic."""
 
     FORWARD = "forward"
@@ -78,7 +78,7 @@ class FaultProxy:
         self._target = (target_host.strip("[]"), int(target_port))
         self._host = host
         self._port = port
-        self._mode = Mode.FORWARD
+        self._mode = ProxyMode.FORWARD
         self._delay = 0.0
         self._links: set[_Link] = set()
         self._runner: asyncio.Task[None] | None = None
@@ -96,7 +96,7 @@ class FaultProxy:
         return f"{self._host}:{self._listening.result()}"
 
     @property
-    def mode(self) -> Mode:
+    def mode(self) -> ProxyMode:
         return self._mode
 
     @property
@@ -107,7 +107,7 @@ class FaultProxy:
     def forward(self) -> None:
         """Pass the traffic on again (the default). A connection that lost bytes while dropping
         is closed: the client connects anew."""
-        self._mode = Mode.FORWARD
+        self._mode = ProxyMode.FORWARD
         self._delay = 0.0
         for link in list(self._links):
             if link.lossy:
@@ -115,7 +115,7 @@ class FaultProxy:
 
     def drop(self) -> None:
         """Swallow all traffic, both ways, keeping the connections open: a network partition."""
-        self._mode = Mode.DROP
+        self._mode = ProxyMode.DROP
 
     def delay(self, seconds: float) -> None:
         """Pass every chunk on ``seconds`` late, in order (forwarding otherwise)."""
@@ -126,7 +126,7 @@ class FaultProxy:
 
     def cut(self) -> None:
         """Close every connection, and each new one at once, until `forward()`."""
-        self._mode = Mode.CUT
+        self._mode = ProxyMode.CUT
         for link in list(self._links):
             link.scope.cancel()
 
@@ -163,7 +163,7 @@ class FaultProxy:
         await self.stop()
 
     def _refusing(self) -> bool:
-        return self._mode is Mode.CUT
+        return self._mode is ProxyMode.CUT
 
     async def _serve(self) -> None:
         listening = self._listening
@@ -213,7 +213,7 @@ class FaultProxy:
                         data = await source.receive(_CHUNK)
                     except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                         break
-                    if self._mode is not Mode.FORWARD:
+                    if self._mode is not ProxyMode.FORWARD:
                         link.lossy = True
                         self.dropped += len(data)
                         continue

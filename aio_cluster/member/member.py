@@ -70,7 +70,7 @@ from .protocol.handover import Handover
 from .protocol.keyed_layout import KeyedLayout
 from .protocol.listener import RebalanceListener
 from .protocol.liveness import Liveness
-from .protocol.membership import Membership
+from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
@@ -249,7 +249,7 @@ class Member:
             self.telemetry.meters.paused = self._paused_reading
         # A claim found gone at a write is dropped by the rebalance this asks for.
         self.offsets = Offsets(self.zk, layout, self.states, on_fenced=self._fenced)
-        self.membership = Membership(
+        self.membership = GroupPlace(
             self.zk,
             layout,
             self.fetcher,

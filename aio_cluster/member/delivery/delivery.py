@@ -40,7 +40,7 @@ from ...kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import Grows, PartitionStates
 
-__all__ = ["Delivery", "FetcherLike", "Watcher"]
+__all__ = ["BatchWatcher", "Delivery", "FetcherLike"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class FetcherLike(Protocol):
     async def stop(self) -> None: ...
 
 
-class Watcher(Protocol):
+class BatchWatcher(Protocol):
     """Told when running batches must end early: a processor that keeps many records of a batch
     in flight (`aio_cluster.member.processing.processor`) stops taking them, or cancels them."""
 
@@ -160,7 +160,7 @@ class Delivery:
         self._changed = asyncio.Event()
         """Set whenever batches, claims or the state change: wakes waiting iterators."""
         self._batch_done = asyncio.Event()
-        self.watcher: Watcher | None = None
+        self.watcher: BatchWatcher | None = None
         """Told when running batches must end early, if set."""
         self.handed_out: Callable[[Batch], None] | None = None
         """Told of each batch handed out, if set (the member's OpenTelemetry counter)."""

@@ -1,7 +1,7 @@
 """The group protocol over ZooKeeper: a member's registration, the topics it reads, the
 assignment, its claims under their fences, the rebalance and its handover, the stored offsets.
 
-`Membership` (membership.py) puts registration, topics and rebalance together for the member;
+`GroupPlace` (membership.py) puts registration, topics and rebalance together for the member;
 the handover drives the delivery (`aio_cluster.member.delivery`) around each claim made or
 released. It imports the servers' packages, `aio_cluster.assign`, the errors, the telemetry's
 types and the delivery; never the processing engine (`aio_cluster.member.processing`) nor the
@@ -15,7 +15,7 @@ Modules::
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     listener.py      RebalanceListener: hooks for assigned, revoked and lost partitions
     liveness.py      how long ZooKeeper has been silent, and what a member may still do
-    membership.py    Membership: registration, topics and rebalance put together for Member
+    membership.py    GroupPlace: registration, topics and rebalance put together for Member
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py       stored offsets and the fenced transaction
     rebalance.py     the rebalance under the lock: the loop, releases and claims

@@ -1,4 +1,4 @@
-"""Membership: a member's place in the group, put together from the three parts that keep it.
+"""GroupPlace: a member's place in the group, put together from the three parts that keep it.
 
 - `aio_cluster.member.protocol.registration`: this member's registration, the name it holds, the
   members it sees and the strategy they share;
@@ -40,10 +40,10 @@ from .topics import Topics
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
 
-__all__ = ["Membership"]
+__all__ = ["GroupPlace"]
 
 
-class Membership:
+class GroupPlace:
     """This member's place in the group, as ZooKeeper records it."""
 
     def __init__(
