@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -32,15 +32,25 @@ from opentelemetry.trace import Span
 
 from ..kafka.records import Record
 from .attributes import BODY_COMPLETED
+from .meters import Meters
 
-if TYPE_CHECKING:
-    from .telemetry import Telemetry
-
-__all__ = ["BodySpans"]
+__all__ = ["BodySpans", "BodyTelemetry"]
 
 Item = TypeVar("Item", bound=tuple[Any, ...])
 """What the loop hands out: ``(partition, batch)``, or ``(partition, batch, output)`` for
 ``transactions()``; the batch is always second."""
+
+
+class BodyTelemetry(Protocol):
+    """What a `BodySpans` asks of a member's telemetry (`aio_cluster.otel.telemetry.Telemetry`,
+    which makes the body spans, is one)."""
+
+    @property
+    def meters(self) -> Meters: ...
+
+    def body(self, batch: list[Record]) -> Span: ...
+
+    def metric_attributes(self, topic: str, partition: int) -> Mapping[str, str | int]: ...
 
 
 class BodySpans(AsyncGenerator[Item, None]):
@@ -48,7 +58,7 @@ class BodySpans(AsyncGenerator[Item, None]):
     (see the module). An async generator itself (``asend``, ``athrow``, ``aclose``), as the
     batches it wraps are."""
 
-    def __init__(self, batches: AsyncGenerator[Item, None], telemetry: Telemetry) -> None:
+    def __init__(self, batches: AsyncGenerator[Item, None], telemetry: BodyTelemetry) -> None:
         self._batches = batches
         self._telemetry = telemetry
         self._span: Span | None = None
