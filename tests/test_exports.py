@@ -1,8 +1,11 @@
-"""The public surface is exactly what ``__all__`` lists; the package docstring maps its files."""
+"""The public surface is exactly what ``__all__`` lists; each package docstring maps its files;
+imports run one way, between the layers and between member/'s parts, in no circle; and a public
+class name is defined once."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import importlib
 import inspect
 import pkgutil
@@ -83,6 +86,15 @@ LAYERS: dict[str, set[str]] = {
     },
     "errors": set(),
 }
+# Inside member/: three machines, each a subpackage, and the modules above them that join them
+# (member.py, controls.py, ...: "member" here); the group protocol and the processing engine
+# stand side by side on the delivery, and neither imports the other.
+MEMBER_LAYERS: dict[str, set[str]] = {
+    "delivery": {"delivery"},
+    "protocol": {"delivery", "protocol"},
+    "processing": {"delivery", "processing"},
+    "member": {"delivery", "protocol", "processing", "member"},
+}
 # Pure modules: computing, never waiting on a server.
 PURE = [
     "config.py",
@@ -110,10 +122,12 @@ IO = {"aiokafka", "kazoo", "asyncio", "anyio", "socket", "ssl", "subprocess"}
 
 
 def _packages() -> list[Path]:
-    return [PACKAGE, *(path.parent for path in PACKAGE.glob("*/__init__.py"))]
+    return sorted(path.parent for path in PACKAGE.rglob("__init__.py"))
 
 
-@pytest.mark.parametrize("package", _packages(), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "package", _packages(), ids=lambda path: str(path.relative_to(PACKAGE.parent))
+)
 def test_each_module_map_matches_its_package(package: Path) -> None:
     """Each package docstring maps every module and subpackage of it, and nothing else."""
     init = package / "__init__.py"
@@ -125,19 +139,24 @@ def test_each_module_map_matches_its_package(package: Path) -> None:
     assert mapped == sorted(mapped), "the map is in alphabetical order"
 
 
-def _imports(path: Path) -> set[str]:
-    """The absolute names a module imports (relative imports resolved within the package)."""
+def _imported(path: Path) -> list[tuple[str, str | None]]:
+    """What a module imports, as (module, name) pairs: ``import x`` is (x, None), ``from x
+    import y`` is (x, y); relative imports are resolved within the package."""
     module = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    found = set()
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
+            found += [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = module[: len(module) - node.level] if node.level else ()
             name = ".".join([*base, *([node.module] if node.module else [])])
-            found.add(name)
-            found |= {f"{name}.{alias.name}" for alias in node.names}
+            found += [(name, alias.name) for alias in node.names]
     return found
+
+
+def _imports(path: Path) -> set[str]:
+    """The absolute names a module imports (relative imports resolved within the package)."""
+    return {name for pair in _imported(path) for name in (pair[0], ".".join(filter(None, pair)))}
 
 
 def _part(name: str) -> str | None:
@@ -158,6 +177,93 @@ def test_no_module_imports_above_its_layer(path: Path) -> None:
     reached = {p for name in _imports(path) if (p := _part(name)) is not None and p in LAYERS}
     reached |= {p for name in _imports(path) if (p := _part(name)) in ("cli", "__main__")}
     assert reached <= allowed, f"{path.name} imports {sorted(reached - allowed)}"
+
+
+def _member_part(name: str) -> str | None:
+    """Which part of member/ a module belongs to (see `MEMBER_LAYERS`), None outside it."""
+    parts = name.split(".")
+    if parts[:2] != ["aio_cluster", "member"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in MEMBER_LAYERS else "member"
+
+
+def test_member_layers_run_one_way() -> None:
+    """No two parts of member/ may import each other: the table is an order."""
+    for part, allowed in MEMBER_LAYERS.items():
+        for other in allowed - {part}:
+            assert part not in MEMBER_LAYERS[other], f"{part} and {other} may import each other"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((PACKAGE / "member").rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_no_member_module_imports_above_its_part(path: Path) -> None:
+    """member/'s subpackages import only those below them (``if TYPE_CHECKING:`` imports too)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    part = _member_part(module.removesuffix(".__init__"))
+    assert part is not None
+    allowed = MEMBER_LAYERS[part]
+    reached = {p for name in _imports(path) if (p := _member_part(name)) is not None}
+    assert reached <= allowed, f"{path.name} imports member/'s {sorted(reached - allowed)}"
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_import_circle() -> None:
+    """No module of the package reaches itself through the modules it imports, counting the
+    imports made only for type checking (``if TYPE_CHECKING:``) and those inside functions."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        # ``from .delivery import finished`` imports the module finished (its package's face
+        # only as Python's import machinery does, which is no arrow of the design)
+        reached = {
+            f"{source}.{name}" if f"{source}.{name}" in modules else source
+            for source, name in _imported(path)
+        }
+        graph[module] = (reached & modules.keys()) - {module}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"an import circle: {' -> '.join(reversed(exc.args[1]))}")
+
+
+def _type_names(path: Path) -> list[str]:
+    """The public classes a module defines, at any depth, and its public type aliases (a
+    capitalized module-level name bound to a type: ``Mode = Literal[...]``)."""
+    tree = ast.parse(path.read_text())
+    names = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(
+            node.value, (ast.Subscript, ast.BinOp, ast.Name, ast.Attribute)
+        ):
+            names += [
+                target.id
+                for target in node.targets
+                if isinstance(target, ast.Name)
+                and target.id[:1].isupper()
+                and not target.id.isupper()
+            ]
+    return [name for name in names if not name.startswith("_")]
+
+
+def test_each_public_class_name_is_defined_once() -> None:
+    """A class name means one class in the whole package, so that a reader (and a search)
+    never lands on its namesake: the machine's side gets a name of its own."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in _type_names(path):
+            defined.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
 
 
 @pytest.mark.parametrize("module", PURE)
