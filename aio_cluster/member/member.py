@@ -620,7 +620,7 @@ class Member:
 
     def _on_session_state(self, state: SessionState) -> None:
         # Suspended: nothing starts; lost: nothing in flight goes on either; connected again:
-        # it all goes on once ZooKeeper answers, after a rebalance (see member/liveness.py).
+        # it all goes on once ZooKeeper answers, after a rebalance (see protocol/liveness.py).
         self.liveness.on_state(state)
         if state is SessionState.LOST:
             self.membership.lose()
