@@ -29,7 +29,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     group.py        ConsumerGroup: the public facade over a member
     kafka/          the only package that speaks Kafka: fetcher, offset reader, group offsets
     local/          the local ZooKeeper + Kafka for development and tests (TLS, SASL, multi-node)
-    member/         one member's machinery: membership, claims, delivery, offsets, statistics
+    member/         one member's machinery: the group protocol, the delivery, the processing
     metrics.py      a member's figures for Prometheus (the ``metrics`` extra)
     net/            server addresses and TLS handshakes, shared by both server packages
     otel/           spans and metrics through OpenTelemetry (the ``otel`` extra)
