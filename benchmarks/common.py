@@ -13,6 +13,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from rich.console import Console
+from rich.table import Table
 
 from aio_cluster.local.probes import zookeeper_monitor
 
@@ -111,6 +113,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def show(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Print a table with its title on the terminal; returns it as Markdown for a results file
+    (the title as a sentence, then the table)."""
+    shown = Table(title=title)
+    for header in headers:
+        shown.add_column(header, justify="right")
+    for row in rows:
+        shown.add_row(*row)
+    Console(width=180).print(shown)
+    return f"{title}.\n\n{markdown_table(headers, rows)}\n"
 
 
 def bar_chart(

@@ -42,9 +42,7 @@ from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from common import RESULTS, create_topic, delete_topic, fill, fresh, markdown_table
-from rich.console import Console
-from rich.table import Table
+from common import RESULTS, create_topic, delete_topic, fill, fresh, show
 from throughput import peak_rss_mb
 
 from aio_cluster import ConsumerGroup, Output, Record
@@ -387,16 +385,6 @@ async def cost_section(cluster: LocalCluster, partitions: int) -> tuple[list[str
         for mode, figure in figures.items()
     ]
     return headers, rows
-
-
-def show(title: str, headers: list[str], rows: list[list[str]]) -> str:
-    shown = Table(title=title)
-    for header in headers:
-        shown.add_column(header, justify="right")
-    for row in rows:
-        shown.add_row(*row)
-    Console(width=180).print(shown)
-    return f"{title}.\n\n{markdown_table(headers, rows)}\n"
 
 
 async def main(args: argparse.Namespace) -> None:

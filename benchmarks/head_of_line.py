@@ -25,9 +25,7 @@ from collections.abc import Awaitable, Callable
 from unittest import mock
 
 from aiokafka import AIOKafkaProducer
-from common import RESULTS, create_topic, fresh, markdown_table
-from rich.console import Console
-from rich.table import Table
+from common import RESULTS, create_topic, fresh, show
 
 from aio_cluster import ConsumerGroup, Record
 from aio_cluster.local import LocalCluster
@@ -155,13 +153,7 @@ async def head_of_line_section(cluster: LocalCluster, records: int, repeat: int)
         f"of {records:,} records of {KEYS} other keys in later batches of about 200, each "
         f"handler awaiting a random 0-5 ms; medians of {repeat} pairs"
     )
-    shown = Table(title=title)
-    for header in headers:
-        shown.add_column(header, justify="right")
-    for row in rows:
-        shown.add_row(*row)
-    Console(width=180).print(shown)
-    text = f"{title}.\n\n" + markdown_table(headers, rows) + "\n"
+    text = show(title, headers, rows)
     command = "python benchmarks/head_of_line.py " + " ".join(sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     RESULTS.mkdir(exist_ok=True)

@@ -54,10 +54,9 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
-from common import RESULTS, create_topic, fresh, markdown_table
+from common import RESULTS, create_topic, fresh, markdown_table, show
 from head_of_line import head_of_line_section
 from rich.console import Console
-from rich.table import Table
 
 from aio_cluster import ConsumerGroup, Processing, Record
 from aio_cluster.local import LocalCluster
@@ -365,19 +364,14 @@ async def bulk_section(cluster: LocalCluster, args: argparse.Namespace) -> str:
         f"call to the store costs {CALL_COST * 1000:g} ms + {RECORD_COST * 1000:g} ms per "
         f"record, {pool} calls at once (a pool of {pool} connections)"
     )
-    shown = Table(title=title)
-    for header in headers:
-        shown.add_column(header, justify="right")
-    for row in rows:
-        shown.add_row(*row)
-    Console(width=180).print(shown)
+    table = show(title, headers, rows)
     paired_line = (
         "The speed-up is the median of the ratios of a bulk run to a per-record run just before "
         "it, in the same run of the benchmark"
     )
     command = "python benchmarks/processing.py " + " ".join(sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    text = f"{title}.\n\n" + markdown_table(headers, rows) + f"\n\n{paired_line}.\n"
+    text = f"{table}\n{paired_line}.\n"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "processing-bulk.md").write_text(
         f"# Processing: bulk handlers\n\n`{command.strip()}`, {when}\n\n{text}"
@@ -532,12 +526,7 @@ async def main(args: argparse.Namespace) -> None:
         "Goals (issue 29): partition order and one key within 1.1x of the plain async for "
         "(x async for); no order and 10,000 keys within 1.5x of asyncio's floor (x asyncio floor)"
     )
-    shown = Table(title=title)
-    for header in headers:
-        shown.add_column(header, justify="right")
-    for row in rows:
-        shown.add_row(*row)
-    console.print(shown)
+    show(title, headers, rows)
     console.print(floor_line)
     console.print(noop_line)
     console.print(goals_line)
