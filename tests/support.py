@@ -587,22 +587,32 @@ async def in_kafka(cluster: LocalCluster, group: str, topic: str) -> dict[Partit
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 
+async def kafka_tool(main: str, *arguments: str) -> tuple[int | None, bytes, bytes]:
+    """One of Kafka's command-line tools (the class ``main``, as its ``kafka-*.sh`` script
+    runs it), run with ``java`` from the kafka-tools jar: its exit status, output and error
+    output."""
+    java = shutil.which("java")
+    assert java is not None
+    tools = await resolve_jars(default_cache_dir(), "tools")
+    process = await asyncio.create_subprocess_exec(
+        *(java, "-cp", f"{tools}/*", main),
+        *arguments,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    return process.returncode, out, err
+
+
 async def kafka_tool_describe(
     cluster: LocalCluster, group: str
 ) -> dict[tuple[str, int], tuple[int, int, int]]:
     """``kafka-consumer-groups.sh --describe --group G``, run with ``java`` from Kafka's
     kafka-tools jar: (topic, partition) -> (current offset, log-end offset, lag)."""
-    java = shutil.which("java")
-    assert java is not None
-    tools = await resolve_jars(default_cache_dir(), "tools")
-    process = await asyncio.create_subprocess_exec(
-        *(java, "-cp", f"{tools}/*", CONSUMER_GROUPS),
-        *("--bootstrap-server", cluster.bootstrap, "--describe", "--group", group),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    status, out, err = await kafka_tool(
+        CONSUMER_GROUPS, "--bootstrap-server", cluster.bootstrap, "--describe", "--group", group
     )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0, err.decode()
+    assert status == 0, err.decode()
     rows = {}
     for line in out.decode().splitlines():
         fields = line.split()

@@ -6,7 +6,6 @@ completes, so an aborted body writes nothing)."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from collections import Counter
 
@@ -16,10 +15,9 @@ from confluent_kafka import Consumer
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
-from aio_cluster.local.jars import default_cache_dir, resolve_jars
 
 from conftest import MakeTopic, Produce
-from support import member
+from support import kafka_tool, member
 
 pytestmark = [pytest.mark.asyncio]
 
@@ -122,18 +120,12 @@ def with_librdkafka(cluster: LocalCluster, sink: str) -> list[tuple[bytes, bytes
 
 async def with_console_consumer(cluster: LocalCluster, sink: str) -> list[tuple[bytes, bytes]]:
     """Kafka's ``kafka-console-consumer.sh`` run with ``java`` from the kafka-tools jar."""
-    java = shutil.which("java")
-    assert java is not None
-    tools = await resolve_jars(default_cache_dir(), "tools")
-    process = await asyncio.create_subprocess_exec(
-        *(java, "-cp", f"{tools}/*", CONSOLE_CONSUMER),
+    _status, out, _err = await kafka_tool(
+        CONSOLE_CONSUMER,
         *("--bootstrap-server", cluster.bootstrap, "--topic", sink, "--from-beginning"),
         *("--isolation-level", "read_committed", "--timeout-ms", "10000"),
         *("--property", "print.key=true", "--property", "key.separator=\t"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
     )
-    out, _ = await asyncio.wait_for(process.communicate(), 120)
     return [
         tuple(part.encode() for part in line.split("\t", 1))  # type: ignore[misc]
         for line in out.decode().splitlines()
