@@ -26,6 +26,7 @@ import random
 import signal
 import sys
 import time
+from typing import Any
 
 from aio_cluster import ConsumerGroup, CoordinationError, NotOwnedError, Record
 
@@ -33,6 +34,32 @@ from aio_cluster import ConsumerGroup, CoordinationError, NotOwnedError, Record
 def clock() -> float:
     """The runs' clock: CLOCK_MONOTONIC, which the test process reads too (see the module)."""
     return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def worker_member(
+    bootstrap: str,
+    zookeeper: str,
+    topic: str,
+    group: str,
+    session: str,
+    name: str | None,
+    grace: str | None,
+    **options: Any,
+) -> ConsumerGroup:
+    """The member a worker process runs (this one or ``pipeline_worker.py``), from the
+    command line's arguments: the tests' short loop delay, the session and, if ``name`` is
+    given, a named member with its rejoin grace; ``options`` go to `ConsumerGroup` too."""
+    return ConsumerGroup(
+        group,
+        [bootstrap],
+        [zookeeper],
+        topic,
+        loop_delay=0.1,
+        session_timeout=float(session),
+        member_name=name,
+        rejoin_grace=None if grace is None else float(grace),
+        **options,
+    )
 
 
 async def main(
@@ -50,16 +77,7 @@ async def main(
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, time.sleep, 60.0)
-    member = ConsumerGroup(
-        group,
-        [bootstrap],
-        [zookeeper],
-        topic,
-        loop_delay=0.1,
-        session_timeout=float(session),
-        member_name=name,
-        rejoin_grace=None if grace is None else float(grace),
-    )
+    member = worker_member(bootstrap, zookeeper, topic, group, session, name, grace)
     async with member:
         print("joined", flush=True)
 

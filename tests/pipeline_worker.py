@@ -32,6 +32,8 @@ from aiokafka import AIOKafkaProducer
 
 from aio_cluster import ConsumerGroup, Output, ProducerFencedError, Record
 
+from member_worker import worker_member
+
 MODES = ("transactions", "process", "plain", "plain-process")
 
 
@@ -55,15 +57,14 @@ async def main(
         raise SystemExit(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    member = ConsumerGroup(
-        group,
-        [bootstrap],
-        [zookeeper],
+    member = worker_member(
+        bootstrap,
+        zookeeper,
         source,
-        loop_delay=0.1,
-        session_timeout=float(session),
-        member_name=name,
-        rejoin_grace=None if grace is None else float(grace),
+        group,
+        session,
+        name,
+        grace,
         exactly_once=not mode.startswith("plain"),
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
