@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter, defaultdict
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from pipeline import outputs_of
+from pipeline import Outputs, outputs_of
 from support import add_topic, member, stored_offsets, wait_until, within
 from test_cli import run as run_cli
 
@@ -73,6 +74,31 @@ async def offsets_agree(
     end = await ends(cluster, topic, partitions)
     assert {int(k): v for k, v in kafka.items()} == end, "Kafka's offsets are not at the end"
     assert stored == end, "ZooKeeper does not follow Kafka"
+
+
+async def pipe_until_written(
+    group: ConsumerGroup[int],
+    pipe: Coroutine[Any, Any, None],
+    bootstrap: str,
+    sink: str,
+    partitions: int,
+    total: int,
+    *,
+    ends: str,
+) -> Outputs:
+    """Run ``pipe`` (the group's loop, which ends once the group closed) until ``sink`` (of
+    ``partitions`` partitions) read with read_committed holds ``total`` keys; then close the
+    group, wait for the loop's end (``ends`` names it) and read ``sink`` to its end."""
+    async with outputs_of(bootstrap, sink, partitions) as outputs:
+        piping = asyncio.create_task(pipe)
+        try:
+            await outputs.wait_for(total, timeout=60, what="every input's output")
+            assert not piping.done(), piping
+        finally:
+            await group.close()
+            await within(piping, 30, ends)
+        await outputs.to_end()
+        return outputs
 
 
 async def test_the_modes_refuse_each_other(cluster: LocalCluster, make_topic: MakeTopic) -> None:
@@ -138,12 +164,9 @@ async def test_a_body_that_raises_or_breaks_writes_nothing_and_its_batch_comes_a
                 except BodyFailed:
                     continue
 
-        async with outputs_of(cluster.bootstrap, sink, 2) as outputs:
-            piping = asyncio.create_task(pipe())
-            await outputs.wait_for(total, timeout=60, what="every input's output")
-            await group.close()
-            await within(piping, 30, "the loop's end")
-            await outputs.to_end()
+        outputs = await pipe_until_written(
+            group, pipe(), cluster.bootstrap, sink, 2, total, ends="the loop's end"
+        )
     assert raised
     assert broke
     assert set(outputs.keys) == {f"k{i}" for i in range(total)}
@@ -191,12 +214,9 @@ async def test_a_newer_producer_fences_the_older_ones_commit(
                 except ProducerFencedError as exc:
                     fenced_at.append(exc)
 
-        async with outputs_of(cluster.bootstrap, sink, 1) as outputs:
-            piping = asyncio.create_task(pipe())
-            await outputs.wait_for(total, timeout=60, what="every input's output")
-            await group.close()
-            await within(piping, 30, "the loop's end")
-            await outputs.to_end()
+        outputs = await pipe_until_written(
+            group, pipe(), cluster.bootstrap, sink, 1, total, ends="the loop's end"
+        )
     assert len(fenced_at) == 1
     assert fenced_at[0].partition == 0
     assert set(outputs.keys.values()) == {1}, f"twice: {outputs.duplicates()}"
@@ -218,16 +238,16 @@ async def pipe_process(
 ) -> Counter[str]:
     """Run ``handler`` under process_transactional() until the output holds ``total`` keys;
     the output's keys, counted, read with read_committed."""
-    async with outputs_of(bootstrap, sink, partitions) as outputs:
-        processing = asyncio.create_task(group.process_transactional(handler, **options))
-        try:
-            await outputs.wait_for(total, timeout=60, what="every input's output")
-            assert not processing.done(), processing
-        finally:
-            await group.close()
-            await within(processing, 30, "process_transactional()'s end")
-        await outputs.to_end()
-        return outputs.keys
+    outputs = await pipe_until_written(
+        group,
+        group.process_transactional(handler, **options),
+        bootstrap,
+        sink,
+        partitions,
+        total,
+        ends="process_transactional()'s end",
+    )
+    return outputs.keys
 
 
 async def test_retried_handlers_write_once_and_dead_letters_write_no_output(
