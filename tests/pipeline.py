@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from churn import Proxies, cut_past_session, registration
-from support import Worker, producer_of, wait_until
+from support import Worker, add_topic, producer_of, wait_until
 
 PIPELINE_WORKER = Path(__file__).with_name("pipeline_worker.py")
 
@@ -43,6 +45,18 @@ a member until its registration is gone, then SIGCONTs it (a zombie whose partit
 ``join`` starts one more member; ``leave`` stops one gracefully (SIGTERM)."""
 
 FAULTS: tuple[Fault, ...] = ("kill", "restart", "freeze", "cut", "join", "leave")
+
+EXACTLY_ONCE_OR_NOT = pytest.mark.parametrize(
+    ("modes", "exactly_once"),
+    [
+        (("transactions", "process"), True),
+        (("plain", "plain-process"), False),
+    ],
+    ids=["exactly-once", "at-least-once"],
+)
+"""The two kinds of pipeline group a churn test runs (`churn_new_pipeline`): members in turn on
+``transactions()`` and ``process_transactional()`` (exactly once), or members that write at
+least once (``async for`` and ``process()``, a producer of their own)."""
 
 
 class PipelineWorker(Worker):
@@ -332,3 +346,45 @@ async def churn_pipeline(
                 worker.kill()
                 await worker.reap()
             await proxies.stop()
+
+
+async def churn_new_pipeline(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    zk: ZooKeeper,
+    group: str,
+    tmp_path: Path,
+    *,
+    modes: Sequence[str],
+    exactly_once: bool,
+    partitions: int,
+    records: int,
+    faults: Sequence[Fault],
+    seed: int,
+) -> None:
+    """`churn_pipeline` from a fresh input topic to a fresh output topic (of ``partitions``
+    partitions each), then the check: every input came out, and with ``exactly_once`` each
+    once; without it some came out twice (at least once can write an input again, the check
+    can fail)."""
+    source = await add_topic(admin, partitions, prefix="input")
+    sink = await add_topic(admin, partitions, prefix="output")
+    churned = await churn_pipeline(
+        cluster,
+        zk,
+        source,
+        sink,
+        group,
+        tmp_path,
+        modes=modes,
+        partitions=partitions,
+        records=records,
+        faults=faults,
+        seed=seed,
+    )
+    print(churned.summary())
+    assert not churned.missing, f"inputs without output: {churned.missing[:10]} (seed {seed})"
+    if exactly_once:
+        twice = list(churned.duplicates.items())[:5]
+        assert not churned.duplicates, f"inputs written twice (seed {seed}): {twice}"
+    else:
+        assert churned.duplicates, f"at least once wrote no input twice (seed {seed})"

@@ -16,22 +16,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 
-from pipeline import churn_pipeline
-from support import add_topic
+from pipeline import EXACTLY_ONCE_OR_NOT, churn_new_pipeline
 
 pytestmark = [pytest.mark.asyncio]
 
 PARTITIONS = 12
 
 
-@pytest.mark.parametrize(
-    ("modes", "exactly_once"),
-    [
-        (("transactions", "process"), True),
-        (("plain", "plain-process"), False),
-    ],
-    ids=["exactly-once", "at-least-once"],
-)
+@EXACTLY_ONCE_OR_NOT
 async def test_pipeline_through_a_kill_a_restart_and_a_freeze(
     cluster: LocalCluster,
     admin: AIOKafkaAdminClient,
@@ -41,27 +33,16 @@ async def test_pipeline_through_a_kill_a_restart_and_a_freeze(
     modes: tuple[str, ...],
     exactly_once: bool,
 ) -> None:
-    seed = random.randrange(2**32)
-    source = await add_topic(admin, PARTITIONS, prefix="input")
-    sink = await add_topic(admin, PARTITIONS, prefix="output")
-    churned = await churn_pipeline(
+    await churn_new_pipeline(
         cluster,
+        admin,
         zk,
-        source,
-        sink,
         group_name,
         tmp_path,
         modes=modes,
+        exactly_once=exactly_once,
         partitions=PARTITIONS,
         records=5_000,
         faults=["kill", "restart", "freeze"],
-        seed=seed,
-        chunk=50,
+        seed=random.randrange(2**32),
     )
-    print(churned.summary())
-    assert not churned.missing, f"inputs without output: {churned.missing[:10]} (seed {seed})"
-    if exactly_once:
-        twice = list(churned.duplicates.items())[:5]
-        assert not churned.duplicates, f"inputs written twice (seed {seed}): {twice}"
-    else:
-        assert churned.duplicates, f"at least once wrote no input twice (seed {seed})"

@@ -28,8 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 
-from pipeline import FAULTS, Fault, churn_pipeline
-from support import add_topic
+from pipeline import EXACTLY_ONCE_OR_NOT, FAULTS, Fault, churn_new_pipeline
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.chaos, pytest.mark.timeout(900)]
 
@@ -45,14 +44,7 @@ def schedule(rng: random.Random, rounds: int) -> list[Fault]:
     return faults
 
 
-@pytest.mark.parametrize(
-    ("modes", "exactly_once"),
-    [
-        (("transactions", "process"), True),
-        (("plain", "plain-process"), False),
-    ],
-    ids=["exactly-once", "at-least-once"],
-)
+@EXACTLY_ONCE_OR_NOT
 async def test_pipeline_through_kills_freezes_cuts_joins_and_leaves(
     cluster: LocalCluster,
     admin: AIOKafkaAdminClient,
@@ -64,26 +56,16 @@ async def test_pipeline_through_kills_freezes_cuts_joins_and_leaves(
 ) -> None:
     rounds = int(os.environ.get("AIO_CLUSTER_CHAOS_ROUNDS", "12"))
     seed = int(os.environ.get("AIO_CLUSTER_CHAOS_SEED", str(random.randrange(2**32))))
-    source = await add_topic(admin, PARTITIONS, prefix="input")
-    sink = await add_topic(admin, PARTITIONS, prefix="output")
-    faults = schedule(random.Random(seed), rounds)
-    churned = await churn_pipeline(
+    await churn_new_pipeline(
         cluster,
+        admin,
         zk,
-        source,
-        sink,
         group_name,
         tmp_path,
         modes=modes,
+        exactly_once=exactly_once,
         partitions=PARTITIONS,
         records=RECORDS,
-        faults=faults,
+        faults=schedule(random.Random(seed), rounds),
         seed=seed,
     )
-    print(churned.summary())
-    assert not churned.missing, f"inputs without output: {churned.missing[:10]} (seed {seed})"
-    if exactly_once:
-        twice = list(churned.duplicates.items())[:5]
-        assert not churned.duplicates, f"inputs written twice (seed {seed}): {twice}"
-    else:
-        assert churned.duplicates, f"at least once wrote no input twice (seed {seed})"
