@@ -4,8 +4,9 @@ and what a settled group of `PARTITIONS` partitions looks like."""
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from aio_cluster.local import FaultProxy, LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
@@ -54,6 +55,17 @@ class Proxies:
     async def stop(self) -> None:
         for proxy in self._proxies.values():
             await proxy.stop()
+
+
+async def put_down(workers: Iterable[Worker], proxies: Proxies) -> None:
+    """A churn's end, whatever the test's outcome: every worker SIGKILLed (one still running
+    thawed first, in case it is frozen) and reaped, then every ZooKeeper proxy stopped."""
+    for worker in workers:
+        if worker.process is not None and worker.process.returncode is None:
+            worker.process.send_signal(signal.SIGCONT)
+        worker.kill()
+        await worker.reap()
+    await proxies.stop()
 
 
 async def registration(

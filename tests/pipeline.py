@@ -26,7 +26,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
-from churn import Proxies, cut_past_session, registration
+from churn import Proxies, cut_past_session, put_down, registration
 from support import Worker, add_topic, producer_of, wait_until
 
 PIPELINE_WORKER = Path(__file__).with_name("pipeline_worker.py")
@@ -340,12 +340,7 @@ async def churn_pipeline(
         finally:
             hurry.set()
             feeding.cancel()
-            for worker in live:
-                if worker.process is not None and worker.process.returncode is None:
-                    worker.process.send_signal(signal.SIGCONT)
-                worker.kill()
-                await worker.reap()
-            await proxies.stop()
+            await put_down(live, proxies)
 
 
 async def churn_new_pipeline(

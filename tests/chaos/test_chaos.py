@@ -35,7 +35,7 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_target
 
-from churn import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
+from churn import PARTITIONS, SESSION, Proxies, cut_past_session, put_down, registration, settled
 from conftest import MakeTopic, Produce
 from support import Run, Worker, now, partition_overlaps, wait_until
 
@@ -308,12 +308,7 @@ async def test_processing_with_kills_freezes_and_cuts_loses_nothing(
             await worker.leave()
     finally:
         feeding.cancel()
-        for worker in live:
-            if worker.process is not None and worker.process.returncode is None:
-                worker.process.send_signal(signal.SIGCONT)
-            worker.kill()
-            await worker.reap()
-        await proxies.stop()
+        await put_down(live, proxies)
     counts = consumed()
     twice = sum(1 for count in counts.values() if count > 1)
     runs = [run for worker in live + dead for run in worker.runs()]
