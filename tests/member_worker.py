@@ -62,6 +62,18 @@ def worker_member(
     )
 
 
+def joined(member: ConsumerGroup, stop: asyncio.Event) -> asyncio.Task[None]:
+    """Say the member joined (the test waits for the line); the task closes the member (it
+    leaves gracefully) once ``stop`` is set (on SIGTERM)."""
+    print("joined", flush=True)
+
+    async def leave_on_signal() -> None:
+        await stop.wait()
+        await member.close()
+
+    return asyncio.create_task(leave_on_signal())
+
+
 async def main(
     bootstrap: str,
     zookeeper: str,
@@ -79,13 +91,7 @@ async def main(
     loop.add_signal_handler(signal.SIGUSR1, time.sleep, 60.0)
     member = worker_member(bootstrap, zookeeper, topic, group, session, name, grace)
     async with member:
-        print("joined", flush=True)
-
-        async def leave_on_signal() -> None:
-            await stop.wait()
-            await member.close()
-
-        leaver = asyncio.create_task(leave_on_signal())
+        leaver = joined(member, stop)
         with open(out, "a", encoding="ascii") as sink:
             if mode == "process":
                 rng = random.Random()

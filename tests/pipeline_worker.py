@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaProducer
 
 from aio_cluster import ConsumerGroup, Output, ProducerFencedError, Record
 
-from member_worker import worker_member
+from member_worker import joined, worker_member
 
 MODES = ("transactions", "process", "plain", "plain-process")
 
@@ -71,13 +71,7 @@ async def main(
     await producer.start()
     try:
         async with member:
-            print("joined", flush=True)
-
-            async def leave_on_signal() -> None:
-                await stop.wait()
-                await member.close()
-
-            leaver = asyncio.create_task(leave_on_signal())
+            leaver = joined(member, stop)
             if mode == "transactions":
                 while not stop.is_set():
                     try:
