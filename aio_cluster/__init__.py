@@ -45,6 +45,7 @@ from .config import Timing as Timing
 from .config import ZooKeeperSecurity as ZooKeeperSecurity
 from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
+from .errors import AttemptTimeoutError as AttemptTimeoutError
 from .errors import AuthenticationError as AuthenticationError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
@@ -80,6 +81,7 @@ from .zookeeper.security import ZooKeeperTLS as ZooKeeperTLS
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
     "Batch",
     "BrokerError",

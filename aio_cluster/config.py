@@ -13,6 +13,7 @@ the object is made: before any connection.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -57,6 +58,11 @@ def _number(value: object) -> bool:
 def _positive(label: str, value: object) -> None:
     if not (_number(value) and cast(float, value) > 0):
         raise ConfigurationError(f"{label} must be positive, not {value!r}")
+
+
+def _finite_positive(label: str, value: object) -> None:
+    if not (_number(value) and math.isfinite(cast(float, value)) and cast(float, value) > 0):
+        raise ConfigurationError(f"{label} must be a positive number of seconds, not {value!r}")
 
 
 def _not_negative(label: str, value: object) -> None:
@@ -343,6 +349,12 @@ class Processing:
             with ``"stop"``, where a record an operator skips (``aio-cluster skip``) goes.
         max_records: records taken and not finished beyond which no batch is taken (the fetch
             waits): with ``max_bytes`` per claimed partition, the memory bound.
+        attempt_timeout: the most seconds one attempt of the handler may run (with
+            ``process_bulk()``, one call of it); one running longer is cancelled and counts as
+            a failed attempt (an [AttemptTimeoutError][aio_cluster.AttemptTimeoutError]): it is
+            retried with the back-off, then ``on_failure`` decides. None (the default): no
+            bound, so that a handler that never returns holds its key and its partition's
+            stored offset until a handover or the close cancels it.
     """
 
     concurrency: int = 100
@@ -354,9 +366,12 @@ class Processing:
     on_failure: OnFailure = "stop"
     dead_letter_topic: str | None = None
     max_records: int = 10_000
+    attempt_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _count("concurrency", self.concurrency)
+        if self.attempt_timeout is not None:
+            _finite_positive("attempt_timeout", self.attempt_timeout)
         _count("attempts", self.attempts)
         _count("max_records", self.max_records)
         for label in ("retry_initial", "retry_max", "retry_jitter"):
@@ -443,6 +458,7 @@ class ProcessOptions(TypedDict, total=False):
     on_failure: OnFailure
     dead_letter_topic: str | None
     max_records: int
+    attempt_timeout: float | None
 
 
 Config = TypeVar("Config", Timing, Fetching, Membership, ZooKeeperSecurity, Processing)

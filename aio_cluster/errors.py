@@ -33,6 +33,7 @@ reach a caller, an ``except`` of its parent catches it::
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
     │   └── DeserializationError    the key or value deserializer refused a record
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── AttemptTimeoutError         a handler's attempt ran past attempt_timeout: it was cancelled
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
@@ -44,6 +45,7 @@ from collections.abc import Mapping
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
     "BadVersionError",
     "BrokerError",
@@ -294,6 +296,21 @@ class FetchStalledError(AioClusterError):
     member leaves the group, so that its partitions go to members that can read them. The
     cause of the last end is the ``__cause__``.
     """
+
+
+class AttemptTimeoutError(AioClusterError, TimeoutError):
+    """One attempt of a ``process()`` handler (of a ``process_bulk()`` call) ran longer than
+    ``attempt_timeout`` and was cancelled. It is the attempt's failure: retried with the
+    back-off, then handed to ``on_failure`` (a dead letter's ``aio-cluster.dlt.error.type``
+    names it; ``"raise"`` ends the call with it).
+
+    Attributes:
+        timeout: the bound it ran past, in seconds.
+    """
+
+    def __init__(self, message: str, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class ProducerFencedError(AioClusterError):

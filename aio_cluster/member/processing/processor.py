@@ -42,6 +42,7 @@ from ...kafka.topics import PartitionKey
 from ..delivery.claims import Batch, Claim
 from ..delivery.delivery import Delivery
 from ..delivery.finished import forget, note, noted
+from .bounds import bounded
 from .outcomes import Outcomes
 from .windows import Window
 from .workers import Handler, check_handler
@@ -75,6 +76,8 @@ class Processor(Outcomes):
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         telemetry: runs each handler attempt and dead letter in a span, if given.
         """
+        if policy.attempt_timeout is not None:
+            handler = bounded(handler, policy.attempt_timeout)
         super().__init__(
             delivery,
             handler,
