@@ -47,6 +47,7 @@ from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
 from .errors import AttemptTimeoutError as AttemptTimeoutError
 from .errors import AuthenticationError as AuthenticationError
+from .errors import BackgroundEndedError as BackgroundEndedError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ControlConflictError as ControlConflictError
@@ -83,6 +84,7 @@ __all__ = [
     "AioClusterError",
     "AttemptTimeoutError",
     "AuthenticationError",
+    "BackgroundEndedError",
     "Batch",
     "BrokerError",
     "ConfigurationError",
