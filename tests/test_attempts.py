@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -157,3 +158,36 @@ async def test_a_bulk_call_that_hangs_is_cut_then_split_down_to_its_record(
     assert letter.offset == 0
     assert letter.value == b"hang"
     assert dict(letter.headers)[HEADERS["error_type"]] == b"aio_cluster.errors.AttemptTimeoutError"
+
+
+async def test_a_handler_that_ignores_its_cancellation_is_named_then_finishes(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(1)
+    await producer.send_and_wait(topic, value=b"deaf")
+    release = asyncio.Event()
+
+    async def handler(record: Record) -> None:
+        with anyio.CancelScope(shield=True):
+            await release.wait()
+
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.processing.bounds")
+    group = member(cluster, group_name, topic, commit_interval=0.2)
+
+    async def finished() -> bool:
+        return await group.offset(0) == 1
+
+    async with group, running(group.process(handler, attempt_timeout=0.3)):
+        await wait_until(
+            lambda: any("ignores its cancellation" in m for m in caplog.messages),
+            what="the warning",
+        )
+        (message,) = [m for m in caplog.messages if "ignores its cancellation" in m]
+        assert group.id in message
+        assert "the record at offset 0 of partition 0" in message
+        release.set()
+        await wait_until(finished, what="it returned: its record finished")

@@ -280,6 +280,11 @@ class BulkCalls:
         )
 
 
+def _call_named(records: list[Record]) -> str:
+    partitions = sorted({record.partition for record in records})
+    return f"a call on {len(records)} records of partitions {partitions}"
+
+
 class ProcessingMember(Protocol):
     """What `run_bulk()` asks of a member (`aio_cluster.member.member.Member` is one): its id,
     its telemetry, its delivery's gate and its ``process()``."""
@@ -312,7 +317,9 @@ async def run_bulk(
     timeout = policy.attempt_timeout
     async with anyio.create_task_group() as tasks:
         calls = BulkCalls(
-            handler if timeout is None else bounded(handler, timeout),
+            handler
+            if timeout is None
+            else bounded(handler, timeout, member_id=member.id, named=_call_named),
             policy,
             tasks,
             size=size,

@@ -53,6 +53,10 @@ if TYPE_CHECKING:
 __all__ = ["Handler", "Processor", "check_handler"]
 
 
+def _record_named(record: Record) -> str:
+    return f"the record at offset {record.offset} of partition {record.partition}"
+
+
 class Processor(Outcomes):
     """Runs a handler for every record handed out by a member's delivery (see the module)."""
 
@@ -77,7 +81,9 @@ class Processor(Outcomes):
         telemetry: runs each handler attempt and dead letter in a span, if given.
         """
         if policy.attempt_timeout is not None:
-            handler = bounded(handler, policy.attempt_timeout)
+            handler = bounded(
+                handler, policy.attempt_timeout, member_id=member_id, named=_record_named
+            )
         super().__init__(
             delivery,
             handler,
