@@ -120,6 +120,12 @@ class Timing:
         loop_delay: the pause after a fetch that failed (Kafka unreachable) before the next
             try; new claims or a close end it early. May be 0. A fetch that finds no record
             is not followed by a pause: it waited ``max_wait`` at the broker already.
+        stuck_after: how long one handler of ``process()`` / ``process_bulk()`` (an attempt,
+            retries apart) or one batch body of ``async for`` (from its hand-out to its end)
+            may run before the member counts as stuck: named in ``statistics().stuck``, the
+            metrics, ``aio-cluster describe``, the dashboard, and ``aio-cluster check``'s
+            ``stuck`` verdict, and logged once. Nothing is cancelled for it (that is
+            ``attempt_timeout``'s part); it only makes a hang visible.
     """
 
     session_timeout: float = 10.0
@@ -130,6 +136,7 @@ class Timing:
     commit_interval: float = 1.0
     metadata_interval: float = 5.0
     loop_delay: float = 1.0
+    stuck_after: float = 60.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -425,6 +432,7 @@ class Options(TypedDict, total=False):
     commit_interval: float
     metadata_interval: float
     loop_delay: float
+    stuck_after: float
     max_bytes: int
     max_buffered_bytes: int | None
     max_wait: float

@@ -154,3 +154,9 @@ def test_attempt_timeout_must_be_a_positive_number_of_seconds(bad: object) -> No
 
 def test_attempt_timeout_is_unbounded_by_default() -> None:
     assert Processing().attempt_timeout is None
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, "60", None])
+def test_stuck_after_must_be_positive(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="stuck_after must be positive"):
+        Timing(stuck_after=bad)  # type: ignore[arg-type]

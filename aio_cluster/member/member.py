@@ -76,6 +76,7 @@ from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
+from .stuck import StuckWatch
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
@@ -318,6 +319,14 @@ class Member:
             topics=lambda: self.membership.topics,
             processor=lambda: self.processor,
         )
+        self.stuck = StuckWatch(
+            self.zk,
+            layout,
+            member_id=self.id,
+            stuck_after=timing.stuck_after,
+            handlers=self._handlers_running,
+        )
+        """What runs now, and which partitions are stuck (see `aio_cluster.member.stuck`)."""
         self.state = GroupState.NEW
         self.processor: Processor | None = None
         """The processor of the running (or the last) `process()` call."""
@@ -405,6 +414,11 @@ class Member:
             topic, partition = self.layout.keys.split(key)
             found.append((telemetry.metric_attributes(topic, partition), holder))
         return found
+
+    def _handlers_running(self) -> list[tuple[PartitionKey, int, float]]:
+        """The records in flight in ``process()`` now, for the stuck watch."""
+        processor = self.processor
+        return [] if processor is None or not processor.running else processor.running_since()
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -538,6 +552,7 @@ class Member:
         ends = await self.fetcher.ends(sorted(claims))
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
+        stuck, oldest = self.stuck.stuck(), self.stuck.oldest()
         return GroupStatistics(
             member_id=self.id,
             state=self.state,
@@ -561,6 +576,9 @@ class Member:
             else names(p for p in processor.failed_at if p in claims and p in paused),
             operator_paused=names(held),
             skips_applied=self.controls.applied,
+            oldest_running=oldest,
+            stuck=names(stuck),
+            stuck_for=oldest if stuck else None,
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -733,6 +751,7 @@ class Member:
                     )
                 loops.start_soon(self._kept, scope, "liveness", self.liveness.run)
                 loops.start_soon(self._kept, scope, "controls", self.controls.run)
+                loops.start_soon(self._kept, scope, "stuck watch", self.stuck.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:

@@ -131,6 +131,15 @@ class Processor(Outcomes):
         starts = [entry.started for w in self._all_windows() for entry in w.running]
         return time.monotonic() - min(starts) if starts else None
 
+    def running_since(self) -> list[tuple[PartitionKey, int, float]]:
+        """Each record in flight: its partition, its offset and when its first attempt started
+        (``time.monotonic()``): what the member's stuck watch looks at."""
+        return [
+            (window.partition, entry.record.offset, entry.started)
+            for window in self._all_windows()
+            for entry in window.running
+        ]
+
     def _all_windows(self) -> list[Window]:
         return [*self._windows.values(), *self._leaving]
 
