@@ -45,7 +45,9 @@ from .config import Timing as Timing
 from .config import ZooKeeperSecurity as ZooKeeperSecurity
 from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
+from .errors import AttemptTimeoutError as AttemptTimeoutError
 from .errors import AuthenticationError as AuthenticationError
+from .errors import BackgroundEndedError as BackgroundEndedError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ControlConflictError as ControlConflictError
@@ -80,7 +82,9 @@ from .zookeeper.security import ZooKeeperTLS as ZooKeeperTLS
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
+    "BackgroundEndedError",
     "Batch",
     "BrokerError",
     "ConfigurationError",

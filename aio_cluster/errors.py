@@ -33,6 +33,8 @@ reach a caller, an ``except`` of its parent catches it::
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
     │   └── DeserializationError    the key or value deserializer refused a record
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── BackgroundEndedError        a background loop of the member ended unasked: it failed
+    ├── AttemptTimeoutError         a handler's attempt ran past attempt_timeout: it was cancelled
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
@@ -44,7 +46,9 @@ from collections.abc import Mapping
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
+    "BackgroundEndedError",
     "BadVersionError",
     "BrokerError",
     "ConfigurationError",
@@ -294,6 +298,38 @@ class FetchStalledError(AioClusterError):
     member leaves the group, so that its partitions go to members that can read them. The
     cause of the last end is the ``__cause__``.
     """
+
+
+class BackgroundEndedError(AioClusterError):
+    """A background loop of the member (its rebalances, offset stores, metadata checks, mirror,
+    liveness or controls) ended although the member was not closing: it returned, or a
+    cancellation nobody asked for ended it (one escaping a library's ``gather()``, say). A loop
+    that ends is never taken for a normal end: the member fails with this error, which the
+    iteration and ``process()`` raise, and leaves the group, so that its partitions go to the
+    others. The cancellation, if one ended it, is the ``__cause__``.
+
+    Attributes:
+        loop: the name of the loop that ended (``"rebalances"``, ``"liveness"``, ...).
+    """
+
+    def __init__(self, message: str, loop: str) -> None:
+        super().__init__(message)
+        self.loop = loop
+
+
+class AttemptTimeoutError(AioClusterError, TimeoutError):
+    """One attempt of a ``process()`` handler (of a ``process_bulk()`` call) ran longer than
+    ``attempt_timeout`` and was cancelled. It is the attempt's failure: retried with the
+    back-off, then handed to ``on_failure`` (a dead letter's ``aio-cluster.dlt.error.type``
+    names it; ``"raise"`` ends the call with it).
+
+    Attributes:
+        timeout: the bound it ran past, in seconds.
+    """
+
+    def __init__(self, message: str, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class ProducerFencedError(AioClusterError):

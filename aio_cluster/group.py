@@ -465,10 +465,12 @@ class ConsumerGroup(Generic[PartitionT]):
             while (picked := await member.next_batch()) is not None:
                 claim, batch = picked
                 completed = False
+                body = member.stuck.body_started(claim.partition, batch[0].offset)
                 try:
                     yield self._names.name(claim.partition), batch
                     completed = True
                 finally:
+                    member.stuck.body_ended(body)
                     member.delivery.finish(claim, batch, completed=completed, commit=commit)
 
     async def process(
@@ -608,10 +610,12 @@ class ConsumerGroup(Generic[PartitionT]):
                 claim, batch = picked
                 output = transactions.output(claim)
                 completed = False
+                body = member.stuck.body_started(claim.partition, batch[0].offset)
                 try:
                     yield self._names.name(claim.partition), batch, output
                     completed = True
                 finally:
+                    member.stuck.body_ended(body)
                     sends = output.close()
                     # Kept only when the batch still counts (no seek or handover overtook it).
                     finished = member.delivery.finish(

@@ -9,11 +9,19 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..control.model import Controls, Pause, Skip, Stopped, format_at
+from ..control.model import Controls, Pause, Skip, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
 from ..zookeeper.layout import Registration, check_name
-from .health import Sample, pause_json, pause_text, stopped_json, stopped_text
+from .health import (
+    Sample,
+    pause_json,
+    pause_text,
+    stopped_json,
+    stopped_text,
+    stuck_json,
+    stuck_text,
+)
 
 __all__ = [
     "LagRow",
@@ -65,7 +73,9 @@ class LagRow:
 
     ``paused``, ``stopped`` and ``skip`` are the operator's controls of the partition
     (`aio_cluster.control`): its pause, the record ``on_failure="stop"`` stopped it on, a skip
-    its owner has not applied yet; None where there is none.
+    its owner has not applied yet; None where there is none. ``stuck`` is a handler or batch
+    body of the partition that has run past its member's ``stuck_after`` (its mark in
+    ZooKeeper), and ``stuck_for`` how long it had run at the look.
     """
 
     topic: str
@@ -77,6 +87,8 @@ class LagRow:
     paused: Pause | None = None
     stopped: Stopped | None = None
     skip: Skip | None = None
+    stuck: Stuck | None = None
+    stuck_for: float = 0.0
 
     def as_json(self) -> dict[str, object]:
         """The object ``describe --json`` prints, with exactly these keys."""
@@ -90,11 +102,20 @@ class LagRow:
             "paused": None if self.paused is None else pause_json(self.paused),
             "stopped": None if self.stopped is None else stopped_json(self.stopped),
             "skip": None if self.skip is None else skip_json(self.skip),
+            "stuck": None if self.stuck is None else stuck_json(self.stuck, self.stuck_for),
         }
 
     def sample(self) -> Sample:
         """The row as one sample of ``check``'s window."""
-        return Sample(self.owner, self.committed, self.lag, self.paused, self.stopped)
+        return Sample(
+            self.owner,
+            self.committed,
+            self.lag,
+            self.paused,
+            self.stopped,
+            self.stuck,
+            self.stuck_for,
+        )
 
     def control_text(self) -> str:
         """The partition's controls in one cell: ``paused by ... at ...; stopped on offset 42
@@ -106,6 +127,8 @@ class LagRow:
             shown.append(stopped_text(self.stopped))
         if self.skip is not None:
             shown.append(skip_text(self.skip))
+        if self.stuck is not None:
+            shown.append(stuck_text(self.stuck, self.stuck_for))
         return "; ".join(shown)
 
 

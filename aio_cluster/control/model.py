@@ -22,19 +22,27 @@ __all__ = [
     "Pause",
     "Skip",
     "Stopped",
+    "Stuck",
     "decode_event",
     "decode_pause",
     "decode_skip",
     "decode_stopped",
+    "decode_stuck",
     "encode_event",
     "encode_pause",
     "encode_skip",
     "encode_stopped",
+    "encode_stuck",
     "format_at",
 ]
 
 Key = tuple[str, int]
 """A partition: its topic and number."""
+
+StuckKind = Literal["handler", "body"]
+"""What runs past ``stuck_after``: a handler of ``process()``, or a batch body of ``async for``."""
+
+_STUCK_KINDS: dict[str, StuckKind] = {kind: kind for kind in get_args(StuckKind)}
 
 Action = Literal["pause", "resume", "skip-requested", "skipped"]
 """What a history entry records."""
@@ -84,6 +92,29 @@ class Stopped:
     offset: int
     error: str
     at: float
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A partition whose oldest handler (``kind="handler"``, of ``process()`` or
+    ``process_bulk()``) or batch body (``kind="body"``, of ``async for``) has run past the
+    member's ``stuck_after``: published by that member while it runs, on its session.
+
+    Attributes:
+        topic: the partition's topic.
+        partition: the partition.
+        member: the member it runs in.
+        kind: ``"handler"`` or ``"body"``.
+        offset: the record the handler runs for; the first record of the body's batch.
+        since: when it started (Unix seconds, the member's clock).
+    """
+
+    topic: str
+    partition: int
+    member: str
+    kind: StuckKind
+    offset: int
+    since: float
 
 
 @dataclass(frozen=True)
@@ -232,6 +263,40 @@ def decode_stopped(topic: str, partition: int, data: bytes) -> Stopped:
         offset=_offset("stop", where, doc, "offset"),
         error=_text("stop", where, doc, "error"),
         at=_number("stop", where, doc, "at"),
+    )
+
+
+def encode_stuck(stuck: Stuck) -> bytes:
+    """A stuck node's data."""
+    return _dump(
+        {
+            "member": stuck.member,
+            "kind": stuck.kind,
+            "offset": stuck.offset,
+            "since": stuck.since,
+        }
+    )
+
+
+def decode_stuck(topic: str, partition: int, data: bytes) -> Stuck:
+    """Read a stuck node of ``topic``/``partition``.
+
+    Raises:
+        CoordinationError: the data is not a stuck mark.
+    """
+    where = f"{topic}/{partition}"
+    doc = _load("stuck mark", where, data)
+    text = _text("stuck mark", where, doc, "kind")
+    kind = _STUCK_KINDS.get(text)
+    if kind is None:
+        raise CoordinationError(f"stuck mark {where}: unknown kind {text!r}")
+    return Stuck(
+        topic,
+        partition,
+        member=_text("stuck mark", where, doc, "member"),
+        kind=kind,
+        offset=_offset("stuck mark", where, doc, "offset"),
+        since=_number("stuck mark", where, doc, "since"),
     )
 
 

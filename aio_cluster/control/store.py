@@ -35,6 +35,7 @@ from ..zookeeper.layout import (
     paused_path,
     skips_path,
     stopped_path,
+    stuck_path,
 )
 from .model import (
     Action,
@@ -44,14 +45,17 @@ from .model import (
     Pause,
     Skip,
     Stopped,
+    Stuck,
     decode_event,
     decode_pause,
     decode_skip,
     decode_stopped,
+    decode_stuck,
     encode_event,
     encode_pause,
     encode_skip,
     encode_stopped,
+    encode_stuck,
     format_at,
 )
 
@@ -349,6 +353,32 @@ class ControlStore:
         """Remove a partition's stop, if it was published."""
         with contextlib.suppress(NoNodeError):
             await self._zk.delete(self._layout(topic).stopped_node(partition))
+
+    async def publish_stuck(self, stuck: Stuck) -> None:
+        """Publish that a partition's handler or batch body runs past ``stuck_after``: an
+        ephemeral node of this session, replaced if the partition was published stuck before."""
+        layout = self._layout(stuck.topic)
+        path = layout.stuck_node(stuck.partition)
+        await self._zk.ensure_path(layout.stuck)
+        with contextlib.suppress(NoNodeError):
+            await self._zk.delete(path)
+        await self._zk.create(path, encode_stuck(stuck), ephemeral=True)
+
+    async def clear_stuck(self, topic: str, partition: int) -> None:
+        """Remove a partition's stuck mark, if it was published."""
+        with contextlib.suppress(NoNodeError):
+            await self._zk.delete(self._layout(topic).stuck_node(partition))
+
+    async def read_stuck(self) -> tuple[dict[Key, Stuck], dict[str, str]]:
+        """The group's stuck partitions, as they are now, and the stuck nodes that could not be
+        read (their path -> what was wrong).
+
+        Raises:
+            CoordinationError: ZooKeeper could not be read.
+        """
+        unreadable: dict[str, str] = {}
+        found = await self._read_all(stuck_path(self.group), decode_stuck, unreadable)
+        return found, unreadable
 
     async def _parents(self, paths: Sequence[str]) -> None:
         for path in {history_path(self.group), *paths}:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -47,6 +48,7 @@ from ..errors import (
     AccessDeniedError,
     AioClusterError,
     AuthenticationError,
+    BackgroundEndedError,
     BrokerError,
     ConfigurationError,
     CoordinationError,
@@ -74,6 +76,7 @@ from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
+from .stuck import StuckWatch
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
@@ -99,16 +102,29 @@ def milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | None:
-    """The refused credentials in ``exc`` (or in the exception group it is), if any: trying
-    again does not mend them, so the member stops with this error instead of retrying."""
-    if isinstance(exc, (AccessDeniedError, AuthenticationError)):
+def _refusal(
+    exc: BaseException,
+) -> AccessDeniedError | AuthenticationError | BackgroundEndedError | None:
+    """The refused credentials in ``exc`` (or in the exception group it is), or a background
+    loop that ended, if any: trying again does not mend either, so the member stops with this
+    error itself instead of retrying."""
+    if isinstance(exc, (AccessDeniedError, AuthenticationError, BackgroundEndedError)):
         return exc
     for inner in getattr(exc, "exceptions", ()):
         found = _refusal(inner)
         if found is not None:
             return found
     return None
+
+
+def _cancel_requested() -> bool:
+    """Whether someone asked to cancel the current task (``Task.cancelling()``, Python 3.11):
+    a ``CancelledError`` raised without a request (one escaping a ``gather()`` whose child was
+    cancelled) is nobody's. Before 3.11 that cannot be told, and every cancellation counts as
+    asked for."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cast(int, cancelling()) > 0
 
 
 @dataclass(frozen=True)
@@ -303,6 +319,14 @@ class Member:
             topics=lambda: self.membership.topics,
             processor=lambda: self.processor,
         )
+        self.stuck = StuckWatch(
+            self.zk,
+            layout,
+            member_id=self.id,
+            stuck_after=timing.stuck_after,
+            handlers=self._handlers_running,
+        )
+        """What runs now, and which partitions are stuck (see `aio_cluster.member.stuck`)."""
         self.state = GroupState.NEW
         self.processor: Processor | None = None
         """The processor of the running (or the last) `process()` call."""
@@ -391,6 +415,11 @@ class Member:
             found.append((telemetry.metric_attributes(topic, partition), holder))
         return found
 
+    def _handlers_running(self) -> list[tuple[PartitionKey, int, float]]:
+        """The records in flight in ``process()`` now, for the stuck watch."""
+        processor = self.processor
+        return [] if processor is None or not processor.running else processor.running_since()
+
     # -- consuming ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -421,6 +450,8 @@ class Member:
             ConfigurationError: a bad handler, the consumed topic as dead-letter topic, or
                 `process()` or a batch iteration runs already.
             GroupClosedError: the member is closed.
+            AioClusterError: the member failed (in the background, or its fetching stalled),
+                also when that ended the call through the closing it started.
         """
         check_handler(handler)
         topic = policy.dead_letter_topic
@@ -456,6 +487,10 @@ class Member:
             await processor.run()
         finally:
             _WORK.reset(token)
+        if self._failure is not None:
+            # The member failed while the handlers ran: its closing ended them (the processor
+            # saw a close, not the failure), and the call must not end as if closed.
+            raise self._failure
 
     async def _close_from_handler(self) -> None:
         """``close()`` inside a handler: the handlers stop now, this one with them (its record
@@ -517,6 +552,7 @@ class Member:
         ends = await self.fetcher.ends(sorted(claims))
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
+        stuck, oldest = self.stuck.stuck(), self.stuck.oldest()
         return GroupStatistics(
             member_id=self.id,
             state=self.state,
@@ -540,6 +576,9 @@ class Member:
             else names(p for p in processor.failed_at if p in claims and p in paused),
             operator_paused=names(held),
             skips_applied=self.controls.applied,
+            oldest_running=oldest,
+            stuck=names(stuck),
+            stuck_for=oldest if stuck else None,
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -674,22 +713,45 @@ class Member:
 
     async def _background(self) -> None:
         """Every loop of the member, until the closing cancels them. A failure nobody foresaw,
-        or credentials the servers refused, must not pass silently: it fails the member, and
-        register() or the next batch raises it; a joined member leaves at once, so that its
-        partitions go to the others."""
+        credentials the servers refused, or a loop that ended unasked must not pass silently: it
+        fails the member, and register() or the next batch raises it; a joined member leaves at
+        once, so that its partitions go to the others."""
         joined = self._joined
         assert joined is not None
         timing = self.settings.timing
         try:
             async with anyio.create_task_group() as loops:
-                loops.start_soon(self.membership.run, joined, self.handover, self._fail)
-                loops.start_soon(self._every, timing.commit_interval, self._store_all)
+                scope = loops.cancel_scope
                 loops.start_soon(
-                    self._every, timing.metadata_interval, self.membership.check_partitions
+                    self._kept,
+                    scope,
+                    "rebalances",
+                    functools.partial(self.membership.run, joined, self.handover, self._fail),
                 )
-                loops.start_soon(self.mirror.run, self.states.claims)
-                loops.start_soon(self.liveness.run)
-                loops.start_soon(self.controls.run)
+                loops.start_soon(
+                    self._kept,
+                    scope,
+                    "offset stores",
+                    functools.partial(self._every, timing.commit_interval, self._store_all),
+                )
+                loops.start_soon(
+                    self._kept,
+                    scope,
+                    "metadata checks",
+                    functools.partial(
+                        self._every, timing.metadata_interval, self.membership.check_partitions
+                    ),
+                )
+                if self.mirror.enabled:
+                    loops.start_soon(
+                        self._kept,
+                        scope,
+                        "Kafka mirror",
+                        functools.partial(self.mirror.run, self.states.claims),
+                    )
+                loops.start_soon(self._kept, scope, "liveness", self.liveness.run)
+                loops.start_soon(self._kept, scope, "controls", self.controls.run)
+                loops.start_soon(self._kept, scope, "stuck watch", self.stuck.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:
@@ -703,6 +765,47 @@ class Member:
             else:
                 # It holds claims it can no longer rebalance: they go to the others now.
                 self._give_up(error)
+
+    async def _kept(
+        self, loops: anyio.CancelScope, name: str, run: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Run one loop of the background, whose end is never taken for a normal one: a loop
+        that returns, or that a cancellation nobody asked for ends (one escaping a library's
+        ``gather()``, whose task group would otherwise end quietly), raises
+        [BackgroundEndedError][aio_cluster.BackgroundEndedError] naming it, which fails the
+        member (see `_background()`). A cancellation is asked for by the closing, by the loops'
+        scope (another loop failed), or by a cancel of the member's task; a loop that returns
+        after failing the member itself (the rebalances on an error no retry mends) or while
+        it closes ends as it is.
+
+        Raises:
+            BackgroundEndedError: the loop ended unasked.
+        """
+        try:
+            await run()
+        except asyncio.CancelledError as exc:
+            if self._closing.is_set() or loops.cancel_called or _cancel_requested():
+                raise
+            log.error("member %s: its %s loop was cancelled, unasked", self.id, name)
+            raise BackgroundEndedError(
+                f"member {self.id}: its {name} loop was cancelled, and no one asked for it",
+                name,
+            ) from exc
+        if self._closing.is_set() or self._has_failed():
+            return
+        log.error("member %s: its %s loop ended", self.id, name)
+        raise BackgroundEndedError(f"member {self.id}: its {name} loop ended", name)
+
+    def _has_failed(self) -> bool:
+        """Whether the member failed already: its failure set, or its join refused."""
+        joined = self._joined
+        refused = (
+            joined is not None
+            and joined.done()
+            and not joined.cancelled()
+            and joined.exception() is not None
+        )
+        return self._failure is not None or refused
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:

@@ -39,6 +39,10 @@ classic tools ignore it::
     /consumers/<group>/control/stopped/<topic>/<partition>  ephemeral (the owner's session), JSON
                                                             {"member","offset","error","at"}: the
                                                             record on_failure="stop" stopped on
+    /consumers/<group>/control/stuck/<topic>/<partition>    ephemeral (the member's session), JSON
+                                                            {"member","kind","offset","since"}:
+                                                            a handler or batch body running past
+                                                            stuck_after
     /consumers/<group>/control/history/entry-<seq>          persistent sequential, JSON: the last
                                                             100 control events
 
@@ -85,6 +89,7 @@ __all__ = [
     "roster_path",
     "skips_path",
     "stopped_path",
+    "stuck_path",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -155,6 +160,12 @@ def skips_path(group: str) -> str:
 def stopped_path(group: str) -> str:
     """The parent of a group's stopped partitions: one child per topic, its partitions below."""
     return f"{control_path(group)}/stopped"
+
+
+def stuck_path(group: str) -> str:
+    """The parent of a group's stuck partitions (a handler or batch body running past
+    ``stuck_after``): one child per topic, its partitions below."""
+    return f"{control_path(group)}/stuck"
 
 
 def history_path(group: str) -> str:
@@ -232,6 +243,15 @@ class GroupLayout:
     def stopped(self) -> str:
         """The parent of this topic's partitions stopped by ``on_failure="stop"``."""
         return f"{stopped_path(self.group)}/{self.topic}"
+
+    @property
+    def stuck(self) -> str:
+        """The parent of this topic's stuck partitions."""
+        return f"{stuck_path(self.group)}/{self.topic}"
+
+    def stuck_node(self, partition: int) -> str:
+        """A partition's stuck mark: which member's handler or body runs past ``stuck_after``."""
+        return f"{self.stuck}/{partition}"
 
     def paused_node(self, partition: int) -> str:
         """A partition's operator pause."""

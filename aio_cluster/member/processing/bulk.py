@@ -16,6 +16,9 @@ record of a partition in a call.
 Every record in a call, gathering or running, holds one of the engine's ``concurrency`` slots:
 ``concurrency`` must be at least ``size``, and about ``concurrency // size`` calls run at once.
 
+With ``attempt_timeout`` each call of the handler is cut at the bound
+(`aio_cluster.member.processing.bounds`): a failed attempt of the call like any other.
+
 Failures: a call that raises runs again as a whole, up to the policy's ``attempts`` with its
 back-off (retries wait while ZooKeeper is silent). Once it failed for good it is split in halves,
 each run once, recursively, so that only a record that fails alone carries its error back to its
@@ -43,6 +46,7 @@ from ...config import Processing
 from ...errors import ConfigurationError
 from ...kafka.records import Record
 from ..delivery.delivery import Delivery
+from .bounds import bounded
 from .failures import waits
 from .workers import Handler
 
@@ -276,6 +280,11 @@ class BulkCalls:
         )
 
 
+def _call_named(records: list[Record]) -> str:
+    partitions = sorted({record.partition for record in records})
+    return f"a call on {len(records)} records of partitions {partitions}"
+
+
 class ProcessingMember(Protocol):
     """What `run_bulk()` asks of a member (`aio_cluster.member.member.Member` is one): its id,
     its telemetry, its delivery's gate and its ``process()``."""
@@ -305,9 +314,12 @@ async def run_bulk(
     check_bulk(handler, size, linger, policy)
     telemetry = member.telemetry
     failure: Exception | None = None
+    timeout = policy.attempt_timeout
     async with anyio.create_task_group() as tasks:
         calls = BulkCalls(
-            handler,
+            handler
+            if timeout is None
+            else bounded(handler, timeout, member_id=member.id, named=_call_named),
             policy,
             tasks,
             size=size,
@@ -322,7 +334,8 @@ async def run_bulk(
         if telemetry is not None:
             telemetry.per_record = False
         try:
-            await member.process(calls.handle, replace(policy, attempts=1))
+            # The bound is the calls': a record's run also waits for its call to fill.
+            await member.process(calls.handle, replace(policy, attempts=1, attempt_timeout=None))
         except Exception as exc:
             failure = exc  # raised as it is, not in the task group's exception group
         finally:
