@@ -14,11 +14,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+import anyio
+
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
 from ..zookeeper.security import ZooKeeperTLS
 from . import config, docker, env, jars, probes, process, servers
+from .faults import KafkaProxies
 from .security import Security
 
 _log = logging.getLogger(__name__)
@@ -69,6 +72,7 @@ class LocalCluster:
         use_env: bool = True,
         tls: bool = False,
         sasl: bool = False,
+        kafka_proxies: int = 0,
     ) -> None:
         """Configure the cluster; nothing starts before `start()`.
 
@@ -94,11 +98,15 @@ class LocalCluster:
                 stays); `kafka_options` trusts the CA. Needs Java and trustme.
             sasl: Kafka serves SASL SCRAM-SHA-512 over TLS (implies ``tls``), with a user made
                 at start whose name and random password are in `kafka_options`.
+            kafka_proxies: how many clients at once may send their Kafka traffic through
+                `kafka_proxies()` (``True``: one): each gets a listener on every broker, ports
+                fixed at start. Only a cluster this object starts with Java has them; the
+                environment's cluster is still used when named (without them).
 
         Raises:
             ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
-                several nodes, both ports equal, a non-positive timeout, or a session bound below
-                1000 ms.
+                several nodes, both ports equal, a non-positive timeout, a session bound below
+                1000 ms, or a negative ``kafka_proxies``.
         """
         for name, count, port_name, port in (
             ("brokers", brokers, "kafka_port", kafka_port),
@@ -115,6 +123,10 @@ class LocalCluster:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
         if kafka_port is not None and kafka_port == zookeeper_port:
             raise ConfigurationError(f"kafka_port and zookeeper_port are both {kafka_port}")
+        if kafka_proxies < 0:
+            raise ConfigurationError(
+                f"kafka_proxies={kafka_proxies!r} must be a count of clients (0 or more)"
+            )
         if startup_timeout <= 0:
             raise ConfigurationError(f"startup_timeout={startup_timeout} must be positive")
         if max_session_timeout_ms < config.MIN_SESSION_TIMEOUT_MS:
@@ -141,6 +153,9 @@ class LocalCluster:
         self._data_dir: Path | None = None
         self._servers: servers.JavaServers | None = None
         self._containers: docker.Containers | None = None
+        self._proxy_sets = int(kafka_proxies)
+        self._layout: servers.Ports | None = None
+        self._proxies_in_use: set[int] = set()
 
     @property
     def bootstrap(self) -> str:
@@ -383,6 +398,62 @@ class LocalCluster:
         return index < len(brokers) and brokers[index].running
 
     @contextlib.asynccontextmanager
+    async def kafka_proxies(self) -> AsyncIterator[KafkaProxies]:
+        """One client's Kafka traffic through a proxy per broker, for the block: give a member
+        ``proxies.bootstrap`` instead of `bootstrap` (and the same `kafka_options`), then
+        ``proxies.drop()`` cuts it off from all of Kafka, ``proxies[i].drop()`` from broker
+        ``i`` alone, and ``proxies.forward()`` heals; other clients are untouched, and so is
+        the member's ZooKeeper traffic.
+
+        Each block takes one of the ``kafka_proxies`` sets of listeners the cluster was started
+        with (a listener per broker that advertises its proxy's address, so the client learns
+        only proxies from the metadata) and gives it back at its end, the proxies stopped.
+
+        Raises:
+            LocalClusterError: the cluster is not running, was not started by this object with
+                Java and ``kafka_proxies``, every set is in use, or a proxy's port was taken
+                meanwhile.
+        """
+        self._require_running()
+        layout = self._layout
+        if self._servers is None or layout is None:
+            raise LocalClusterError(
+                f"Kafka proxies need a cluster this LocalCluster started with Java; this one "
+                f"came from {self._mode}"
+            )
+        if not layout.proxied:
+            raise LocalClusterError(
+                "this cluster has no listeners for Kafka proxies: start it with "
+                "LocalCluster(kafka_proxies=1)"
+            )
+        free = [n for n in range(len(layout.proxied)) if n not in self._proxies_in_use]
+        if not free:
+            raise LocalClusterError(
+                f"the cluster's kafka_proxies={self._proxy_sets} sets are all in use; "
+                "LocalCluster(kafka_proxies=N) lets N clients through proxies at once"
+            )
+        number = free[0]
+        proxies = KafkaProxies(
+            [
+                (f"{config.HOST}:{listener}", proxy)
+                for listener, proxy in zip(
+                    layout.proxied[number], layout.proxies[number], strict=True
+                )
+            ]
+        )
+        try:
+            await proxies.start()
+        except OSError as exc:
+            raise LocalClusterError(f"a Kafka proxy could not listen: {exc}") from exc
+        self._proxies_in_use.add(number)
+        try:
+            yield proxies
+        finally:
+            self._proxies_in_use.discard(number)
+            with anyio.CancelScope(shield=True):  # a cancelled test leaves no proxy listening
+                await proxies.stop()
+
+    @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:
         """ZooKeeper stopped for the duration of the block, running again after it (also when
         the block fails; not when it is cancelled or interrupted)."""
@@ -458,8 +529,14 @@ class LocalCluster:
             return
         kafka, zookeeper = self._brokers, self._zookeepers
         layout = servers.Ports.pick(
-            kafka, zookeeper, self._kafka_port, self._zookeeper_port, secured=self._secured
+            kafka,
+            zookeeper,
+            self._kafka_port,
+            self._zookeeper_port,
+            secured=self._secured,
+            proxy_sets=self._proxy_sets,
         )
+        self._layout = layout
         self._bootstrap = layout.bootstrap
         self._zookeeper = layout.connect
         java = process.find_java()

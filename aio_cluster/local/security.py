@@ -119,10 +119,18 @@ class Security:
         }
         if self.sasl:
             properties["sasl.enabled.mechanisms"] = SASL_MECHANISM
-            properties[f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config"] = (
+        return properties | self.listener_properties(client)
+
+    def listener_properties(self, name: str) -> dict[str, str]:
+        """What a client listener named ``name`` needs beyond its protocol: a SASL one the
+        SCRAM login module (Kafka takes it per listener)."""
+        if not self.sasl:
+            return {}
+        return {
+            f"listener.name.{name.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
-        return properties
+        }
 
     def format_arguments(self) -> list[str]:
         """Arguments of Kafka's storage format that create the SCRAM user (KRaft keeps SCRAM
