@@ -27,7 +27,8 @@ async def tls_cluster() -> AsyncIterator[LocalCluster]:
 
 @pytest_asyncio.fixture(scope="module")
 async def sasl_cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(sasl=True) as started:
+    """With one set of Kafka proxies, to show they pass SASL over TLS."""
+    async with LocalCluster(sasl=True, kafka_proxies=1) as started:
         yield started
 
 

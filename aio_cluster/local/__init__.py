@@ -30,6 +30,7 @@ broker between one client and all of Kafka.
 Modules::
 
     __main__.py     ``python -m aio_cluster.local``: the up/down command
+    acls.py         a SASL cluster's SCRAM users and ACLs, through Kafka's own tools
     cli.py          the up/down command (its arguments are aio-cluster local's)
     cluster.py      LocalCluster: the lifecycle and the fault hooks
     config.py       zoo.cfg and server.properties

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import secrets
 import shutil
 import tempfile
 import time
@@ -20,7 +21,7 @@ from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
 from ..zookeeper.security import ZooKeeperTLS
-from . import config, docker, env, jars, probes, process, servers
+from . import acls, config, docker, env, jars, probes, process, servers
 from .faults import KafkaProxies
 from .security import Security
 
@@ -396,6 +397,129 @@ class LocalCluster:
             return True
         brokers = self._servers.brokers
         return index < len(brokers) and brokers[index].running
+
+    async def add_user(self, name: str, password: str | None = None) -> KafkaOptions:
+        """Create a SCRAM user of a ``sasl`` cluster (or give one a new password), allowed
+        nothing until `grant()`: the authorizer lets only the cluster's own user (that of
+        `kafka_options`) do anything without ACLs.
+
+        Args:
+            name: the user name: letters, digits and ``._@-``.
+            password: its password, of the same characters; None makes a random one.
+
+        Returns:
+            The connection options of that user: `kafka_options` with its name and password.
+
+        Raises:
+            ConfigurationError: the name or password holds other characters.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool failed (the message quotes its output).
+        """
+        password = secrets.token_urlsafe(24) if password is None else password
+        arguments = acls.user_arguments(name, password)
+        await self._kafka_tool(acls.CONFIGS, arguments)
+        return KafkaOptions(
+            {**self.kafka_options, "sasl_plain_username": name, "sasl_plain_password": password}
+        )
+
+    async def grant(
+        self,
+        user: str,
+        *operations: str,
+        topic: str | None = None,
+        group: str | None = None,
+        transactional_id: str | None = None,
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Allow a user of a ``sasl`` cluster ``operations`` on each resource named, e.g.
+        ``grant("reader", "Read", topic=t)``, ``grant("reader", "Read", "Describe", group=g)``,
+        ``grant("reader", "Describe", cluster=True)``, or for exactly once ``grant("reader",
+        "Write", "Describe", transactional_id="aio-cluster.", prefixed=True)``. The brokers
+        apply it a moment after the call returns (from the metadata log).
+
+        Args:
+            user: the user's name (see `add_user()`).
+            *operations: Kafka's operation names: ``Read``, ``Write``, ``Describe``, ...
+            topic: a topic's name (``"*"``: every topic).
+            group: a consumer group's name.
+            transactional_id: a transactional producer's id.
+            cluster: the cluster itself.
+            prefixed: the names are prefixes: every resource whose name starts so.
+
+        Raises:
+            ConfigurationError: no operation or resource, or an unknown operation.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool refused (an operation a resource does not have: its output says).
+        """
+        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, True)
+
+    async def revoke(
+        self,
+        user: str,
+        *operations: str,
+        topic: str | None = None,
+        group: str | None = None,
+        transactional_id: str | None = None,
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Take back what `grant()` allowed, named the same way; the brokers refuse the user
+        a moment after the call returns.
+
+        Raises:
+            ConfigurationError: no operation or resource, or an unknown operation.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool failed.
+        """
+        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, False)
+
+    async def _acl(
+        self,
+        user: str,
+        operations: Sequence[str],
+        topic: str | None,
+        group: str | None,
+        transactional_id: str | None,
+        cluster: bool,
+        prefixed: bool,
+        add: bool,
+    ) -> None:
+        arguments = acls.acl_arguments(
+            user,
+            operations,
+            topic=topic,
+            group=group,
+            transactional_id=transactional_id,
+            cluster=cluster,
+            prefixed=prefixed,
+            add=add,
+        )
+        await self._kafka_tool(acls.ACLS, arguments)
+
+    async def _kafka_tool(self, main: str, arguments: Sequence[str]) -> None:
+        """Run one of Kafka's tools against the first running node's plaintext listener between
+        nodes (a super user's), for a ``sasl`` cluster this object started."""
+        self._require_running()
+        if not self._sasl:
+            raise LocalClusterError("users and ACLs need a LocalCluster(sasl=True)")
+        java = self._java("kafka")
+        layout = self._layout
+        assert layout is not None  # a sasl cluster is started with Java, by this object
+        assert self._data_dir is not None
+        running = [i for i, node in enumerate(java.brokers) if node.running] or [0]
+        bootstrap = f"{config.HOST}:{layout.internal[running[0]]}"
+        executable = process.find_java()
+        assert executable is not None  # the servers were started with it
+        await acls.run_tool(
+            executable,
+            self._cache_dir,
+            self._data_dir / "kafka-tools.log",
+            bootstrap,
+            main,
+            arguments,
+            self._deadline(),
+        )
 
     @contextlib.asynccontextmanager
     async def kafka_proxies(self) -> AsyncIterator[KafkaProxies]:
