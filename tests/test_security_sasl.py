@@ -146,7 +146,7 @@ async def test_a_transactional_producer_needs_its_transactional_id_granted(
     user = fresh("writer")
     options = await sasl_cluster.add_user(user)
     prefix = fresh("tx")
-    await sasl_cluster.grant(user, "Write", "Describe", topic=topic)
+    await sasl_cluster.grant(user, "Read", "Write", topic=topic)  # read: its offsets' commit
     await sasl_cluster.grant(user, "Describe", cluster=True)
 
     def producer() -> AIOKafkaProducer:
@@ -171,9 +171,12 @@ async def test_a_transactional_producer_needs_its_transactional_id_granted(
         return True
 
     await wait_until(started, what="the producer started once granted")
+    group = fresh("tx-group")
+    await sasl_cluster.grant(user, "Read", "Describe", group=group)  # its offsets' group
     try:
         async with allowed.transaction():
             await allowed.send_and_wait(topic, b"once", partition=0)
+            await allowed.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, group)
     finally:
         await allowed.stop()
 
@@ -188,3 +191,18 @@ async def test_grants_name_an_operation_and_a_resource(sasl_cluster: LocalCluste
         await sasl_cluster.grant("reader", "Reed", topic="t")
     with pytest.raises(ConfigurationError, match="password"):
         await sasl_cluster.add_user("reader", "has,comma")
+
+
+@pytest.mark.asyncio
+async def test_a_member_of_a_second_user_needs_only_read_on_the_topic(
+    sasl_cluster: LocalCluster, sasl_producer: AIOKafkaProducer
+) -> None:
+    """A member at least once keeps its offsets in ZooKeeper: Read on the topic is all it needs
+    of Kafka (taking that away is what refuses its reads)."""
+    topic = await topic_on(sasl_cluster, 2)
+    user = fresh("member")
+    options = await sasl_cluster.add_user(user)
+    await sasl_cluster.grant(user, "Read", topic=topic)
+    group = fresh("acl-group")
+    members = [sasl_member(sasl_cluster, group, topic, kafka_options=options) for _ in range(2)]
+    await consume_exactly_once(members, numbered_by(sasl_producer, topic), 100)
