@@ -4,7 +4,11 @@ from one broker, while a client of the brokers' own addresses reads on."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -175,3 +179,69 @@ async def test_kafka_proxies_need_a_running_cluster() -> None:
     with pytest.raises(LocalClusterError, match="not running"):
         async with LocalCluster(kafka_proxies=1).kafka_proxies():
             pass
+
+
+USER_SUITE = """
+import uuid
+
+import anyio
+import pytest
+
+from aio_cluster import ConsumerGroup
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_a_member_cut_off_from_kafka(
+    local_cluster, new_topic, produce, kafka_fault_proxies
+) -> None:
+    topic = await new_topic(partitions=2)
+    proxies = await kafka_fault_proxies()
+    got = []
+    name = f"billing-{uuid.uuid4().hex[:8]}"
+    cut = ConsumerGroup(name, proxies.bootstrap, local_cluster.zookeeper, topic, loop_delay=0.05)
+
+    async def consume() -> None:
+        async for _partition, batch in cut:
+            got.extend(record.value for record in batch)
+
+    async def until(condition) -> None:
+        with anyio.fail_after(60):
+            while not condition():
+                await anyio.sleep(0.05)
+
+    async with cut, anyio.create_task_group() as tasks:
+        tasks.start_soon(consume)
+        await produce(topic, [f"a{i}" for i in range(10)])
+        await until(lambda: len(got) == 10)
+        proxies.drop()
+        await produce(topic, [f"b{i}" for i in range(10)])
+        await until(lambda: proxies.dropped > 0)
+        assert len(got) == 10 and cut.claimed
+        proxies.forward()
+        await until(lambda: len(got) == 20)
+        tasks.cancel_scope.cancel()
+"""
+
+
+@pytest.mark.own_cluster
+async def test_the_plugins_kafka_fault_proxies_cut_a_member_off(tmp_path: Path) -> None:
+    """The pytest plugin as a user's suite runs it, on a cluster of its own start (the
+    environment's has no proxies)."""
+    (tmp_path / "test_user.py").write_text(USER_SUITE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = session\n")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AIO_CLUSTER_")}
+    if "AIO_CLUSTER_CACHE" in os.environ:
+        environment["AIO_CLUSTER_CACHE"] = os.environ["AIO_CLUSTER_CACHE"]
+    suite = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "pytest", "-p", "aio_cluster.testing", "-p", "no:cacheprovider"),
+        *("-q", str(tmp_path)),
+        cwd=tmp_path,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    with anyio.fail_after(240):
+        out, _ = await suite.communicate()
+    assert suite.returncode == 0, out.decode()
+    assert "1 passed" in out.decode()

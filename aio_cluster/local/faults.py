@@ -278,6 +278,16 @@ class KafkaProxies:
         """Client connections open now, over every broker's proxy."""
         return sum(proxy.connections for proxy in self._proxies)
 
+    @property
+    def forwarded(self) -> int:
+        """Bytes passed on, both ways, by every broker's proxy."""
+        return sum(proxy.forwarded for proxy in self._proxies)
+
+    @property
+    def dropped(self) -> int:
+        """Bytes swallowed, both ways, by every broker's proxy."""
+        return sum(proxy.dropped for proxy in self._proxies)
+
     def __getitem__(self, broker: int) -> FaultProxy:
         return self._proxies[broker]
 
