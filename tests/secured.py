@@ -21,7 +21,8 @@ ZK_PASSWORD = "zk-Secret-4711"
 
 @pytest_asyncio.fixture(scope="module")
 async def tls_cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(tls=True) as started:
+    """With one set of Kafka proxies, to show they pass TLS."""
+    async with LocalCluster(tls=True, kafka_proxies=1) as started:
         yield started
 
 
