@@ -448,9 +448,10 @@ class LocalCluster:
             prefixed: the names are prefixes: every resource whose name starts so.
 
         Raises:
-            ConfigurationError: no operation or resource, or an unknown operation.
+            ConfigurationError: no operation or resource, or an operation a resource named does
+                not have (``Read`` on the cluster, ``Write`` on a group, ...).
             LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool refused (an operation a resource does not have: its output says).
+                Kafka's tool failed (the message quotes the end of its output).
         """
         await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, True)
 
@@ -468,9 +469,10 @@ class LocalCluster:
         a moment after the call returns.
 
         Raises:
-            ConfigurationError: no operation or resource, or an unknown operation.
+            ConfigurationError: no operation or resource, or an operation a resource named does
+                not have.
             LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool failed.
+                Kafka's tool failed (the message quotes the end of its output).
         """
         await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, False)
 
