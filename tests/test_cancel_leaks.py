@@ -1,0 +1,78 @@
+"""A bound that cuts concurrent requests short stays the bound's, against the real servers: the
+four places where an ``asyncio.gather`` ran inside a time-limited anyio scope (the leave's
+releases, Kafka's committed offsets, ListOffsets, the closing of fetch sessions).
+
+Each request here finishes after its cancellation, as aiokafka's do on Python < 3.12 when the
+answer arrives in the loop pass that cancels them (its ``wait_for`` then returns the answer): the
+stand-in waits until it is cancelled, then sends the real request and insists on its answer.
+Under ``asyncio.gather`` the bound then raised a ``CancelledError`` without anyio's mark, which it
+let through: the task ended cancelled, though nobody cancelled it, and what followed the requests
+(the client's stop, the documented error) never came. In task groups each ends as documented."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+import pytest
+from aiokafka import TopicPartition
+
+from aio_cluster import BrokerError
+from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
+from aio_cluster.local import LocalCluster
+
+from conftest import MakeTopic
+
+pytestmark = pytest.mark.asyncio
+
+T = TypeVar("T")
+
+
+async def after_cancellation(request: Callable[[], Awaitable[T]]) -> T:
+    """Wait until cancelled, then make ``request`` and return its answer, whatever cancels it
+    meanwhile: a request that finishes after its cancellation."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await anyio.sleep_forever()
+    answer = asyncio.ensure_future(request())
+    while True:
+        try:
+            return await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if answer.done():
+                return answer.result()
+
+
+async def outcome(call: Awaitable[T]) -> T | BaseException:
+    """What ``call`` ended with, run as a task of its own: a task that ends cancelled gives its
+    ``CancelledError``, which must not be, since only the call's own bound was."""
+    task = asyncio.ensure_future(call)
+    await asyncio.wait([task])
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.exception() or task.result()
+
+
+async def test_committed_offsets_cut_short_raise_the_broker_error(
+    cluster: LocalCluster, make_topic: MakeTopic, group_name: str
+) -> None:
+    topic = await make_topic(2)
+    offsets = KafkaGroupOffsets(cluster.bootstrap, group_name, TopicKeys((topic,)), client_id="t")
+    await offsets.start()
+    try:
+        asked = offsets._consumer.committed
+
+        async def committed(tp: TopicPartition) -> int | None:
+            if tp.partition == 0:
+                return await asked(tp)  # answered before the bound
+            return await after_cancellation(lambda: asked(tp))
+
+        offsets._consumer.committed = committed
+        ended = await outcome(offsets.committed([PartitionKey(0), PartitionKey(1)], 1.0))
+        assert isinstance(ended, BrokerError), repr(ended)
+        assert "within 1 s" in str(ended)
+    finally:
+        await offsets.stop()
