@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.offset import OffsetRequest
 
 from aio_cluster import BrokerError
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
+from aio_cluster.kafka.list_offsets import ListOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 
@@ -76,3 +79,32 @@ async def test_committed_offsets_cut_short_raise_the_broker_error(
         assert "within 1 s" in str(ended)
     finally:
         await offsets.stop()
+
+
+async def test_list_offsets_cut_short_raises_the_broker_error(
+    cluster: LocalCluster, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(1)
+    client = AIOKafkaClient(bootstrap_servers=cluster.bootstrap)
+    await client.bootstrap()
+    try:
+        client.set_topics([topic])
+        await client.force_metadata_update()
+        send = client.send
+
+        async def sent(node_id: int, request: Any, **options: Any) -> Any:
+            if isinstance(request, OffsetRequest):
+                return await after_cancellation(lambda: send(node_id, request, **options))
+            return await send(node_id, request, **options)
+
+        client.send = sent
+
+        async def refresh(topics: Any) -> None:
+            await client.force_metadata_update()
+
+        asking = ListOffsets(client, backoff=0.1, isolation=0, timeout=1.0, refresh=refresh)
+        ended = await outcome(asking.ask({TopicPartition(topic, 0): -1}))
+        assert isinstance(ended, BrokerError), repr(ended)
+        assert "no answer within" in str(ended)
+    finally:
+        await client.close()
