@@ -81,8 +81,9 @@ async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
     """Wait until each of ``futures`` is done, whatever its outcome, without raising it and
     without cancelling any when the caller is cancelled: the adapter for the futures aiokafka
     hands us (or ours that outlive a cancelled caller on purpose), which asyncio.wait()
-    awaited before. Bound it with an anyio scope."""
-    for future in futures:
+    awaited before. Bound it with an anyio scope. ``futures`` is read once, at the call (a
+    future's callbacks may change the collection it came from)."""
+    for future in list(futures):
         if future.done():
             continue
         done = anyio.Event()

@@ -23,12 +23,14 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.offset import OffsetRequest
 
 from aio_cluster import BrokerError
+from aio_cluster.kafka.fetch_sessions import FetchSessions
 from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.list_offsets import ListOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 
-from conftest import MakeTopic
+from conftest import MakeTopic, Produce
+from support import fetcher_of, fresh
 
 pytestmark = pytest.mark.asyncio
 
@@ -108,3 +110,43 @@ async def test_list_offsets_cut_short_raises_the_broker_error(
         assert "no answer within" in str(ended)
     finally:
         await client.close()
+
+
+async def test_a_fetcher_whose_session_closing_is_cut_short_still_stops_its_consumer(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce
+) -> None:
+    """Before, the stop raised CancelledError before the consumer's stop: its connections
+    stayed open, each with a task reading it."""
+    topic = await make_topic(1)
+    counts = await produce(topic, 20)
+    fetcher = fetcher_of(cluster, topic, fresh("leaks"), max_bytes=1024)
+    await fetcher.start()
+    stopped = False
+    try:
+        await fetcher.partitions(topic)
+        fetcher.assign({PartitionKey(0): 0})
+        got: list[int] = []
+        for _ in range(200):
+            if len(got) >= counts[0]:
+                break
+            for records in (await fetcher.fetch([PartitionKey(0)], 200)).values():
+                got += [record.offset for record in records]
+        sessions = fetcher._sessions
+        assert isinstance(sessions, FetchSessions)
+        assert any(s.session_id for s in sessions._sessions.values()), "a session opened"
+        client = fetcher._consumer._client
+        send = client.send
+
+        async def sent(node_id: int, request: Any, **options: Any) -> Any:
+            if type(request).__name__ == "_ClosingFetchRequest":
+                return await after_cancellation(lambda: send(node_id, request, **options))
+            return await send(node_id, request, **options)
+
+        client.send = sent
+        ended = await outcome(fetcher.stop())
+        assert ended is None, repr(ended)
+        stopped = True
+        assert fetcher._consumer._closed, "the consumer stopped"
+    finally:
+        if not stopped:
+            await fetcher.stop()

@@ -45,6 +45,7 @@ from typing import Any
 import anyio
 from aiokafka.protocol.fetch import FetchRequest
 
+from ..concurrency import gather, settled
 from .seams import Actions, actions_hook, fetch_fields
 
 __all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
@@ -340,20 +341,19 @@ class FetchSessions:
         self._closed = True
         for session in self._sessions.values():
             session.close()
+        # In a task group (see aio_cluster.concurrency): cut short by the bound, an
+        # asyncio.gather whose closing request finished anyway raised a CancelledError that the
+        # bound let through, and the consumer's stop after it never ran.
         with anyio.move_on_after(timeout) as scope:
-            openings = [
+            await settled(
                 sending
                 for sending, request in self._sends.items()
                 if request.wire is not None and request.wire is request.session.opening
-            ]
-            if openings:
-                await asyncio.wait(openings)
-            await asyncio.gather(
-                *(
-                    self._close_one(node, wire)
-                    for node, session in self._sessions.items()
-                    if (wire := session.closing()) is not None
-                )
+            )
+            await gather(
+                functools.partial(self._close_one, node, wire)
+                for node, session in self._sessions.items()
+                if (wire := session.closing()) is not None
             )
         if scope.cancelled_caught:
             log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
@@ -363,12 +363,13 @@ class FetchSessions:
         for the session requests sent before `close()` to end, then cancel those still out,
         before the client closes: a shielded send that outlived the client could open a
         connection nobody closes (aiokafka's connecting is safe to cancel)."""
-        if not self._sends:
-            return
-        _done, pending = await asyncio.wait(list(self._sends), timeout=timeout)
+        sends = list(self._sends)
+        with anyio.move_on_after(timeout):
+            await settled(sends)
+        pending = [sending for sending in sends if not sending.done()]
         for sending in pending:
             sending.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await settled(pending)
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
