@@ -28,9 +28,11 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.list_offsets import ListOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import fetcher_of, fresh
+from support import fetcher_of, fresh, member, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -150,3 +152,31 @@ async def test_a_fetcher_whose_session_closing_is_cut_short_still_stops_its_cons
     finally:
         if not stopped:
             await fetcher.stop()
+
+
+async def test_a_leave_cut_short_by_the_closing_deadline_ends_the_close_normally(
+    cluster: LocalCluster, zk: ZooKeeper, make_topic: MakeTopic, group_name: str
+) -> None:
+    """Before, the releases cut short by the leave's share of ``close_timeout`` ended the
+    member's task cancelled, and close() raised CancelledError to a caller nobody cancelled."""
+    topic = await make_topic(1)
+    group = member(cluster, group_name, topic, close_timeout=2.0)
+    await group.register()
+    layout = GroupLayout(group_name, topic)
+    await wait_until(
+        lambda: group._member.states.claims.get(PartitionKey(0)) is not None, what="the claim"
+    )
+    nodes = group._member.membership._rebalancer._nodes
+    release = nodes.release
+
+    async def released(partition: PartitionKey, node_version: int, epoch: int) -> None:
+        await after_cancellation(lambda: release(partition, node_version, epoch))
+
+    nodes.release = released
+    ended = await outcome(group.close())
+    assert ended is None, repr(ended)
+
+    async def gone() -> bool:
+        return await zk.exists(layout.owner(0)) is None
+
+    await wait_until(gone, what="the claim released")
