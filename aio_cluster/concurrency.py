@@ -1,8 +1,8 @@
 """The one way to wait and cancel: concurrent calls run in anyio task groups, never under
-``asyncio.gather``, ``asyncio.wait`` or ``asyncio.shield`` (ruff's banned-API rule refuses those
-in the package; ``pyproject.toml`` lists the few exceptions and why).
+asyncio's ``gather``, ``wait`` or ``shield`` (ruff's banned-API rule refuses those in the
+package; ``pyproject.toml`` lists the few exceptions and why).
 
-Why: an anyio scope that cancels an ``asyncio.gather`` cancels its children natively, through any
+Why: an anyio scope that cancels asyncio's ``gather`` cancels its children natively, through any
 anyio shield inside them, and when a child finishes anyway (as aiokafka's sends do on Python <
 3.12 when their answer arrives in the same loop pass) the gather raises a ``CancelledError``
 without anyio's mark, which the scope lets through: the caller's task ends cancelled though
@@ -13,17 +13,23 @@ anyio's task groups raise an ``ExceptionGroup`` around their children's failures
 expect the failure itself (a ``BrokerError``, a ``CoordinationError``, aiokafka's ``KafkaError``),
 so `gather()` unwraps it, deliberately and only here: the first failure is raised as itself, and
 the siblings are cancelled and waited for first.
+
+asyncio's own task calls stay in this module only, for what no task group can hold: a task that
+outlives the call starting it (`background()`: a member between ``register()`` and ``close()``),
+work that must end even when its caller is cancelled natively, which no anyio shield stops
+(`outlasting()`: Ctrl-C under ``asyncio.run``; `detached()`: aiokafka cancelling its own fetch
+task), and the futures aiokafka hands us (`settled()`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["gather", "settle", "settled"]
+__all__ = ["background", "detached", "gather", "outlasting", "settle", "settled"]
 
 T = TypeVar("T")
 
@@ -60,7 +66,7 @@ async def gather(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
 async def settle(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T | Exception]:
     """Run ``calls`` concurrently in a task group, each to its end whatever the others do; each
     one's result or failure (an ``Exception``), in the order of ``calls``: what
-    ``asyncio.gather(..., return_exceptions=True)`` returned, for callers that sort the outcomes
+    asyncio's ``gather(..., return_exceptions=True)`` returned, for callers that sort the outcomes
     themselves. A cancellation of the caller cancels them all and is raised."""
     calls = list(calls)
     outcomes: list[T | Exception] = [_UNSET] * len(calls)
@@ -80,7 +86,7 @@ async def settle(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T | Except
 async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
     """Wait until each of ``futures`` is done, whatever its outcome, without raising it and
     without cancelling any when the caller is cancelled: the adapter for the futures aiokafka
-    hands us (or ours that outlive a cancelled caller on purpose), which asyncio.wait()
+    hands us (or ours that outlive a cancelled caller on purpose), which asyncio's wait()
     awaited before. Bound it with an anyio scope. ``futures`` is read once, at the call (a
     future's callbacks may change the collection it came from)."""
     for future in list(futures):
@@ -96,3 +102,43 @@ async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
             await done.wait()
         finally:
             future.remove_done_callback(wake)
+
+
+def background(work: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    """Start ``work`` in a task of the running loop that outlives the call starting it, for an
+    object's life that no task group spans (a member's from ``register()`` to ``close()``, a
+    proxy's from ``start()`` to ``stop()``). Its owner awaits it (with `outlasting()`) or cancels
+    it."""
+    return asyncio.create_task(work, name=name)
+
+
+async def outlasting(task: asyncio.Future[T]) -> T:
+    """Wait for ``task``; a cancellation of the caller waits for it too, then goes on: the
+    cancellation the caller was given is raised again (so that an anyio scope knows it for its
+    own), and ``task`` itself is never cancelled by it. A plain anyio shield would not do: a
+    native cancellation (``asyncio.run`` at Ctrl-C, aiokafka's) goes through it.
+
+    Raises:
+        CancelledError: the caller was cancelled meanwhile (once ``task`` ended), or ``task``
+            was.
+        Exception: what ``task`` raised.
+    """
+    cancellation: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError as exc:
+            if task.done():
+                raise
+            cancellation = cancellation or exc
+    if cancellation is not None:
+        raise cancellation
+    return result
+
+
+async def detached(task: asyncio.Future[T]) -> T:
+    """Await ``task``, which a cancellation of the caller leaves running (the caller's ends at
+    once): for a request whose answer matters to more than the caller that aiokafka may cancel
+    natively (a fetch session's)."""
+    return await asyncio.shield(task)

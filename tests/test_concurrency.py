@@ -15,7 +15,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aio_cluster.concurrency import gather, settle, settled
+from aio_cluster.concurrency import background, detached, gather, outlasting, settle, settled
+
+from support import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -125,3 +127,41 @@ async def test_settled_waits_for_futures_without_raising_or_cancelling_them() ->
     await settled([failed, pending])
     assert pending.result() == 1
     assert isinstance(failed.exception(), OSError)
+
+
+async def test_outlasting_waits_for_its_task_and_leaves_the_bound_its_own() -> None:
+    """A caller cut short by its bound waits for the task to end; the bound then catches its
+    own cancellation (the one the caller was given is raised again, not a bare one)."""
+    ended = anyio.Event()
+
+    async def work() -> int:
+        await ended.wait()
+        return 3
+
+    bounds: list[anyio.CancelScope] = []
+
+    async def bounded(task: asyncio.Task[int]) -> None:
+        with anyio.move_on_after(0.01) as bound:
+            bounds.append(bound)
+            await outlasting(task)
+        assert bound.cancelled_caught
+
+    task = background(work(), name="work")
+    caller = asyncio.create_task(bounded(task))
+    await wait_until(lambda: bool(bounds) and bounds[0].cancel_called, what="the bound passed")
+    assert not caller.done(), "the caller waits for the task"
+    ended.set()
+    await settled([caller])
+    assert not caller.cancelled()
+    assert caller.exception() is None
+    assert task.result() == 3
+
+
+async def test_detached_leaves_its_task_running_when_the_caller_is_cancelled() -> None:
+    answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = background(stubborn(answer), name="request")
+    with anyio.move_on_after(0.01):
+        await detached(task)
+    assert not task.done(), "the request goes on"
+    answer.set_result(5)
+    assert await detached(task) == 5
