@@ -45,7 +45,7 @@ from typing import Any
 import anyio
 from aiokafka.protocol.fetch import FetchRequest
 
-from ..concurrency import gather, settled
+from ..concurrency import background, detached, gather, settled
 from .seams import Actions, actions_hook, fetch_fields
 
 __all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
@@ -309,10 +309,14 @@ class FetchSessions:
                 # Once closed, nothing is learned from an answer: a send cancelled with its
                 # fetch ends with it, and none outlives the client's closing.
                 return await send(node_id, request, **options)
-            sending = asyncio.ensure_future(send(node_id, request, **options))
+
+            async def send_it() -> Any:
+                return await send(node_id, request, **options)
+
+            sending = background(send_it(), name="fetch session send")
             self._sends[sending] = request
             sending.add_done_callback(functools.partial(self._settled, request))
-            return await asyncio.shield(sending)
+            return await detached(sending)
 
         return sent
 
@@ -341,8 +345,8 @@ class FetchSessions:
         self._closed = True
         for session in self._sessions.values():
             session.close()
-        # In a task group (see aio_cluster.concurrency): cut short by the bound, an
-        # asyncio.gather whose closing request finished anyway raised a CancelledError that the
+        # In a task group (see aio_cluster.concurrency): cut short by the bound, asyncio's
+        # gather, when a closing request finished anyway, raised a CancelledError that the
         # bound let through, and the consumer's stop after it never ran.
         with anyio.move_on_after(timeout) as scope:
             await settled(
