@@ -123,8 +123,8 @@ class KafkaGroupOffsets:
         asked = sorted(partitions)
         tps = [self._tp(key) for key in asked]
         try:
-            # In a task group (see aio_cluster.concurrency): cut short by the bound, an
-            # asyncio.gather raised a CancelledError that the bound let through.
+            # In a task group (see aio_cluster.concurrency): cut short by the bound, asyncio's
+            # gather raised a CancelledError that the bound let through.
             with anyio.fail_after(timeout):
                 found = await gather(functools.partial(self._consumer.committed, tp) for tp in tps)
         except TimeoutError:

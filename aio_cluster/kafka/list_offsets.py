@@ -123,8 +123,8 @@ class ListOffsets:
             if leader == -1:
                 raise LeaderNotAvailableError(_name(tp.topic, tp.partition) + " has no leader")
             by_leader[leader][tp.topic].append((tp.partition, timestamp))
-        # In a task group (see aio_cluster.concurrency): cut short by `ask`'s bound, an
-        # asyncio.gather raised a CancelledError that the bound let through.
+        # In a task group (see aio_cluster.concurrency): cut short by `ask`'s bound, asyncio's
+        # gather raised a CancelledError that the bound let through.
         answers = await settle(
             functools.partial(self._offsets_from, node, asked) for node, asked in by_leader.items()
         )

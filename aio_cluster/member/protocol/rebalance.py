@@ -330,9 +330,9 @@ class Rebalancer:
         async with self.lock:
             await handover.give_up(sorted(self._claims))
             # All at once: with many partitions, one round trip instead of one per claim. In a
-            # task group (see aio_cluster.concurrency): cut short by the closing's deadline, an
-            # asyncio.gather whose release finished anyway raised a CancelledError the deadline
-            # let through, and close() raised it to a caller nobody cancelled.
+            # task group (see aio_cluster.concurrency): cut short by the closing's deadline,
+            # asyncio's gather, when a release finished anyway, raised a CancelledError the
+            # deadline let through, and close() raised it to a caller nobody cancelled.
             await gather(functools.partial(self._release_node, p) for p in list(self._claims))
             await self._registration.delete()
 
