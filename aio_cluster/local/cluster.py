@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from ..concurrency import settle
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
@@ -522,7 +523,10 @@ class LocalCluster:
 
 
 async def _stop(nodes: Sequence[process.Child]) -> None:
-    await asyncio.gather(*(node.stop() for node in nodes))
+    """Stop the nodes together; once all ended, raise the first failure (if any)."""
+    for result in await settle(node.stop for node in nodes):
+        if isinstance(result, Exception):
+            raise result
 
 
 async def _start(nodes: Sequence[process.Child], deadline: float) -> None:
