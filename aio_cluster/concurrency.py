@@ -3,8 +3,8 @@ asyncio's ``gather``, ``wait`` or ``shield`` (ruff's banned-API rule refuses tho
 package; ``pyproject.toml`` lists the few exceptions and why).
 
 Why: an anyio scope that cancels asyncio's ``gather`` cancels its children natively, through any
-anyio shield inside them, and when a child finishes anyway (as aiokafka's sends do on Python <
-3.12 when their answer arrives in the same loop pass) the gather raises a ``CancelledError``
+anyio shield inside them, and when a child finishes anyway (one that catches its cancellation,
+as aiokafka's ``AIOKafkaClient.close()`` does) the gather raises a ``CancelledError``
 without anyio's mark, which the scope lets through: the caller's task ends cancelled though
 nobody cancelled it, its cleanup cut short. A task group's children are cancelled by anyio, which
 honours their shields, and the scope catches its own cancellation.
@@ -114,9 +114,10 @@ def background(work: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
 
 async def outlasting(task: asyncio.Future[T]) -> T:
     """Wait for ``task``; a cancellation of the caller waits for it too, then goes on: the
-    cancellation the caller was given is raised again (so that an anyio scope knows it for its
-    own), and ``task`` itself is never cancelled by it. A plain anyio shield would not do: a
-    native cancellation (``asyncio.run`` at Ctrl-C, aiokafka's) goes through it.
+    cancellation the caller was given is raised again (the one an anyio scope marked as its own,
+    rather than a new bare one), and ``task`` itself is never cancelled by it. A plain anyio
+    shield would not do: a native cancellation (``asyncio.run`` at Ctrl-C, aiokafka's) goes
+    through it.
 
     Raises:
         CancelledError: the caller was cancelled meanwhile (once ``task`` ended), or ``task``

@@ -2,12 +2,14 @@
 four places where an ``asyncio.gather`` ran inside a time-limited anyio scope (the leave's
 releases, Kafka's committed offsets, ListOffsets, the closing of fetch sessions).
 
-Each request here finishes after its cancellation, as aiokafka's do on Python < 3.12 when the
-answer arrives in the loop pass that cancels them (its ``wait_for`` then returns the answer): the
-stand-in waits until it is cancelled, then sends the real request and insists on its answer.
-Under ``asyncio.gather`` the bound then raised a ``CancelledError`` without anyio's mark, which it
-let through: the task ended cancelled, though nobody cancelled it, and what followed the requests
-(the client's stop, the documented error) never came. In task groups each ends as documented."""
+Each request here finishes after its cancellation, as a call that catches its cancellation does
+(aiokafka's ``AIOKafkaClient.close()`` swallows one while it waits for its metadata task, then
+goes on): the stand-in waits until it is cancelled, then sends the real request and insists on
+its answer. aiokafka's requests themselves were not seen doing so; the stand-in shows what any
+such child did to the bound around a gather. Under ``asyncio.gather`` the bound then raised a
+``CancelledError`` without anyio's mark, which it let through: the task ended cancelled, though
+nobody cancelled it, and what followed the requests (the client's stop, the documented error)
+never came. In task groups each ends as documented."""
 
 from __future__ import annotations
 
