@@ -23,7 +23,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     __main__.py     ``python -m aio_cluster``: the aio-cluster command
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
-    concurrency.py  concurrent calls in anyio task groups: gather, settle, settled
+    concurrency.py  the one way to wait and cancel: task groups; the tasks that outlive a call
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
     control/        an operator's pauses and skips of a running group: the model, its store
     dashboard/      the live web dashboard of the groups (the ``dashboard`` extra)
