@@ -15,13 +15,15 @@ layers)::
     telemetry            otel/                         spans and metrics through OpenTelemetry
     the configuration    config                        the options, checked, as value objects
     the servers          zookeeper/, kafka/            the only code that speaks each server
-    pure logic, helpers  assign/, net/                 strategies and targets; addresses, TLS
+    pure logic, helpers  assign/, net/, concurrency    strategies and targets; addresses, TLS;
+                                                       concurrent calls in anyio task groups
 
 Module map (one line per module or folder; each folder's docstring maps its own modules)::
 
     __main__.py     ``python -m aio_cluster``: the aio-cluster command
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
+    concurrency.py  the one way to wait and cancel: task groups; the tasks that outlive a call
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
     control/        an operator's pauses and skips of a running group: the model, its store
     dashboard/      the live web dashboard of the groups (the ``dashboard`` extra)

@@ -18,6 +18,7 @@ from typing import Literal
 
 import anyio
 
+from ..concurrency import settle
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
@@ -739,7 +740,10 @@ class LocalCluster:
 
 
 async def _stop(nodes: Sequence[process.Child]) -> None:
-    await asyncio.gather(*(node.stop() for node in nodes))
+    """Stop the nodes together; once all ended, raise the first failure (if any)."""
+    for result in await settle(node.stop for node in nodes):
+        if isinstance(result, Exception):
+            raise result
 
 
 async def _start(nodes: Sequence[process.Child], deadline: float) -> None:

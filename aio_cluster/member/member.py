@@ -43,6 +43,7 @@ import anyio
 
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
+from ..concurrency import background, outlasting
 from ..config import Processing, Settings
 from ..errors import (
     AccessDeniedError,
@@ -141,21 +142,6 @@ _WORK: ContextVar[_Work | None] = ContextVar("aio_cluster_member_work", default=
 
 async def _already_closing() -> None:
     """``close()`` from the closing itself (its listener's ``on_partitions_revoked``)."""
-
-
-async def _outlasting(task: asyncio.Task[None]) -> None:
-    """Wait for ``task``; a cancellation of the caller waits for it too, then goes on."""
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class Member:
@@ -607,7 +593,7 @@ class Member:
             await self._start()
             if self.state is not GroupState.JOINING:
                 raise GroupClosedError(f"member {self.id} was closed while it joined")
-            self._life = asyncio.create_task(self._live(), name=f"aio-cluster {self.id}")
+            self._life = background(self._live(), name=f"aio-cluster {self.id}")
             await joined
         except BaseException:
             await self.close()
@@ -835,7 +821,7 @@ class Member:
             self.mirror.stop,
             *([] if self.transactions is None else [self.transactions.stop]),
         ]
-        # A task group, not asyncio.gather(): cut short by the bound, a gather whose client
+        # A task group, not asyncio's gather(): cut short by the bound, a gather whose client
         # finished its shielded closing anyway raises a CancelledError that is not the bound's,
         # which the bound's scope lets through (Python < 3.13), ending the member's task with
         # the clients half closed and close() raising CancelledError to a caller nobody
@@ -897,7 +883,7 @@ class Member:
                 GroupClosedError(f"member {self.id} was closed while it joined")
             )
         if self._life is None:
-            self._life = asyncio.create_task(self._live(), name=f"aio-cluster {self.id}")
+            self._life = background(self._live(), name=f"aio-cluster {self.id}")
 
     async def close(self) -> None:
         """Leave the group (see the module); idempotent.
@@ -923,4 +909,4 @@ class Member:
             await work.close()
             return
         assert self._life is not None
-        await _outlasting(self._life)
+        await outlasting(self._life)

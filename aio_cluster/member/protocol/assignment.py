@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
+from ...concurrency import gather
 from ...kafka.topics import PartitionKey, TopicKeys
 from ..delivery.claims import Claim
 from .registration import Members, Registrar
@@ -143,7 +145,7 @@ class Assignment:
                 members = await self._registration.check_in(self.request)
                 readers = self._readers(members, states)
         if self._follows_shares:
-            found = await asyncio.gather(*(self._share_of_topic(s) for s in states))
+            found = await gather(functools.partial(self._share_of_topic, s) for s in states)
             await self._registration.watch_predecessors(
                 {p for s in states if (p := predecessor(self._id, readers[s.name]))},
                 self.request,
@@ -184,8 +186,9 @@ class Assignment:
             for member, (info, _czxid) in members.items()
             if info.rejoin_grace
         }
-        return await asyncio.gather(
-            *(self._target_of_topic(s, readers[s.name], graces, turns) for s in states)
+        return await gather(
+            functools.partial(self._target_of_topic, s, readers[s.name], graces, turns)
+            for s in states
         )
 
     async def _share_of_topic(self, state: TopicState) -> tuple[set[PartitionKey], bool]:

@@ -15,11 +15,13 @@ only once the notes of the claim before it were read (`Offsets.read_notes()`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 
 import anyio
 
+from ...concurrency import gather
 from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
 from ...zookeeper.client import (
@@ -165,7 +167,7 @@ class Offsets:
     async def _still_ours(self, claims: list[Claim]) -> list[Claim]:
         """The claims that still hold: their owner node of this session at its version, their
         fence at their epoch. The others are marked ``fenced``, and are never written again."""
-        held = await asyncio.gather(*(self._holds(claim) for claim in claims))
+        held = await gather(functools.partial(self._holds, claim) for claim in claims)
         gone = [claim for claim, holds in zip(claims, held, strict=True) if not holds]
         if gone:
             partitions = self._states.fenced_off(gone)
