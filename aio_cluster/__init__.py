@@ -60,6 +60,7 @@ from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
+from .errors import OutputRefusedError as OutputRefusedError
 from .errors import ProducerFencedError as ProducerFencedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
@@ -103,6 +104,7 @@ __all__ = [
     "Membership",
     "NotOwnedError",
     "Output",
+    "OutputRefusedError",
     "PartitionStatistics",
     "Processing",
     "ProducerFencedError",

@@ -34,6 +34,7 @@ reach a caller, an ``except`` of its parent catches it::
     │   └── DeserializationError    the key or value deserializer refused a record
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
+    ├── OutputRefusedError          exactly once: Kafka refused an output; its input is uncommitted
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
 
@@ -64,6 +65,7 @@ __all__ = [
     "NodeExistsError",
     "NotOwnedError",
     "OffsetsOutOfRange",
+    "OutputRefusedError",
     "ProducerFencedError",
     "SessionLostError",
     "SkipRefusedError",
@@ -312,6 +314,36 @@ class ProducerFencedError(AioClusterError):
     def __init__(self, message: str, partition: int) -> None:
         super().__init__(message)
         self.partition = partition
+
+
+class OutputRefusedError(AioClusterError):
+    """Exactly once (``exactly_once=True``): Kafka refused a record an input's handler or batch
+    body sent (a record without a key to a compacted topic, one larger than the topic allows,
+    a topic the principal may not write): the transaction that carried it is aborted, so
+    neither that output nor the input's offset is committed. ``transactions()`` raises it; under
+    ``process_transactional()`` it is the record's error, an attempt that failed, for its
+    ``on_failure`` to decide.
+
+    Kafka refuses a whole record batch for one bad record, so outputs of other inputs may have
+    been refused with it: those are committed again on their own.
+
+    Attributes:
+        partition: the input partition's key (its id, for a member of one topic).
+        offset: the input's offset (a batch's first offset under ``transactions()``).
+        topic: the topic the refused output was sent to.
+        error: the broker's error, as aiokafka reported it.
+    """
+
+    retriable = False
+
+    def __init__(
+        self, message: str, partition: int, offset: int, topic: str, error: BaseException
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+        self.topic = topic
+        self.error = error
 
 
 class TransactionClosedError(AioClusterError):

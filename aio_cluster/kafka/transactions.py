@@ -9,9 +9,16 @@ returned, the offset committed for the partition in Kafka is final: no older own
 again.
 
 One transaction carries the output of a stretch of input records and the offset after them
-(`PartitionProducer.commit()`: begin, the sends in order, ``TxnOffsetCommit`` for the group's
-name, end): a reader with ``isolation_level="read_committed"`` sees the output exactly when
-the offset moved past its input.
+(`PartitionProducer.commit()`: begin, the sends in order, each send's outcome, ``TxnOffsetCommit``
+for the group's name, end): a reader with ``isolation_level="read_committed"`` sees the output
+exactly when the offset moved past its input.
+
+Each send's outcome is known before the end: aiokafka 0.14 ends a transaction as committed even
+when the broker refused one of its record batches (its commit waits for the batches without
+looking at how they ended), which would commit the input's offset without its output. A refused
+send aborts the transaction instead (`PartitionProducer.commit()` returns the `Refusals`). Such a
+producer cannot write that output partition again (aiokafka counted the refused batch's sequence
+numbers, the broker did not): only a new producer of the id, started with the next claim, can.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from ..errors import BrokerError, ProducerFencedError
 from .diagnosis import named
 from .options import KafkaOptions, parse_bootstrap
 
-__all__ = ["PartitionProducer", "Send", "transactional_id"]
+__all__ = ["PartitionProducer", "Refusals", "Send", "transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,12 @@ class Send:
     key: bytes | None = None
     headers: Sequence[tuple[str, bytes]] | None = None
     partition: int | None = None
+
+
+Refusals = list[tuple[int, "Send", BaseException]]
+"""The sends Kafka refused in a transaction: ``(input offset, send, the broker's error)`` each,
+in the order they were sent (Kafka refuses a record batch whole: the innocent outputs that
+shared a batch with a bad one are among them)."""
 
 
 class PartitionProducer:
@@ -116,9 +129,14 @@ class PartitionProducer:
                 raise
             raise translated from exc
 
-    async def commit(self, sends: Sequence[Send], offset: int) -> None:
-        """One transaction: ``sends`` in their order, and ``offset`` as the group's next offset
-        of the input partition.
+    async def commit(self, sends: Sequence[tuple[int, Send]], offset: int) -> Refusals:
+        """One transaction: ``sends`` (each with the offset of the input it came from) in their
+        order, and ``offset`` as the group's next offset of the input partition.
+
+        Returns:
+            The sends Kafka refused, when it did: the transaction is then aborted, and the
+            producer cannot write to their partitions again (see the module): `stop()` it.
+            Empty when the transaction committed.
 
         Raises:
             ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
@@ -129,10 +147,11 @@ class PartitionProducer:
         """
         producer = self._producer
         futures: list[asyncio.Future[Any]] = []
+        failures: Refusals = []
         try:
             with anyio.fail_after(self._timeout):
                 await producer.begin_transaction()
-                for send in sends:
+                for _offset, send in sends:
                     futures.append(
                         await producer.send(
                             send.topic,
@@ -142,10 +161,16 @@ class PartitionProducer:
                             headers=list(send.headers) if send.headers is not None else None,
                         )
                     )
-                await producer.send_offsets_to_transaction({self.source: offset}, self.group)
-                await producer.commit_transaction()
-                # Delivered before the end: a failed send fails the commit first.
-                await asyncio.gather(*futures)
+                for (source, send), future in zip(sends, futures, strict=True):
+                    error = await _outcome(future)
+                    if error is None:
+                        continue
+                    if isinstance(error, _FENCING):
+                        raise error
+                    failures.append((source, send, error))
+                if not failures:
+                    await producer.send_offsets_to_transaction({self.source: offset}, self.group)
+                    await producer.commit_transaction()
         except BaseException as exc:
             for future in futures:
                 # Their errors are the commit's: retrieved, so none is reported as lost.
@@ -155,6 +180,9 @@ class PartitionProducer:
                 raise
             await self._abort()
             raise translated from exc
+        if failures:
+            await self._abort()
+        return failures
 
     async def _abort(self) -> None:
         """Abort the failed transaction, as far as the producer still can (a fenced one
@@ -192,6 +220,22 @@ class PartitionProducer:
         if isinstance(exc, KafkaError) or type(exc).__module__.startswith("aiokafka"):
             return BrokerError(f"transactional producer {self.id!r}: {what} failed: {named(exc)}")
         return exc
+
+
+async def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
+    """How a send ended, once it did: None when Kafka wrote it, else the broker's error. Waits
+    without cancelling aiokafka's future when the wait is cancelled (aiokafka settles it itself).
+
+    Raises:
+        KafkaError: the send was cancelled (its producer is closing): its outcome is unknown.
+    """
+    if not future.done():
+        ended = anyio.Event()
+        future.add_done_callback(lambda _: ended.set())
+        await ended.wait()
+    if future.cancelled():
+        raise KafkaError("the send was cancelled: the producer is closing")
+    return future.exception()
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -17,6 +17,15 @@ beyond the prefix keep their sends for a later transaction, so a transaction onl
 the output of inputs below the offset it commits. Only a committed offset becomes pending for
 ZooKeeper, which so never runs ahead of Kafka.
 
+A send Kafka refuses for good (a record without a key to a compacted topic, say) aborts its
+transaction (`aio_cluster.kafka.transactions.Refusals`) and gives the partition up as a failed
+commit does (below): neither the output nor the offset past its input is committed. Kafka refuses
+a record batch whole, so the refusal names every input whose output shared a batch with the bad
+one; the member remembers them (`_Refusal`). When they are handled again, each of them commits in
+a transaction of its own, which tells the bad one apart; an input refused alone, handled again
+with the same output, is a failed attempt of its record (`OutputRefusedError`), for its
+``on_failure`` to decide. ``transactions()`` raises the error instead.
+
 A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
 up: its claim is marked gone (`aio_cluster.member.delivery.partitions.PartitionStates.fenced_off`)
 and the next rebalance drops it. A commit that fails otherwise does the same, after which the
@@ -38,13 +47,15 @@ import anyio
 from ..errors import (
     BrokerError,
     ConfigurationError,
+    OutputRefusedError,
     ProducerFencedError,
     TransactionClosedError,
 )
+from ..kafka.diagnosis import named
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
-from ..kafka.transactions import PartitionProducer, Send
+from ..kafka.transactions import PartitionProducer, Refusals, Send
 from .delivery.claims import Claim
 from .delivery.partitions import PartitionStates
 from .protocol.keyed_layout import KeyedLayout
@@ -143,6 +154,16 @@ class _Partition:
     """Held by a commit and by the release: one transaction of the partition at a time."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """An input whose output Kafka refused."""
+
+    error: OutputRefusedError
+    sends: list[Send] | None
+    """What the input sent, when its output was refused alone; None when it shared a record
+    batch with others (a suspect: it commits alone next time, which tells)."""
+
+
 class Transactions:
     """A member's transactional producers, one per claimed partition, and their commits (see
     the module)."""
@@ -180,6 +201,9 @@ class Transactions:
             brokers, layout.group, layout.keys, client_id=member_id, options=options
         )
         self._partitions: dict[PartitionKey, _Partition] = {}
+        self._refused: dict[PartitionKey, dict[int, _Refusal]] = {}
+        """Input offset -> the refusal of its output, per partition, until an offset past it
+        commits."""
         self._starting = asyncio.Semaphore(STARTING)
 
     async def start(self) -> None:
@@ -300,9 +324,25 @@ class Transactions:
             finally:
                 sends = output.close()
             if claim is not None:
+                refused = self._refused_again(claim.partition, record.offset, sends)
+                if refused is not None:
+                    raise refused
                 self.keep(claim, record.offset, sends)
 
         return attempt
+
+    def _refused_again(
+        self, partition: PartitionKey, offset: int, sends: list[Send]
+    ) -> OutputRefusedError | None:
+        """The error of an input whose same output Kafka refused alone before; None when it
+        was not, or it now sends something else (the next commit tells)."""
+        refusal = self._refused.get(partition, {}).get(offset)
+        if refusal is None or refusal.sends is None or refusal.sends != sends:
+            return None
+        error = refusal.error
+        return OutputRefusedError(
+            f"{error}", error.partition, error.offset, error.topic, error.error
+        )
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -353,24 +393,66 @@ class Transactions:
                 return
             kept = entry.kept
             below = sorted(o for o in kept if o < offset)
-            sends = [send for o in below for send in kept[o]]
-            try:
-                await entry.producer.commit(sends, offset)
-            except ProducerFencedError as exc:
-                self._give_up(claim, f"{exc}")
-                if raising:
+            refusals = self._refused.get(partition, {})
+            for inputs, end in _stretches(below, refusals, offset):
+                try:
+                    refused = await entry.producer.commit(
+                        [(o, send) for o in inputs for send in kept[o]], end
+                    )
+                except ProducerFencedError as exc:
+                    self._give_up(claim, f"{exc}")
+                    if raising:
+                        raise
+                    return
+                except BrokerError as exc:
+                    self._give_up(claim, f"{exc}; reading it again from the offset committed last")
+                    return
+                except BaseException:
+                    # Cancelled mid-transaction: its outcome is unknown; the next claim knows.
+                    self._give_up(claim, "a commit was cancelled")
                     raise
-                return
-            except BrokerError as exc:
-                self._give_up(claim, f"{exc}; reading it again from the offset committed last")
-                return
-            except BaseException:
-                # Cancelled mid-transaction: its outcome is unknown; the next claim knows.
-                self._give_up(claim, "a commit was cancelled")
-                raise
-            for o in below:
-                del kept[o]
-            self._states.committed(claim, offset)
+                if refused:
+                    error = self._refusal(claim, refused, kept, remember=not raising)
+                    self._give_up(
+                        claim, f"{error}; reading it again from the offset committed last"
+                    )
+                    if raising:
+                        raise error
+                    return
+                for o in inputs:
+                    del kept[o]
+                for o in [o for o in refusals if o < end]:
+                    del refusals[o]
+                self._states.committed(claim, end)
+
+    def _refusal(
+        self, claim: Claim, refused: Refusals, kept: Mapping[int, list[Send]], *, remember: bool
+    ) -> OutputRefusedError:
+        """The error of a refused transaction, naming its first refused output; with
+        ``remember``, the inputs whose outputs were refused are noted (see the module)."""
+        firsts: dict[int, OutputRefusedError] = {}
+        for offset, send, cause in refused:
+            if offset not in firsts:
+                firsts[offset] = self._refused_error(claim, offset, send.topic, cause)
+        if remember:
+            alone = len(firsts) == 1
+            refusals = self._refused.setdefault(claim.partition, {})
+            for offset, error in firsts.items():
+                refusals[offset] = _Refusal(error, list(kept[offset]) if alone else None)
+        return next(iter(firsts.values()))
+
+    def _refused_error(
+        self, claim: Claim, offset: int, topic: str, cause: BaseException
+    ) -> OutputRefusedError:
+        return OutputRefusedError(
+            f"Kafka refused the output of {self._layout.label(claim.partition)} offset {offset} "
+            f"to {topic}: {named(cause)}; its transaction is aborted, the input is not "
+            "committed",
+            self._keys.split(claim.partition).partition,
+            offset,
+            topic,
+            cause,
+        )
 
     def _give_up(self, claim: Claim, why: str) -> None:
         """The partition's transaction failed: its claim is given up (see the module)."""
@@ -417,6 +499,28 @@ def _check_send(
             or not isinstance(header[1], raw)
         ):
             raise ConfigurationError(f"headers must be (str, bytes) pairs, not {header!r}")
+
+
+def _stretches(
+    below: Sequence[int], suspects: Collection[int], offset: int
+) -> list[tuple[list[int], int]]:
+    """The transactions a commit up to ``offset`` makes of the finished inputs ``below`` it:
+    ``(inputs, the offset committed)`` each, one for all when no input is a suspect; else each
+    suspect alone, the stretches between them together."""
+    stretches: list[list[int]] = []
+    run: list[int] = []
+    for o in below:
+        if o in suspects:
+            if run:
+                stretches.append(run)
+                run = []
+            stretches.append([o])
+        else:
+            run.append(o)
+    if run or not stretches:
+        stretches.append(run)
+    ends = [stretch[0] for stretch in stretches[1:]] + [offset]
+    return list(zip(stretches, ends, strict=True))
 
 
 def _gone(partition: int) -> Output:

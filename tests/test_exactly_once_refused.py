@@ -1,0 +1,153 @@
+"""Exactly once when Kafka refuses an output for good, against the real servers: a record with
+no key to a compacted topic (the broker answers ``INVALID_RECORD`` and refuses the whole record
+batch it came in). No input offset is ever committed past an input whose output a
+``read_committed`` reader does not see; ``transactions()`` raises `OutputRefusedError`;
+``process_transactional()`` treats the record as a failed attempt (here: dead-lettered) and
+goes on with the others."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from test_exactly_once import kafka_offsets
+
+from aio_cluster import ConsumerGroup, Output, OutputRefusedError, Record
+from aio_cluster.local import LocalCluster
+
+from conftest import Produce
+from support import add_topic, member, wait_until, within
+
+pytestmark = [pytest.mark.asyncio]
+
+COMPACTED = {"cleanup.policy": "compact"}
+
+
+async def committed_values(cluster: LocalCluster, topic: str) -> Counter[bytes]:
+    """Every value of ``topic`` (one partition) a read_committed reader sees, counted."""
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=cluster.bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await reader.start()
+    try:
+        part = TopicPartition(topic, 0)
+        reader.assign([part])
+        await reader.seek_to_beginning(part)
+        end = (await reader.end_offsets([part]))[part]
+        seen: Counter[bytes] = Counter()
+        while await reader.position(part) < end:
+            for records in (await reader.getmany(part, timeout_ms=200)).values():
+                seen.update(record.value or b"" for record in records)
+        return seen
+    finally:
+        await reader.stop()
+
+
+async def committed_offset(cluster: LocalCluster, group: str, topic: str) -> int:
+    """The offset the group committed in Kafka for ``topic``'s one partition (0 when none)."""
+    return sum((await kafka_offsets(cluster, group, topic, 1)).values())
+
+
+def visible_prefix(values: Counter[bytes], total: int) -> int:
+    """How many inputs, from the first, have their output (the input's value) visible."""
+    for number in range(total):
+        if values[str(number).encode()] != 1:
+            return number
+    return total
+
+
+async def test_transactions_raises_and_commits_nothing_when_every_output_is_refused(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, produce: Produce, group_name: str
+) -> None:
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="compacted", configs=COMPACTED)
+    await produce(source, 10)
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+
+        async def loop() -> None:
+            async for _partition, batch, output in group.transactions():
+                for record in batch:
+                    await output.send(sink, record.value)  # no key: refused
+
+        with pytest.raises(OutputRefusedError) as caught:
+            await within(loop(), 30, "the refusal")
+    refused = caught.value
+    assert refused.topic == sink
+    assert refused.partition == 0
+    assert refused.offset in range(10)
+    assert "UnknownError" in str(refused.error) or "INVALID_RECORD" in str(refused)
+    assert await committed_offset(cluster, group_name, source) == 0
+    assert not await committed_values(cluster, sink)
+
+
+async def test_no_offset_is_committed_past_a_refused_output(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, produce: Produce, group_name: str
+) -> None:
+    """200 inputs, every 50th output without a key: Kafka refuses each record batch that holds
+    one, good outputs and all. Whatever transactions() committed before the error, its
+    outputs are visible: the offset is never past an input whose output is not."""
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="compacted", configs=COMPACTED)
+    total = 200
+    await produce(source, total)
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+
+        async def loop() -> None:
+            async for _partition, batch, output in group.transactions():
+                for record in batch:
+                    number = int(record.value or b"")
+                    key = None if number % 50 == 0 else record.key
+                    await output.send(sink, record.value, key=key)
+
+        with pytest.raises(OutputRefusedError):
+            await within(loop(), 30, "the refusal")
+    committed = await committed_offset(cluster, group_name, source)
+    values = await committed_values(cluster, sink)
+    assert committed <= visible_prefix(values, total)
+    assert sum(values.values()) == committed, "an output without its input committed"
+
+
+async def test_process_transactional_dead_letters_the_refused_record_and_goes_on(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, produce: Produce, group_name: str
+) -> None:
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="compacted", configs=COMPACTED)
+    dead = await add_topic(admin, 1, prefix="dead")
+    total = 200
+    await produce(source, total)
+
+    async def handler(record: Record, output: Output) -> None:
+        number = int(record.value or b"")
+        await output.send(sink, record.value, key=None if number % 50 == 0 else record.key)
+
+    group: ConsumerGroup[int]
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        processing = asyncio.create_task(
+            group.process_transactional(
+                handler,
+                concurrency=20,
+                attempts=1,
+                on_failure="dead_letter",
+                dead_letter_topic=dead,
+            )
+        )
+
+        async def done() -> bool:
+            assert not processing.done(), processing
+            return await committed_offset(cluster, group_name, source) == total
+
+        await wait_until(done, timeout=60, what="every input committed")
+        await group.close()
+        await within(processing, 30, "process_transactional()'s end")
+    values = await committed_values(cluster, sink)
+    refused = {str(n).encode() for n in range(0, total, 50)}
+    assert set(values) == {str(n).encode() for n in range(total)} - refused
+    assert set(values.values()) == {1}
+    letters = await committed_values(cluster, dead)
+    assert set(letters) == refused
