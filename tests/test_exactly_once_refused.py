@@ -15,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from test_exactly_once import kafka_offsets
 
-from aio_cluster import ConsumerGroup, Output, OutputRefusedError, Record
+from aio_cluster import ConfigurationError, ConsumerGroup, Output, OutputRefusedError, Record
+from aio_cluster.kafka.transactions import MAX_REQUEST_SIZE
 from aio_cluster.local import LocalCluster
 
 from conftest import Produce
@@ -151,3 +152,42 @@ async def test_process_transactional_dead_letters_the_refused_record_and_goes_on
     assert set(values.values()) == {1}
     letters = await committed_values(cluster, dead)
     assert set(letters) == refused
+
+
+async def test_send_refuses_what_kafka_cannot_take_and_the_loop_goes_on(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, produce: Produce, group_name: str
+) -> None:
+    """No key and no value, a partition the topic lacks, a record over the producer's request
+    bound: refused at send() with ConfigurationError (before, aiokafka asserted at the commit,
+    which ended the loop, and the batch failed so again when read again)."""
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="output")
+    total = 5
+    await produce(source, total)
+    refusals: list[str] = []
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+
+        async def loop() -> None:
+            async for _partition, batch, output in group.transactions():
+                for record in batch:
+                    for bad in (
+                        {"value": None, "key": None},
+                        {"value": b"v", "partition": 1},
+                        {"value": b"v" * (MAX_REQUEST_SIZE + 1)},
+                    ):
+                        with pytest.raises(ConfigurationError) as caught:
+                            await output.send(sink, **bad)
+                        refusals.append(str(caught.value))
+                    await output.send(sink, record.value, key=record.key)
+
+        looping = asyncio.create_task(loop())
+
+        async def done() -> bool:
+            assert not looping.done(), looping
+            return await committed_offset(cluster, group_name, source) == total
+
+        await wait_until(done, what="every batch committed")
+        await group.close()
+        await within(looping, 30, "the loop's end")
+    assert len(refusals) == 3 * total
+    assert sum((await committed_values(cluster, sink)).values()) == total

@@ -37,14 +37,19 @@ from aiokafka.errors import (
     ProducerFenced,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from ..errors import BrokerError, ProducerFencedError
+from ..errors import BrokerError, ConfigurationError, ProducerFencedError
 from .diagnosis import named
 from .options import KafkaOptions, parse_bootstrap
 
-__all__ = ["PartitionProducer", "Refusals", "Send", "transactional_id"]
+__all__ = ["MAX_REQUEST_SIZE", "PartitionProducer", "Refusals", "Send", "transactional_id"]
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_SIZE = 1_048_576
+"""The producers' bound on one request, in bytes (aiokafka's default, set explicitly): a record
+larger than it cannot be sent."""
 
 _FENCING = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 """The errors that mean another producer of the same ``transactional.id`` took over (or this
@@ -107,6 +112,7 @@ class PartitionProducer:
             transactional_id=self.id,
             enable_idempotence=True,
             linger_ms=0,
+            max_request_size=MAX_REQUEST_SIZE,
             **KafkaOptions(options or {}),
         )
         self.fenced = False
@@ -128,6 +134,34 @@ class PartitionProducer:
             if translated is exc:
                 raise
             raise translated from exc
+
+    async def check(self, send: Send) -> None:
+        """Refuse a send that could never be written, before it is kept: a record larger than
+        `MAX_REQUEST_SIZE`, or a partition the topic lacks (as far as the producer's metadata
+        knows the topic).
+
+        Raises:
+            ConfigurationError: the send cannot be written.
+            BrokerError: the topic's partitions could not be learned within the timeout.
+        """
+        headers = list(send.headers) if send.headers is not None else []
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(send.key, send.value, headers)
+        if size > MAX_REQUEST_SIZE:
+            raise ConfigurationError(
+                f"a record of {size} bytes to {send.topic} is larger than the producer's "
+                f"request bound ({MAX_REQUEST_SIZE} bytes)"
+            )
+        if send.partition is None:
+            return
+        try:
+            with anyio.fail_after(self._timeout):
+                partitions = await self._producer.partitions_for(send.topic)
+        except Exception as exc:
+            raise BrokerError(f"the partitions of {send.topic} are unknown: {named(exc)}") from exc
+        if send.partition not in partitions:
+            raise ConfigurationError(
+                f"{send.topic} has no partition {send.partition} (it has {len(partitions)})"
+            )
 
     async def commit(self, sends: Sequence[tuple[int, Send]], offset: int) -> Refusals:
         """One transaction: ``sends`` (each with the offset of the input it came from) in their

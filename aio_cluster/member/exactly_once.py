@@ -80,17 +80,25 @@ class Output:
     refuses sends (`TransactionClosedError`).
     """
 
-    __slots__ = ("_closed", "_fenced", "_partition", "_sends")
+    __slots__ = ("_check", "_closed", "_fenced", "_partition", "_sends")
 
-    def __init__(self, fenced: Callable[[], bool], partition: int) -> None:
+    def __init__(
+        self,
+        fenced: Callable[[], bool],
+        partition: int,
+        check: Callable[[Send], Awaitable[None]] | None = None,
+    ) -> None:
         """Args:
         fenced: whether the input partition's producer is known to be fenced.
         partition: the input partition (named in the error).
+        check: refuses a send that could never be written (the producer's
+            `aio_cluster.kafka.transactions.PartitionProducer.check()`).
         """
         self._sends: list[Send] = []
         self._closed = False
         self._fenced = fenced
         self._partition = partition
+        self._check = check
 
     async def send(
         self,
@@ -117,8 +125,11 @@ class Output:
                 ended.
             ProducerFencedError: a newer owner took the input partition over: nothing sent
                 here will be committed.
-            ConfigurationError: the topic is not a non-empty string, or the value, key or
-                headers are not bytes.
+            ConfigurationError: the topic is not a non-empty string; the value, key or
+                headers are not bytes; the value and the key are both None; the partition is
+                not one of the topic's; the record is larger than the producer's request bound
+                (1 MiB).
+            BrokerError: with ``partition``, the topic's partitions could not be learned.
         """
         if self._closed:
             raise TransactionClosedError(
@@ -133,7 +144,10 @@ class Output:
         _check_send(topic, value, key, headers, partition)
         if headers is not None:
             headers = list(headers)
-        self._sends.append(Send(topic, value, key, headers, partition))
+        send = Send(topic, value, key, headers, partition)
+        if self._check is not None:
+            await self._check(send)
+        self._sends.append(send)
 
     def close(self) -> list[Send]:
         """End the Output: what it was sent, in order; it refuses sends from now on."""
@@ -299,7 +313,8 @@ class Transactions:
         def fenced() -> bool:
             return claim.fenced or entry is None or entry.producer.fenced
 
-        return Output(fenced, self._keys.split(claim.partition).partition)
+        check = None if entry is None else entry.producer.check
+        return Output(fenced, self._keys.split(claim.partition).partition, check)
 
     def keep(self, claim: Claim, offset: int, sends: list[Send]) -> None:
         """The input at ``offset`` of ``claim`` finished having sent ``sends``: kept for the
@@ -483,6 +498,8 @@ def _check_send(
         raise ConfigurationError(f"value must be bytes or None, not {type(value).__name__}")
     if key is not None and not isinstance(key, raw):
         raise ConfigurationError(f"key must be bytes or None, not {type(key).__name__}")
+    if key is None and value is None:
+        raise ConfigurationError("a record needs a key or a value: both are None")
     if partition is not None and (
         not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
     ):
