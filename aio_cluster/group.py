@@ -670,9 +670,16 @@ class ConsumerGroup(Generic[PartitionT]):
                 await anyio.sleep(commit_interval)
                 await transactions.commit(list(claims))
 
+        failed: Exception | None = None
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(commit_every)
             try:
                 await member.process(transactions.handler(handler), policy)
+            except Exception as exc:
+                # Raised past the task group, which would wrap it (process() is its host): the
+                # documented error comes out as itself.
+                failed = exc
             finally:
                 tasks.cancel_scope.cancel()
+        if failed is not None:
+            raise failed

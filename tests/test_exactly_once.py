@@ -414,3 +414,23 @@ async def test_commit_goes_through_a_transaction_and_zookeeper_follows(
         _partition, batch, _output = await within(anext(batches), 30, "a batch")
         assert batch[0].offset == 4, "the next claim starts at the committed offset"
         await again.close()
+
+
+async def test_process_transactional_raises_the_documented_error_unwrapped(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    """The handler's error with on_failure="raise" comes out as itself, not inside the
+    ExceptionGroup of the task group process_transactional() runs its commits in."""
+    source = await make_topic(1)
+    await produce(source, 3)
+
+    async def handler(record: Record, output: Output) -> None:
+        raise BodyFailed(record.offset)
+
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        with pytest.raises(BodyFailed):
+            await within(
+                group.process_transactional(handler, attempts=1, on_failure="raise"),
+                30,
+                "process_transactional()'s end",
+            )
