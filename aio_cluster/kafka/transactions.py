@@ -42,6 +42,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from ..errors import BrokerError, ConfigurationError, ProducerFencedError
 from .diagnosis import named
 from .options import KafkaOptions, parse_bootstrap
+from .seams import Seams, finish_stop
 
 __all__ = ["MAX_REQUEST_SIZE", "PartitionProducer", "Refusals", "Send", "transactional_id"]
 
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_SIZE = 1_048_576
 """The producers' bound on one request, in bytes (aiokafka's default, set explicitly): a record
 larger than it cannot be sent."""
+
+_SEAMS = Seams()
+"""The producers' view of aiokafka's private names (`finish_stop()` is their one use)."""
 
 _FENCING = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 """The errors that mean another producer of the same ``transactional.id`` took over (or this
@@ -117,6 +121,10 @@ class PartitionProducer:
         )
         self.fenced = False
         """True once Kafka said a newer producer of the id took over."""
+        self.stopped = False
+        """True once the producer's stop completed: its sender routine and connections are
+        gone."""
+        self._stopping = False
 
     async def start(self) -> None:
         """Connect and initialise the id: this fences the previous owner's producer.
@@ -229,14 +237,26 @@ class PartitionProducer:
             log.debug("transactional producer %r: aborting failed: %r", self.id, exc)
 
     async def stop(self) -> None:
-        """Close the producer (a transaction left open is aborted by the next owner's start).
-        Never raises."""
+        """Close the producer (a transaction left open is aborted by the next owner's start),
+        shielded from anyio's cancellations. A stop cut short all the same (a cancellation from
+        outside anyio, or the timeout) leaves `stopped` False: call it again to finish it.
+        Never raises but a cancellation."""
+        if self.stopped:
+            return
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-                await self._producer.stop()
+                if self._stopping:
+                    # aiokafka's stop() marked the producer closed before it was cut short:
+                    # calling it again would do nothing.
+                    await finish_stop(_SEAMS, self._producer)
+                else:
+                    self._stopping = True
+                    await self._producer.stop()
+                self.stopped = True
         except Exception as exc:
             # A fenced or broken producer may fail to stop: it is gone all the same.
             log.debug("transactional producer %r: stopping failed: %r", self.id, exc)
+            self.stopped = True
 
     def _translated(self, exc: BaseException, what: str) -> BaseException:
         """Kafka's error as the package's (a cancellation stays what it is)."""

@@ -36,7 +36,6 @@ committed last.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,7 +163,7 @@ class _Partition:
     kept: dict[int, list[Send]] = field(default_factory=dict)
     """Input offset -> the sends of the finished input (a batch's: its first offset) not yet
     committed."""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
     """Held by a commit and by the release: one transaction of the partition at a time."""
 
 
@@ -218,7 +217,12 @@ class Transactions:
         self._refused: dict[PartitionKey, dict[int, _Refusal]] = {}
         """Input offset -> the refusal of its output, per partition, until an offset past it
         commits."""
-        self._starting = asyncio.Semaphore(STARTING)
+        self._starting = anyio.Semaphore(STARTING)
+
+    @property
+    def producers(self) -> int:
+        """How many producers the member holds: started, or not yet stopped for good."""
+        return len(self._partitions)
 
     async def start(self) -> None:
         """Connect the reader of the group's committed offsets.
@@ -229,14 +233,24 @@ class Transactions:
         await self._offsets.start()
 
     async def stop(self) -> None:
-        """Close every producer (their open transactions are aborted by the next owners) and
-        the offsets' reader. Never raises."""
-        partitions, self._partitions = self._partitions, {}
-        await asyncio.gather(*(entry.producer.stop() for entry in partitions.values()))
+        """Close every producer (their open transactions are aborted by the next owners),
+        finishing the stops cut short before, and the offsets' reader. Never raises."""
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as stopping:
+                for partition, entry in list(self._partitions.items()):
+                    stopping.start_soon(self._stop, partition, entry)
+        self._refused.clear()
         try:
             await self._offsets.stop()
         except Exception as exc:
             log.warning("member %s: closing the offsets' reader failed: %r", self._id, exc)
+
+    async def _stop(self, partition: PartitionKey, entry: _Partition) -> None:
+        """Stop a producer; it leaves the table once its stop completed (one cut short is
+        finished by the next `stop()` or `release()`)."""
+        await entry.producer.stop()
+        if entry.producer.stopped and self._partitions.get(partition) is entry:
+            del self._partitions[partition]
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -253,9 +267,9 @@ class Transactions:
         """
         topic, number = self._keys.split(partition)
         async with self._starting:
-            old = self._partitions.pop(partition, None)
+            old = self._partitions.get(partition)
             if old is not None:
-                await old.producer.stop()
+                await self._stop(partition, old)
             producer = PartitionProducer(
                 self._brokers,
                 self._layout.group,
@@ -293,16 +307,16 @@ class Transactions:
         if entry is None:
             return
         async with entry.lock:
-            if self._partitions.get(partition) is entry:
-                del self._partitions[partition]
-            await entry.producer.stop()
+            await self._stop(partition, entry)
 
     async def retire(self, claimed: Collection[PartitionKey]) -> None:
         """Stop the producers of partitions no longer claimed (their claims went with a lost
         session; a new owner's start has fenced them, or will)."""
         held = set(claimed)
         stale = [partition for partition in self._partitions if partition not in held]
-        await asyncio.gather(*(self.release(partition) for partition in stale))
+        async with anyio.create_task_group() as releasing:
+            for partition in stale:
+                releasing.start_soon(self.release, partition)
 
     # -- output ------------------------------------------------------------------------------
 
