@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from aio_cluster import (
@@ -434,3 +434,59 @@ async def test_process_transactional_raises_the_documented_error_unwrapped(
                 30,
                 "process_transactional()'s end",
             )
+
+
+async def test_zookeeper_never_runs_ahead_of_kafka_past_markers_and_aborted_records(
+    cluster: LocalCluster, make_topic: MakeTopic, zk: ZooKeeper, group_name: str
+) -> None:
+    """Once the member handled the input, an aborted transaction comes (records and a marker,
+    nothing a read_committed reader sees): the member steps over it, and the offset past it is
+    committed in Kafka before ZooKeeper holds it (before, the step set ZooKeeper's pending
+    offset directly, ahead of Kafka's)."""
+    source, sink = await make_topic(1), await make_topic(1)
+    writer = AIOKafkaProducer(
+        bootstrap_servers=cluster.bootstrap, transactional_id=f"{group_name}-writer"
+    )
+    layout = GroupLayout(group_name, source)
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, record.value, key=record.key)
+
+    async def offsets() -> tuple[int | None, int | None]:
+        stored = (await stored_offsets(zk, layout, 1)).get(0)
+        return stored, (await kafka_offsets(cluster, group_name, source, 1)).get(PartitionKey(0))
+
+    await writer.start()
+    try:
+        async with writer.transaction():
+            for i in range(5):
+                await writer.send(source, str(i).encode(), key=f"k{i}".encode(), partition=0)
+        async with member(cluster, group_name, source, exactly_once=True) as group:
+            processing = asyncio.create_task(group.process_transactional(handler))
+            handled = (await ends(cluster, source, 1))[0]
+
+            async def caught_up() -> bool:
+                assert not processing.done(), processing
+                stored, _kafka = await offsets()
+                return stored is not None and stored >= handled - 1
+
+            await wait_until(caught_up, what="the input handled")
+            await writer.begin_transaction()
+            for i in range(5, 8):
+                await writer.send(source, str(i).encode(), key=f"k{i}".encode(), partition=0)
+            await writer.abort_transaction()
+            aborted = (await ends(cluster, source, 1))[0]
+
+            async def stepped() -> bool:
+                stored, _kafka = await offsets()
+                return stored is not None and stored >= aborted - 1
+
+            await wait_until(stepped, what="ZooKeeper's offset past the aborted records")
+            stored, kafka = await offsets()
+            assert kafka is not None
+            assert stored is not None
+            assert kafka >= stored, f"ZooKeeper ran ahead of Kafka: {stored} > {kafka}"
+            await group.close()
+            await within(processing, 30, "process_transactional()'s end")
+    finally:
+        await writer.stop()
