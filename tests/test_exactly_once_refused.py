@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -191,3 +192,65 @@ async def test_send_refuses_what_kafka_cannot_take_and_the_loop_goes_on(
         await within(looping, 30, "the loop's end")
     assert len(refusals) == 3 * total
     assert sum((await committed_values(cluster, sink)).values()) == total
+
+
+async def stable_end(cluster: LocalCluster, topic: str) -> tuple[int, int]:
+    """``topic``'s (one partition) last stable offset (where read_committed readers stop) and
+    its log end: the former is behind while a transaction is open."""
+    part = TopicPartition(topic, 0)
+    ends: list[int] = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        reader = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, isolation_level=isolation)
+        await reader.start()
+        try:
+            ends.append((await reader.end_offsets([part]))[part])
+        finally:
+            await reader.stop()
+    return ends[0], ends[1]
+
+
+async def test_a_commit_cancelled_in_flight_leaves_no_transaction_open(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, produce: Produce, group_name: str
+) -> None:
+    """A commit in flight is cancelled, as closing process_transactional() cancels its
+    commits' task: the commit ends (committed or aborted) first, so read_committed readers of
+    the output are not held back until the broker times the transaction out (60 s). Before,
+    the commit stopped mid-transaction and left it open."""
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="output")
+    total = 2000
+    await produce(source, total)
+    handled: set[int] = set()
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, b"x" * 20_000, key=record.key)
+        handled.add(record.offset)
+
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        transactions = group._member.transactions
+        assert transactions is not None
+        processing = asyncio.create_task(
+            group.process_transactional(handler, commit_interval=3600, concurrency=50)
+        )
+
+        def all_handled() -> bool:
+            assert not processing.done(), processing
+            return len(handled) == total
+
+        await wait_until(all_handled, what="every record handled")
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(transactions.commit, list(group._member.states.claims))
+
+            async def sending() -> bool:
+                return (await stable_end(cluster, sink))[1] > 0
+
+            await wait_until(sending, what="the commit's first records written")
+            tasks.cancel_scope.cancel()
+        await group.close()
+        await within(processing, 30, "process_transactional()'s end")
+
+    async def stable() -> bool:
+        last_stable, log_end = await stable_end(cluster, sink)
+        return last_stable == log_end
+
+    await wait_until(stable, timeout=20, what="no transaction left open on the output")

@@ -217,10 +217,12 @@ class PartitionProducer:
             for future in futures:
                 # Their errors are the commit's: retrieved, so none is reported as lost.
                 future.add_done_callback(_retrieved)
+            # Aborted whatever ended it, a cancellation too: a transaction left open holds
+            # read_committed readers of its outputs back until the broker times it out.
+            await self._abort()
             translated = self._translated(exc, "commit")
             if translated is exc:
                 raise
-            await self._abort()
             raise translated from exc
         if failures:
             await self._abort()

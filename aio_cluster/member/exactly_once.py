@@ -26,6 +26,12 @@ a transaction of its own, which tells the bad one apart; an input refused alone,
 with the same output, is a failed attempt of its record (`OutputRefusedError`), for its
 ``on_failure`` to decide. ``transactions()`` raises the error instead.
 
+A commit under way is shielded from cancellations (closing `process_transactional()` cancels
+its commits' task): cut short, it would leave its transaction open, which holds
+``read_committed`` readers of its outputs back until the broker times it out (60 s) or the
+partition's next owner starts its producer. A commit that fails, or is cancelled all the same
+from outside anyio, is aborted.
+
 A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
 up: its claim is marked gone (`aio_cluster.member.delivery.partitions.PartitionStates.fenced_off`)
 and the next rebalance drops it. A commit that fails otherwise does the same, after which the
@@ -425,9 +431,12 @@ class Transactions:
             refusals = self._refused.get(partition, {})
             for inputs, end in _stretches(below, refusals, offset):
                 try:
-                    refused = await entry.producer.commit(
-                        [(o, send) for o in inputs for send in kept[o]], end
-                    )
+                    # A commit under way ends before a cancellation does (within the producer's
+                    # timeout): cut short, it would leave its transaction open (see the module).
+                    with anyio.CancelScope(shield=True):
+                        refused = await entry.producer.commit(
+                            [(o, send) for o in inputs for send in kept[o]], end
+                        )
                 except ProducerFencedError as exc:
                     self._give_up(claim, f"{exc}")
                     if raising:
@@ -437,7 +446,8 @@ class Transactions:
                     self._give_up(claim, f"{exc}; reading it again from the offset committed last")
                     return
                 except BaseException:
-                    # Cancelled mid-transaction: its outcome is unknown; the next claim knows.
+                    # Cancelled from outside anyio mid-transaction (aborted as far as it could
+                    # be): its outcome is unknown; the next claim knows.
                     self._give_up(claim, "a commit was cancelled")
                     raise
                 if refused:
