@@ -19,9 +19,11 @@ from test_exactly_once import kafka_offsets
 from aio_cluster import ConfigurationError, ConsumerGroup, Output, OutputRefusedError, Record
 from aio_cluster.kafka.transactions import MAX_REQUEST_SIZE
 from aio_cluster.local import LocalCluster
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import Produce
-from support import add_topic, member, wait_until, within
+from support import add_topic, member, stored_offsets, wait_until, within
 
 pytestmark = [pytest.mark.asyncio]
 
@@ -254,3 +256,63 @@ async def test_a_commit_cancelled_in_flight_leaves_no_transaction_open(
         return last_stable == log_end
 
     await wait_until(stable, timeout=20, what="no transaction left open on the output")
+
+
+@pytest.mark.parametrize("mode", ["exactly_once", "at_least_once"])
+async def test_records_finished_beyond_the_prefix_are_handled_again_by_the_next_member(
+    mode: str,
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    produce: Produce,
+    zk: ZooKeeper,
+    group_name: str,
+) -> None:
+    """process_transactional() is cancelled while its first record still runs and the others
+    finished, and the member closes: their outputs were kept, never committed. The next member
+    (exactly once, or with the mode switched off) must handle them again, not pass over them
+    as "finished beyond the prefix" (a note process() stores in ZooKeeper, right at least once
+    only, where the output was written when the handler finished)."""
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="output")
+    total = 20
+    await produce(source, total)
+    handled: set[int] = set()
+    first = asyncio.Event()
+
+    async def handler(record: Record, output: Output) -> None:
+        if record.offset == 0:
+            await first.wait()  # until the cancellation
+        await output.send(sink, record.value, key=record.key)
+        handled.add(record.offset)
+
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        processing = asyncio.create_task(group.process_transactional(handler, concurrency=20))
+        await wait_until(lambda: len(handled) == total - 1, what="all but the first handled")
+        processing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await processing
+    again: set[int] = set()
+
+    async def plain(record: Record) -> None:
+        again.add(record.offset)
+
+    async def transactional(record: Record, output: Output) -> None:
+        await plain(record)
+
+    async with member(cluster, group_name, source, exactly_once=mode == "exactly_once") as next_:
+        run = (
+            next_.process_transactional(transactional)
+            if mode == "exactly_once"
+            else next_.process(plain)
+        )
+        running = asyncio.create_task(run)
+
+        async def through() -> bool:
+            assert not running.done(), running
+            stored = await stored_offsets(zk, GroupLayout(group_name, source), 1)
+            return stored.get(0) == total
+
+        await wait_until(through, what="the next member's offset at the end")
+        await next_.close()
+        await within(running, 30, "the next member's end")
+    assert again == set(range(total)), f"passed over: {sorted(set(range(total)) - again)}"
