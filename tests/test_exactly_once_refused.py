@@ -16,8 +16,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from test_exactly_once import kafka_offsets
 
-from aio_cluster import ConfigurationError, ConsumerGroup, Output, OutputRefusedError, Record
-from aio_cluster.kafka.transactions import MAX_REQUEST_SIZE
+from aio_cluster import (
+    ConfigurationError,
+    ConsumerGroup,
+    Output,
+    OutputRefusedError,
+    ProducerFencedError,
+    Record,
+)
+from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
+from aio_cluster.kafka.transactions import MAX_REQUEST_SIZE, PartitionProducer, Send
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
@@ -316,3 +325,55 @@ async def test_records_finished_beyond_the_prefix_are_handled_again_by_the_next_
         await next_.close()
         await within(running, 30, "the next member's end")
     assert again == set(range(total)), f"passed over: {sorted(set(range(total)) - again)}"
+
+
+async def handover(
+    cluster: LocalCluster, group: str, source: str, sink: str, offset: int, *, race: bool
+) -> bool:
+    """The older owner of ``source``'s partition commits a transaction with ``offset``; the
+    newer one starts its producer after that commit returned, or (``race``) while it runs.
+    Returns whether the older one's commit went through."""
+    older = PartitionProducer(cluster.bootstrap, group, (source, 0), client_id="old", timeout=10)
+    newer = PartitionProducer(cluster.bootstrap, group, (source, 0), client_id="new", timeout=10)
+    await older.start()
+    try:
+        committing = asyncio.ensure_future(older.commit([(0, Send(sink, b"v", b"k"))], offset))
+        if not race:
+            await asyncio.wait({committing})
+        await newer.start()
+        try:
+            return not await committing
+        except ProducerFencedError:
+            return False
+    finally:
+        await older.stop()
+        await newer.stop()
+
+
+async def test_a_new_owner_reads_the_offset_its_predecessor_committed(
+    cluster: LocalCluster, admin: AIOKafkaAdminClient, group_name: str
+) -> None:
+    """OffsetFetch v0-v3, all aiokafka sends, cannot ask for stable offsets (require_stable is
+    v7): is an offset committed in a transaction that just completed read stale by the next
+    owner? A new owner starts the partition's producer first (InitProducerId waits for the
+    predecessor's transaction to complete, or aborts it), then reads. 40 handovers, half with
+    the new owner's start racing the predecessor's commit: the offset read is always the one
+    the predecessor's outcome says."""
+    source = await add_topic(admin, 1, prefix="input")
+    sink = await add_topic(admin, 1, prefix="output")
+    reader = KafkaGroupOffsets(
+        cluster.bootstrap, group_name, TopicKeys((source,)), client_id="test"
+    )
+    await reader.start()
+    expected = None
+    went_through = 0
+    try:
+        for offset in range(1, 41):
+            if await handover(cluster, group_name, source, sink, offset, race=offset % 2 == 0):
+                expected = offset
+                went_through += 1
+            read = (await reader.committed([PartitionKey(0)], 10)).get(PartitionKey(0))
+            assert read == expected, f"handover {offset}: read {read}, committed {expected}"
+    finally:
+        await reader.stop()
+    assert went_through >= 20, "the handovers after a commit"
