@@ -10,6 +10,7 @@ reach a caller, an ``except`` of its parent catches it::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
+    │   └── TransactionDeniedError  exactly once: Kafka's ACLs refuse the transactional ids or group
     ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
     │   ├── CoordinationTimeout     a ZooKeeper call took longer than its bound
@@ -71,6 +72,7 @@ __all__ = [
     "SkipRefusedError",
     "StrategyMismatchError",
     "TransactionClosedError",
+    "TransactionDeniedError",
 ]
 
 
@@ -86,6 +88,14 @@ class AioClusterError(Exception):
 
 class ConfigurationError(AioClusterError, ValueError):
     """An argument, environment variable or name was not valid; the message names it."""
+
+
+class TransactionDeniedError(ConfigurationError):
+    """Exactly once (``exactly_once=True``): Kafka's ACLs do not grant this member's principal
+    what the mode needs: ``Write`` and ``Describe`` on the partitions' transactional ids (the
+    prefix ``aio-cluster.<group>.``), or ``Read`` and ``Describe`` on the group (its offsets
+    commit in the transactions). Not retriable: grant them (the message names which), then
+    start the member again."""
 
 
 class LocalClusterError(AioClusterError):

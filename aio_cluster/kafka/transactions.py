@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import (
+    GroupAuthorizationFailedError,
     InvalidProducerEpoch,
     KafkaError,
     ProducerFenced,
@@ -39,12 +40,25 @@ from aiokafka.errors import (
 )
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from ..errors import BrokerError, ConfigurationError, ProducerFencedError
+from ..errors import (
+    BrokerError,
+    ConfigurationError,
+    ProducerFencedError,
+    TransactionDeniedError,
+)
 from .diagnosis import named
 from .options import KafkaOptions, parse_bootstrap
 from .seams import Seams, finish_stop
 
-__all__ = ["MAX_REQUEST_SIZE", "PartitionProducer", "Refusals", "Send", "transactional_id"]
+__all__ = [
+    "MAX_REQUEST_SIZE",
+    "PartitionProducer",
+    "Refusals",
+    "Send",
+    "denial",
+    "denied_message",
+    "transactional_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +69,9 @@ larger than it cannot be sent."""
 _SEAMS = Seams()
 """The producers' view of aiokafka's private names (`finish_stop()` is their one use)."""
 
-_FENCING = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
-"""The errors that mean another producer of the same ``transactional.id`` took over (or this
-one may not use it): nothing this producer sends can commit any more."""
+_FENCING = (ProducerFenced, InvalidProducerEpoch)
+"""The errors that mean another producer of the same ``transactional.id`` took over: nothing
+this producer sends can commit any more."""
 
 
 def transactional_id(group: str, topic: str, partition: int) -> str:
@@ -131,6 +145,7 @@ class PartitionProducer:
 
         Raises:
             ProducerFencedError: a newer producer of the id took over meanwhile.
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id.
             BrokerError: Kafka did not answer within the timeout.
         """
         try:
@@ -181,6 +196,8 @@ class PartitionProducer:
             Empty when the transaction committed.
 
         Raises:
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
+                or the group: nothing was committed.
             ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
                 nothing this producer sends can be.
             BrokerError: the transaction failed otherwise, or took longer than the timeout; its
@@ -262,6 +279,13 @@ class PartitionProducer:
 
     def _translated(self, exc: BaseException, what: str) -> BaseException:
         """Kafka's error as the package's (a cancellation stays what it is)."""
+        denied = denial(exc)
+        if denied is not None:
+            return TransactionDeniedError(
+                denied_message(denied, self.id, self.group)
+                + f" ({what} of the producer of {self.source.topic} "
+                f"partition {self.source.partition})"
+            )
         if isinstance(exc, _FENCING) or _fenced_inside(exc):
             self.fenced = True
             return ProducerFencedError(
@@ -301,11 +325,37 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 
 def _fenced_inside(exc: BaseException) -> bool:
     """Whether a fencing error is the cause of ``exc`` (aiokafka wraps some)."""
-    seen = exc.__cause__ or exc.__context__
+    return _inside(exc.__cause__ or exc.__context__, _FENCING) is not None
+
+
+def denial(exc: BaseException) -> BaseException | None:
+    """Kafka's refusal by its ACLs of the transactional id or of the group, when that is
+    ``exc`` or its cause (aiokafka wraps some); None otherwise."""
+    return _inside(exc, (TransactionalIdAuthorizationFailed, GroupAuthorizationFailedError))
+
+
+def denied_message(denied: BaseException, transactional_id: str, group: str) -> str:
+    """What Kafka's ACLs refused (`denial()`), and what to grant."""
+    if isinstance(denied, TransactionalIdAuthorizationFailed):
+        return (
+            f"Kafka's ACLs refuse this principal the transactional id {transactional_id!r}: "
+            f"grant Write and Describe on the transactional ids prefixed "
+            f"'aio-cluster.{group}.'"
+        )
+    return (
+        f"Kafka's ACLs refuse this principal the group {group!r}, whose offsets commit in the "
+        "transactions: grant Read and Describe on the group"
+    )
+
+
+def _inside(
+    seen: BaseException | None, kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The first of ``seen`` and its causes (5 deep) that is one of ``kinds``."""
     depth = 0
-    while seen is not None and depth < 5:
-        if isinstance(seen, _FENCING):
-            return True
+    while seen is not None and depth < 6:
+        if isinstance(seen, kinds):
+            return seen
         seen = seen.__cause__ or seen.__context__
         depth += 1
-    return False
+    return None

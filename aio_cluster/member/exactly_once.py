@@ -55,12 +55,20 @@ from ..errors import (
     OutputRefusedError,
     ProducerFencedError,
     TransactionClosedError,
+    TransactionDeniedError,
 )
 from ..kafka.diagnosis import named
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
-from ..kafka.transactions import PartitionProducer, Refusals, Send
+from ..kafka.transactions import (
+    PartitionProducer,
+    Refusals,
+    Send,
+    denial,
+    denied_message,
+    transactional_id,
+)
 from .delivery.claims import Claim
 from .delivery.partitions import PartitionStates
 from .protocol.keyed_layout import KeyedLayout
@@ -270,6 +278,8 @@ class Transactions:
 
         Raises:
             BrokerError: Kafka did not answer (the claim is not to be made).
+            TransactionDeniedError: Kafka's ACLs refuse this principal the partition's
+                transactional id, or the group.
         """
         topic, number = self._keys.split(partition)
         async with self._starting:
@@ -290,9 +300,15 @@ class Transactions:
                 raise BrokerError(f"{exc} (while starting: trying again)") from exc
         try:
             committed = await self._offsets.committed([partition], self._timeout)
-        except BaseException:
+        except BaseException as exc:
             await producer.stop()
-            raise
+            denied = denial(exc)
+            if denied is None:
+                raise
+            group = self._layout.group
+            raise TransactionDeniedError(
+                denied_message(denied, transactional_id(group, topic, number), group)
+            ) from exc
         self._partitions[partition] = _Partition(producer)
         start = committed.get(partition, stored)
         if stored is not None and start != stored:
@@ -392,6 +408,8 @@ class Transactions:
 
         Raises:
             ProducerFencedError: with ``raising``, a partition's producer was fenced.
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
+                or the group.
         """
         due = [p for p in partitions if self._due(p)]
         if not due:
@@ -442,6 +460,9 @@ class Transactions:
                     if raising:
                         raise
                     return
+                except TransactionDeniedError as exc:
+                    self._give_up(claim, f"{exc}")
+                    raise
                 except BrokerError as exc:
                     self._give_up(claim, f"{exc}; reading it again from the offset committed last")
                     return
