@@ -286,6 +286,12 @@ class Transactions:
             old = self._partitions.get(partition)
             if old is not None:
                 await self._stop(partition, old)
+                if not old.producer.stopped:
+                    # Kept in the table until it stopped: the next try finishes its stop.
+                    raise BrokerError(
+                        f"the previous producer {old.producer.id!r} did not stop in time "
+                        "(trying again)"
+                    )
             producer = PartitionProducer(
                 self._brokers,
                 self._layout.group,
