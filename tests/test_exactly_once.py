@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from aio_cluster import (
     ConfigurationError,
@@ -490,3 +490,43 @@ async def test_zookeeper_never_runs_ahead_of_kafka_past_markers_and_aborted_reco
             await within(processing, 30, "process_transactional()'s end")
     finally:
         await writer.stop()
+
+
+async def test_zookeeper_follows_kafka_after_an_out_of_range_restart(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    make_topic: MakeTopic,
+    produce: Produce,
+    zk: ZooKeeper,
+    group_name: str,
+) -> None:
+    """The group committed offset 10 and closed; then the records up to the end are deleted
+    (retention): the next member's position is out of range and it restarts at the earliest
+    offset, 20. That offset is committed in Kafka before ZooKeeper holds it (before, it was
+    stored in ZooKeeper at once, and Kafka stayed at 10 while nothing more came)."""
+    source, sink = await make_topic(1), await make_topic(1)
+    await produce(source, 10)
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, record.value, key=record.key)
+
+    layout = GroupLayout(group_name, source)
+
+    async def run_until(offset: int) -> None:
+        async with member(cluster, group_name, source, exactly_once=True) as group:
+            processing = asyncio.create_task(group.process_transactional(handler))
+
+            async def stored() -> bool:
+                assert not processing.done(), processing
+                return (await stored_offsets(zk, layout, 1)).get(0) == offset
+
+            await wait_until(stored, what=f"ZooKeeper's offset at {offset}")
+            kafka = await kafka_offsets(cluster, group_name, source, 1)
+            assert kafka[PartitionKey(0)] == offset, "ZooKeeper ran ahead of Kafka"
+            await group.close()
+            await within(processing, 30, "process_transactional()'s end")
+
+    await run_until(10)
+    await produce(source, 10, start=10)
+    await admin.delete_records({TopicPartition(source, 0): RecordsToDelete(20)})
+    await run_until(20)
