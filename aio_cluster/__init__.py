@@ -64,11 +64,13 @@ from .errors import GroupClosedError as GroupClosedError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
+from .errors import OutputRefusedError as OutputRefusedError
 from .errors import ProducerFencedError as ProducerFencedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
 from .errors import TransactionClosedError as TransactionClosedError
+from .errors import TransactionDeniedError as TransactionDeniedError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
@@ -109,6 +111,7 @@ __all__ = [
     "Membership",
     "NotOwnedError",
     "Output",
+    "OutputRefusedError",
     "PartitionStatistics",
     "Processing",
     "ProducerFencedError",
@@ -121,6 +124,7 @@ __all__ = [
     "Timing",
     "TopicPartition",
     "TransactionClosedError",
+    "TransactionDeniedError",
     "ZooKeeperSecurity",
     "ZooKeeperTLS",
 ]

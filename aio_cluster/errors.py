@@ -10,6 +10,7 @@ reach a caller, an ``except`` of its parent catches it::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
+    │   └── TransactionDeniedError  exactly once: Kafka's ACLs refuse the transactional ids or group
     ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
     │   ├── CoordinationTimeout     a ZooKeeper call took longer than its bound
@@ -36,6 +37,7 @@ reach a caller, an ``except`` of its parent catches it::
     ├── BackgroundEndedError        a background loop of the member ended unasked: it failed
     ├── AttemptTimeoutError         a handler's attempt ran past attempt_timeout: it was cancelled
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
+    ├── OutputRefusedError          exactly once: Kafka refused an output; its input is uncommitted
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
 
@@ -68,11 +70,13 @@ __all__ = [
     "NodeExistsError",
     "NotOwnedError",
     "OffsetsOutOfRange",
+    "OutputRefusedError",
     "ProducerFencedError",
     "SessionLostError",
     "SkipRefusedError",
     "StrategyMismatchError",
     "TransactionClosedError",
+    "TransactionDeniedError",
 ]
 
 
@@ -88,6 +92,14 @@ class AioClusterError(Exception):
 
 class ConfigurationError(AioClusterError, ValueError):
     """An argument, environment variable or name was not valid; the message names it."""
+
+
+class TransactionDeniedError(ConfigurationError):
+    """Exactly once (``exactly_once=True``): Kafka's ACLs do not grant this member's principal
+    what the mode needs: ``Write`` and ``Describe`` on the partitions' transactional ids (the
+    prefix ``aio-cluster.<group>.``), or ``Read`` and ``Describe`` on the group (its offsets
+    commit in the transactions). Not retriable: grant them (the message names which), then
+    start the member again."""
 
 
 class LocalClusterError(AioClusterError):
@@ -348,6 +360,36 @@ class ProducerFencedError(AioClusterError):
     def __init__(self, message: str, partition: int) -> None:
         super().__init__(message)
         self.partition = partition
+
+
+class OutputRefusedError(AioClusterError):
+    """Exactly once (``exactly_once=True``): Kafka refused a record an input's handler or batch
+    body sent (a record without a key to a compacted topic, one larger than the topic allows,
+    a topic the principal may not write): the transaction that carried it is aborted, so
+    neither that output nor the input's offset is committed. ``transactions()`` raises it; under
+    ``process_transactional()`` it is the record's error, an attempt that failed, for its
+    ``on_failure`` to decide.
+
+    Kafka refuses a whole record batch for one bad record, so outputs of other inputs may have
+    been refused with it: those are committed again on their own.
+
+    Attributes:
+        partition: the input partition's key (its id, for a member of one topic).
+        offset: the input's offset (a batch's first offset under ``transactions()``).
+        topic: the topic the refused output was sent to.
+        error: the broker's error, as aiokafka reported it.
+    """
+
+    retriable = False
+
+    def __init__(
+        self, message: str, partition: int, offset: int, topic: str, error: BaseException
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+        self.topic = topic
+        self.error = error
 
 
 class TransactionClosedError(AioClusterError):

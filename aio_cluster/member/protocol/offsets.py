@@ -194,10 +194,11 @@ class Offsets:
 
     def _notes_due(self, partitions: list[PartitionKey], due: list[Claim]) -> list[Claim]:
         """Of ``partitions``, the owned claims not in ``due`` whose note is not stored yet:
-        their offset is written again with it (see `_offset()`)."""
+        their offset is written again with it (see `_offset()`). None exactly once: a note is
+        never stored there (see `_note_ops()`)."""
         claims = self._states.claims
         found: list[Claim] = []
-        if not finished.anything_noted():
+        if self._states.transactional or not finished.anything_noted():
             return found
         for partition in dict.fromkeys(partitions):
             claim = claims.get(partition)
@@ -265,7 +266,9 @@ class Offsets:
         Returns:
             The offsets noted, when a note is written.
         """
-        known = finished.noted(claim)
+        # Exactly once, what finished beyond the prefix has its output kept in memory, not
+        # committed: a next claim (with the mode or without) must handle it again.
+        known = None if self._states.transactional else finished.noted(claim)
         if known is None and not self._notes:
             return None  # the common case: nothing noted, nothing to delete
         path = self._layout.note(claim.partition)
