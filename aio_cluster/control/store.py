@@ -32,9 +32,11 @@ from ..zookeeper.layout import (
     check_name,
     decode_offset,
     history_path,
+    partition_named,
     paused_path,
     skips_path,
     stopped_path,
+    topic_name,
 )
 from .model import (
     Action,
@@ -137,8 +139,17 @@ class ControlStore:
         ``unreadable``."""
         found: dict[Key, T] = {}
         for topic in sorted(await self._children(parent)):
-            names = await self._children(f"{parent}/{topic}")
-            partitions = sorted(int(name) for name in names if name.isdigit())
+            if not topic_name(topic):
+                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
+                continue
+            partitions: list[int] = []
+            for name in sorted(await self._children(f"{parent}/{topic}")):
+                partition = partition_named(name)
+                if partition is None:
+                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
+                else:
+                    partitions.append(partition)
+            partitions.sort()
             paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
             datas = await asyncio.gather(*(self._get(path) for path in paths))
             for partition, path, got in zip(partitions, paths, datas, strict=True):

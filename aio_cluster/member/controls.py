@@ -30,7 +30,7 @@ from ..control.store import ControlStore, describe_skip
 from ..errors import AioClusterError, BadVersionError, CoordinationError, NoNodeError
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import Delete, SessionState, ZooKeeper
-from ..zookeeper.layout import GroupLayout
+from ..zookeeper.layout import GroupLayout, partition_named
 from .delivery.delivery import Delivery
 from .delivery.partitions import PartitionStates
 from .processing.processor import Processor
@@ -87,6 +87,8 @@ class MemberControls:
         """Partitions published stopped by this session -> the record's offset."""
         self._unreadable: dict[str, str] = {}
         """Skip nodes that could not be read -> what was wrong, logged once each."""
+        self._strays: set[str] = set()
+        """Control nodes named as no partition, as the last look found them (logged once)."""
         self.applied = 0
         """Skips applied."""
 
@@ -118,26 +120,40 @@ class MemberControls:
         """Read the controls once and follow them."""
         held: set[PartitionKey] = set()
         skips: list[tuple[str, int]] = []
+        strays: set[str] = set()
         for topic in self._topics():
             layout = GroupLayout(self._layout.group, topic)
-            for partition in await self._watched(layout.paused):
+            for partition in await self._watched(layout.paused, strays):
                 held.add(self._layout.keys.key(topic, partition))
-            skips += [(topic, partition) for partition in await self._watched(layout.skips)]
+            skips += [(topic, partition) for partition in await self._watched(layout.skips, strays)]
+        for path in sorted(strays - self._strays):
+            log.warning(
+                "member %s: control node %s left out: no partition is named so", self._id, path
+            )
+        self._strays = strays
         self._delivery.hold(held)
         await self._publish_stops()
         for topic, partition in skips:
             await self._skip(topic, partition)
 
-    async def _watched(self, parent: str) -> list[int]:
+    async def _watched(self, parent: str, strays: set[str]) -> list[int]:
         """The partitions under ``parent``, watched for a change (its creation, while it is
-        missing)."""
+        missing); a child named as no partition (`partition_named`) is left out, its path
+        added to ``strays``."""
         try:
             names = await self._zk.get_children(parent, watch=self.poke)
         except NoNodeError:
             if await self._zk.exists(parent, watch=self.poke) is not None:
                 self.poke()  # made meanwhile: look again
             return []
-        return [int(name) for name in names if name.isdigit()]
+        partitions = []
+        for name in names:
+            partition = partition_named(name)
+            if partition is None:
+                strays.add(f"{parent}/{name}")
+            else:
+                partitions.append(partition)
+        return partitions
 
     def _stops(self) -> dict[PartitionKey, tuple[int, str]]:
         """The owned partitions ``on_failure="stop"`` keeps paused -> the record's offset and
