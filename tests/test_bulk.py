@@ -17,7 +17,7 @@ import aiosqlite
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from aio_cluster import ConfigurationError, ConsumerGroup, Record
+from aio_cluster import ConfigurationError, ConsumerGroup, HandlerCancelledError, Record
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -317,3 +317,73 @@ async def test_bad_arguments_are_refused_before_any_record_is_taken(
                 await group.process_bulk(given, **options)  # type: ignore[arg-type]
             assert named in str(raised.value)
     assert taken == []
+
+
+@pytest.mark.parametrize("api", ["process_bulk", "process"])
+async def test_a_handler_raising_cancelled_error_unasked_fails_its_attempt(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+    api: str,
+) -> None:
+    """A ``CancelledError`` the handler raises when nobody cancelled it (a library's leaked
+    cancellation) is a failed attempt, retried like any: its records are not counted finished,
+    and the call goes on."""
+    topic = await make_topic(1)
+    count = 50
+    await send(producer, topic, [str(i).encode() for i in range(count)], keys=count)
+    handled: set[int] = set()
+    raised: list[int] = []
+
+    async def once(offsets: list[int]) -> None:
+        if not raised:
+            raised.append(offsets[0])
+            raise asyncio.CancelledError
+        handled.update(offsets)
+
+    async def records(batch: list[Record]) -> None:
+        await once([record.offset for record in batch])
+
+    async def record(one: Record) -> None:
+        await once([one.offset])
+
+    options: dict[str, Any] = {"concurrency": 10, "attempts": 2, "retry_initial": 0.01}
+    async with member(cluster, group_name, topic, commit_interval=0.2) as group:
+        if api == "process_bulk":
+            task = asyncio.create_task(group.process_bulk(records, size=10, linger=0.1, **options))
+        else:
+            task = asyncio.create_task(group.process(record, **options))
+        try:
+            await wait_until(lambda: len(handled) == count or task.done(), what="every record")
+            assert not task.done(), "the call goes on"
+            assert handled == set(range(count))
+            await wait_until(lambda: offset_is(group, count), what="stored to the end")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert raised == [0]
+
+
+async def test_a_bulk_handler_cancelled_unasked_for_good_meets_on_failure(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await send(producer, topic, [str(i).encode() for i in range(10)], keys=10)
+
+    async def handler(records: list[Record]) -> None:
+        if any(record.offset == 5 for record in records):
+            raise asyncio.CancelledError
+
+    async with member(cluster, group_name, topic) as group:
+        with pytest.raises(HandlerCancelledError) as raised:
+            await asyncio.wait_for(
+                group.process_bulk(
+                    handler, size=10, linger=1.0, concurrency=10, attempts=1, on_failure="raise"
+                ),
+                60,
+            )
+        assert isinstance(raised.value.__cause__, asyncio.CancelledError)
+        stored = await group.offset(0)
+        assert stored is None or stored <= 5, "never past the record whose call was cancelled"

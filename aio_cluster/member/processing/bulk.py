@@ -40,11 +40,11 @@ from anyio.abc import TaskGroup
 from tenacity import AsyncRetrying, stop_after_attempt
 
 from ...config import Processing
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, HandlerCancelledError
 from ...kafka.records import Record
 from ..delivery.delivery import Delivery
 from .failures import waits
-from .workers import Handler
+from .workers import Handler, cancelled_unasked
 
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
@@ -186,6 +186,7 @@ class BulkCalls:
 
     async def _run(self, call: _Call) -> None:
         """Wait until ``call`` is full or its linger passed, then run it (see the module)."""
+        settled = False
         try:
             with anyio.move_on_after(self._linger):
                 await call.full.wait()
@@ -195,7 +196,14 @@ class BulkCalls:
             with call.scope:
                 if call.seats:
                     await self._settle(call.seats)
+                settled = True
         finally:
+            if not settled:
+                # Cut short (its records all left, or process_bulk() ends): none finished.
+                for seat in call.seats:
+                    seat.error = seat.error or HandlerCancelledError(
+                        "the bulk call ended before it finished this record"
+                    )
             call.done.set()
 
     async def _settle(self, seats: list[_Seat]) -> None:
@@ -252,10 +260,16 @@ class BulkCalls:
         self.calls += 1
         records = [seat.record for seat in seats]
         telemetry = self._telemetry
-        if telemetry is None or not telemetry.calls_watched:
-            await self._handler(records)
-        else:
-            await telemetry.handle_call(self._handler, records, attempt, retry_of)
+        try:
+            if telemetry is None or not telemetry.calls_watched:
+                await self._handler(records)
+            else:
+                await telemetry.handle_call(self._handler, records, attempt, retry_of)
+        except BaseException as exc:
+            failure = cancelled_unasked(exc)
+            if failure is None:
+                raise
+            raise failure from exc  # a failed attempt: never its records finished
 
     async def _going(self) -> None:
         """Wait until ZooKeeper was heard from: no retry starts while it is silent. Looked at
