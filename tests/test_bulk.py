@@ -387,3 +387,48 @@ async def test_a_bulk_handler_cancelled_unasked_for_good_meets_on_failure(
         assert isinstance(raised.value.__cause__, asyncio.CancelledError)
         stored = await group.offset(0)
         assert stored is None or stored <= 5, "never past the record whose call was cancelled"
+
+
+async def test_a_call_over_two_partitions_lets_go_of_the_one_handed_over(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """A record whose partition is handed over (its batch given up after ``rebalance_timeout``)
+    leaves the user's handler before the next owner claims the partition: the call is cancelled,
+    and the records still waiting in it run again in a call of their own."""
+    topic = await make_topic(2)
+    for partition in (0, 1):
+        await producer.send_and_wait(
+            topic, key=b"k", value=str(partition).encode(), partition=partition
+        )
+    inside: set[int] = set()
+    calls: list[list[int]] = []
+    released = asyncio.Event()
+
+    async def handler(records: list[Record]) -> None:
+        partitions = [record.partition for record in records]
+        calls.append(partitions)
+        inside.update(partitions)
+        try:
+            if len(calls) == 1:
+                await released.wait()
+        finally:
+            inside.difference_update(partitions)
+
+    first = member(cluster, group_name, topic, rebalance_timeout=1.0, commit_interval=0.2)
+    async with (
+        first,
+        bulk(first, handler, size=2, linger=5.0, concurrency=2, attempts=1),
+    ):
+        await wait_until(lambda: sorted(inside) == [0, 1], what="one call over both partitions")
+        async with member(cluster, group_name, topic) as second:
+            await wait_until(lambda: len(second.claimed) == 1, what="a partition handed over")
+            (moved,) = second.claimed
+            assert moved not in inside, "no record of a partition handed over in the handler"
+            kept = 1 - moved
+            await wait_until(lambda: [kept] in calls[1:], what="the record kept run again alone")
+            await wait_until(lambda: offset_is_of(first, kept, 1), what="the record kept stored")
+        released.set()
+
+
+async def offset_is_of(group: ConsumerGroup, partition: int, offset: int) -> bool:
+    return await group.offset(partition) == offset
