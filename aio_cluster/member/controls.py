@@ -5,7 +5,9 @@ them again only when a watch fires, when a new session starts (a session's watch
 kazoo sets them again itself when it reconnects within the session), and when it meets a topic:
 an idle member costs ZooKeeper nothing but its session's pings. No batch of a partition is handed
 out before the controls of its topic were read once (`PartitionStates.controlled`), so a pause
-is obeyed from a member's first batch. It:
+is obeyed from a member's first batch; a look that fails lets them go (a member must not wait
+for good on controls it cannot read: an ACL a stranger set) and is tried again after `RETRY`
+seconds. It:
 
 - holds the paused partitions (`Delivery.hold`): none of their batches is handed out, in
   ``async for`` and in ``process()``, whoever owns them; the claim, the stored offset and the
@@ -49,9 +51,10 @@ RETRY = 5.0
 """Seconds before a look at the controls that failed is tried again (a new session sooner)."""
 
 RECHECK = 1.0
-"""Seconds between two checks, without reading ZooKeeper, of what the last look left to do: a
-pending skip waiting for its partition's batch boundary or its owner, a published stop waiting
-to be cleared (its partition resumed or released)."""
+"""Seconds between two checks of what the last look left to do, without reading the controls
+again: a pending skip waiting for its partition's batch boundary or its owner (its node is read
+once the partition is at one), a published stop waiting to be cleared (its partition resumed or
+released)."""
 
 SKIPPED_BY = "aio-cluster-skipped-by"
 """The header of a record an operator skipped, in the dead-letter topic: ``"<by> at <at>"``."""
@@ -263,7 +266,7 @@ class MemberControls:
 
     async def _skip(self, topic: str, partition: int) -> None:
         """Apply the pending skip of ``topic``/``partition`` if this member owns it and no batch
-        of it runs (else a later look does)."""
+        of it runs (else a later check does)."""
         key = self._layout.keys.key(topic, partition)
         if not self._at_boundary(key):
             return
