@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
 
 from aio_cluster.control.model import Stopped
 from aio_cluster.control.store import UNREADABLE_BY, ControlStore
@@ -224,3 +226,42 @@ async def test_a_node_named_as_no_partition_fails_no_member_nor_describe_nor_the
         assert f"control node {layout.paused}/\u0661 is unreadable" in page
     members = [r.getMessage() for r in caplog.records if r.name == "aio_cluster.member.controls"]
     assert len([m for m in members if f"{layout.paused}/²" in m]) == 1, "named once, not per look"
+
+
+async def test_a_control_node_a_stranger_locked_fails_no_member(
+    cluster: LocalCluster,
+    producer: AIOKafkaProducer,
+    make_topic: MakeTopic,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stranger's node under the controls whose ACL lets the member read nothing: the member
+    reads on (it does not wait for good on controls it cannot read) and says why, once."""
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    stranger = KazooClient(hosts=cluster.zookeeper)
+    await asyncio.to_thread(stranger.start)
+    try:
+        await asyncio.to_thread(stranger.ensure_path, layout.paused.rsplit("/", 1)[0])
+        locked = [make_digest_acl("stranger", "secret", all=True)]
+        await asyncio.to_thread(stranger.create, layout.paused, b"", locked)
+    finally:
+        await asyncio.to_thread(stranger.stop)
+        stranger.close()  # its socket pair too
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.controls")
+    seen = Seen()
+    async with (
+        load(producer, topic),
+        consuming(member(cluster, group_name, topic), seen, "async for"),
+    ):
+        await wait_until(
+            lambda: seen.of(0, since=0) > 0 and seen.of(1, since=0) > 0, what="both partitions read"
+        )
+        code, out, err = await run(cluster, "describe", group_name)
+        assert code == 0, err
+        assert f"control node {layout.paused} is unreadable" in " ".join(out.split())
+    failures = [
+        r for r in caplog.records if "reading the group's controls failed" in r.getMessage()
+    ]
+    assert len(failures) == 1, "said once"
+    assert layout.paused in failures[0].getMessage()

@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..errors import (
+    AccessDeniedError,
     BadVersionError,
     ConfigurationError,
     ControlConflictError,
@@ -158,15 +159,15 @@ class ControlStore:
         decode: Callable[[str, int, bytes], T],
         unreadable: dict[str, str],
     ) -> dict[Key, T]:
-        """The decoded nodes under ``parent`` by partition; the undecodable ones go to
-        ``unreadable``."""
+        """The decoded nodes under ``parent`` by partition; the undecodable ones, and those
+        whose ACL lets this session read nothing, go to ``unreadable``."""
         found: dict[Key, T] = {}
-        for topic in sorted(await self._children(parent)):
+        for topic in sorted(await self._listed(parent, unreadable)):
             if not topic_name(topic):
                 unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
                 continue
             partitions: list[int] = []
-            for name in sorted(await self._children(f"{parent}/{topic}")):
+            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
                 partition = partition_named(name)
                 if partition is None:
                     unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
@@ -174,15 +175,35 @@ class ControlStore:
                     partitions.append(partition)
             partitions.sort()
             paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
-            datas = await _together([functools.partial(self._get, path) for path in paths])
+            datas = await _together(
+                [functools.partial(self._readable, path, unreadable) for path in paths]
+            )
             for partition, path, got in zip(partitions, paths, datas, strict=True):
                 if got is None:
-                    continue  # deleted meanwhile
+                    continue  # deleted meanwhile, or not readable
                 try:
                     found[(topic, partition)] = decode(topic, partition, got[0])
                 except CoordinationError as exc:
                     unreadable[path] = str(exc)
         return found
+
+    async def _listed(self, path: str, unreadable: dict[str, str]) -> list[str]:
+        """The children of ``path``; none where it is missing or its ACL refuses the list
+        (then named in ``unreadable``)."""
+        try:
+            return await self._children(path)
+        except AccessDeniedError as exc:
+            unreadable[path] = str(exc)
+            return []
+
+    async def _readable(self, path: str, unreadable: dict[str, str]) -> tuple[bytes, Stat] | None:
+        """The node at ``path``; None where it is gone or its ACL refuses the read (then named
+        in ``unreadable``)."""
+        try:
+            return await self._get(path)
+        except AccessDeniedError as exc:
+            unreadable[path] = str(exc)
+            return None
 
     async def _children(self, path: str) -> list[str]:
         try:

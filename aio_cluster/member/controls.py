@@ -33,7 +33,13 @@ import anyio
 
 from ..control.model import Skip, Stopped, decode_skip, format_at
 from ..control.store import ControlStore, describe_skip
-from ..errors import AioClusterError, BadVersionError, CoordinationError, NoNodeError
+from ..errors import (
+    AccessDeniedError,
+    AioClusterError,
+    BadVersionError,
+    CoordinationError,
+    NoNodeError,
+)
 from ..kafka.topics import PartitionKey
 from ..zookeeper.client import Delete, SessionState, ZooKeeper
 from ..zookeeper.layout import GroupLayout, partition_named
@@ -55,6 +61,10 @@ RECHECK = 1.0
 again: a pending skip waiting for its partition's batch boundary or its owner (its node is read
 once the partition is at one), a published stop waiting to be cleared (its partition resumed or
 released)."""
+
+_UNREADABLE = (CoordinationError, AccessDeniedError)
+"""What a read or write of the controls may fail with: ZooKeeper's failures, and a node whose
+ACL (a stranger's) does not let the member read or write it."""
 
 SKIPPED_BY = "aio-cluster-skipped-by"
 """The header of a record an operator skipped, in the dead-letter topic: ``"<by> at <at>"``."""
@@ -115,6 +125,8 @@ class MemberControls:
         """Control nodes named as no partition, as the last look found them (logged once)."""
         self._lost = False
         """Whether the session was lost and no new one began since."""
+        self._failure: str | None = None
+        """What the last step failed with, as logged (None: it did not fail)."""
         self.applied = 0
         """Skips applied."""
 
@@ -156,14 +168,15 @@ class MemberControls:
             forget()
 
     async def _step(self) -> None:
-        """Read the controls if they must be, then follow them; failures are logged."""
+        """Read the controls if they must be, then follow them; a failure is logged (once while
+        it stays the same)."""
         try:
             if self._wanted:
                 self._wanted = False
                 topics = self._topics()
                 try:
                     await self.look()
-                except CoordinationError:
+                except _UNREADABLE:
                     # The look is tried again; meanwhile the member does not wait on controls it
                     # cannot read (an ACL a stranger set must not stop it for good).
                     self._wanted = self._failed = True
@@ -173,8 +186,12 @@ class MemberControls:
                 self._failed = False
             else:
                 await self._follow()
-        except CoordinationError as exc:
-            log.warning("member %s: reading the group's controls failed: %s", self._id, exc)
+        except _UNREADABLE as exc:
+            if str(exc) != self._failure:
+                log.warning("member %s: reading the group's controls failed: %s", self._id, exc)
+            self._failure = str(exc)
+        else:
+            self._failure = None
 
     def _on_session(self, state: SessionState) -> None:
         if state is SessionState.LOST:
