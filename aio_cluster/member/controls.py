@@ -197,6 +197,8 @@ class MemberControls:
         if state is SessionState.LOST:
             self._published.clear()  # the stopped nodes went with the session
             self._lost = True
+            # Pauses written meanwhile are obeyed from the new session's first batch.
+            self._looked = frozenset()
         elif state is SessionState.CONNECTED and self._lost:
             self._lost = False
             self.poke()  # a new session: the watches went with the old one
