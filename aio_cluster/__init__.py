@@ -61,6 +61,7 @@ from .errors import DeserializationError as DeserializationError
 from .errors import FetchError as FetchError
 from .errors import FetchStalledError as FetchStalledError
 from .errors import GroupClosedError as GroupClosedError
+from .errors import HandlerCancelledError as HandlerCancelledError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
@@ -105,6 +106,7 @@ __all__ = [
     "GroupClosedError",
     "GroupState",
     "GroupStatistics",
+    "HandlerCancelledError",
     "KafkaOptions",
     "LocalClusterError",
     "MemberReplacedError",

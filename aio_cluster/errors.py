@@ -28,6 +28,7 @@ reach a caller, an ``except`` of its parent catches it::
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
+    ├── HandlerCancelledError       a handler raised CancelledError nobody asked for: it failed
     ├── IllegalTransition           internal: a partition state change it does not allow (a bug)
     ├── BrokerError                 Kafka did not answer as expected (retriable)
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
@@ -63,6 +64,7 @@ __all__ = [
     "FetchError",
     "FetchStalledError",
     "GroupClosedError",
+    "HandlerCancelledError",
     "IllegalTransition",
     "LocalClusterError",
     "MemberReplacedError",
@@ -220,6 +222,13 @@ class AccessDeniedError(AioClusterError):
 
 class GroupClosedError(AioClusterError):
     """The ConsumerGroup was used after it was closed."""
+
+
+class HandlerCancelledError(AioClusterError):
+    """A handler of ``process()`` or ``process_bulk()`` raised ``CancelledError`` while nothing
+    cancelled it (a library's cancellation leaking out of it, say): the attempt failed, and is
+    retried and meets ``on_failure`` like any failure, rather than ending the call quietly or
+    counting its records as finished. The ``CancelledError`` is its ``__cause__``."""
 
 
 class IllegalTransition(AioClusterError):

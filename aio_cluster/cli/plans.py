@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..control.model import Controls, Pause, Skip, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
-from ..zookeeper.layout import Registration, check_name
+from ..zookeeper.layout import Registration, partition_named
 from .health import (
     Sample,
     pause_json,
@@ -46,7 +46,6 @@ __all__ = [
     "skip_json",
     "skip_text",
     "subscription_text",
-    "topic_name",
     "unreadable_note",
 ]
 
@@ -186,22 +185,19 @@ _UNREADABLE_MEANS = {
 """What an unreadable control node does, by the kind of node (its parent's parent)."""
 
 
+_STRAY_MEANS = "no partition is named so: members ignore it; delete the node"
+"""What a control node named as no topic or partition is (`partition_named`) does."""
+
+
 def unreadable_note(path: str, why: str) -> str:
     """The note ``describe``, ``check`` and the dashboard show for a control node that cannot be
     read (``why``: what was wrong): the node is named, and what it still does."""
-    kind = path.split("/")[-3] if path.count("/") >= 3 else ""
-    means = _UNREADABLE_MEANS.get(kind)
+    parts = path.split("/")
+    if partition_named(parts[-1]) is None:
+        means: str | None = _STRAY_MEANS
+    else:
+        means = _UNREADABLE_MEANS.get(parts[-3] if len(parts) > 3 else "")
     return f"control node {path} is unreadable, left out: {why}" + (f" ({means})" if means else "")
-
-
-def topic_name(name: str) -> bool:
-    """Whether ``name`` can be a topic (Kafka's rule): a subscription's or a ZooKeeper node's
-    name that cannot is no topic to look up."""
-    try:
-        check_name("topic", name)
-    except ConfigurationError:
-        return False
-    return True
 
 
 def may_read(info: Registration | None, topic: str) -> bool:

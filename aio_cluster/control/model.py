@@ -169,16 +169,28 @@ def _text(kind: str, where: str, doc: Mapping[str, object], name: str) -> str:
     return value
 
 
-def _number(kind: str, where: str, doc: Mapping[str, object], name: str) -> float:
+_LAST_TIME = 253402300799.0
+"""The last second `format_at` can write (the end of year 9999)."""
+
+_LAST_OFFSET = 2**63 - 1
+"""The largest offset Kafka has (an int64): a skip to one past it could not be fetched."""
+
+
+def _time(kind: str, where: str, doc: Mapping[str, object], name: str) -> float:
+    """A time `format_at` can write: JSON's ``NaN``, ``Infinity`` or ``1e300`` is none."""
     value = doc.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not a number")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= _LAST_TIME
+    ):
+        raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not a time")
     return float(value)
 
 
 def _offset(kind: str, where: str, doc: Mapping[str, object], name: str) -> int:
     value = doc.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _LAST_OFFSET:
         raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not an offset")
     return value
 
@@ -204,7 +216,7 @@ def decode_pause(topic: str, partition: int, data: bytes) -> Pause:
         topic,
         partition,
         by=_text("pause", where, doc, "by"),
-        at=_number("pause", where, doc, "at"),
+        at=_time("pause", where, doc, "at"),
     )
 
 
@@ -229,7 +241,7 @@ def decode_skip(topic: str, partition: int, data: bytes) -> Skip:
         to_offset=_optional_offset("skip", where, doc, "to"),
         stopped_on=_optional_offset("skip", where, doc, "stopped_on"),
         by=_text("skip", where, doc, "by"),
-        at=_number("skip", where, doc, "at"),
+        at=_time("skip", where, doc, "at"),
     )
     if skip.target is None:
         raise CoordinationError(f"skip {where} names neither 'to' nor 'stopped_on'")
@@ -262,7 +274,7 @@ def decode_stopped(topic: str, partition: int, data: bytes) -> Stopped:
         member=_text("stop", where, doc, "member"),
         offset=_offset("stop", where, doc, "offset"),
         error=_text("stop", where, doc, "error"),
-        at=_number("stop", where, doc, "at"),
+        at=_time("stop", where, doc, "at"),
     )
 
 
@@ -296,7 +308,7 @@ def decode_stuck(topic: str, partition: int, data: bytes) -> Stuck:
         member=_text("stuck mark", where, doc, "member"),
         kind=kind,
         offset=_offset("stuck mark", where, doc, "offset"),
-        since=_number("stuck mark", where, doc, "since"),
+        since=_time("stuck mark", where, doc, "since"),
     )
 
 
@@ -326,7 +338,7 @@ def decode_event(where: str, data: bytes) -> ControlEvent:
     if action is None:
         raise CoordinationError(f"history entry {where}: unknown action {text!r}")
     return ControlEvent(
-        at=_number("history entry", where, doc, "at"),
+        at=_time("history entry", where, doc, "at"),
         by=_text("history entry", where, doc, "by"),
         action=action,
         topic=_text("history entry", where, doc, "topic"),

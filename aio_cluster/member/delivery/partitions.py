@@ -98,6 +98,10 @@ class PartitionStates:
         self._held: frozenset[PartitionKey] = frozenset()
         """Partitions an operator paused for the whole group, owned or not: the group's
         state in ZooKeeper, which the member follows (see `hold`)."""
+        self.controlled: Callable[[PartitionKey], bool] = lambda partition: True
+        """Whether the operator's controls of a partition were read: one whose were not is
+        neither fetched nor handed out, so that a pause is obeyed from the first batch (the
+        member's `aio_cluster.member.controls` sets it)."""
         self._inflight: dict[PartitionKey, tuple[Claim, Batch, int]] = {}
         """Partition -> the claim and batch whose body runs, and the offset of that batch's
         first record not yet finished (its first, or where a processor's progress got)."""
@@ -367,6 +371,7 @@ class PartitionStates:
             and p not in self._withheld
             and p not in self._paused
             and p not in self._held
+            and self.controlled(p)
             and (
                 not claim.buffered and (p not in self._inflight or (grows is not None and grows(p)))
                 if ahead is None
@@ -557,6 +562,7 @@ class PartitionStates:
             partition not in self._withheld
             and partition not in self._paused
             and partition not in self._held
+            and self.controlled(partition)
         )
 
     def pick(self, grows: Grows | None = None) -> tuple[Claim, Batch] | None:
