@@ -43,7 +43,7 @@ import anyio
 
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
-from ..concurrency import background, outlasting
+from ..concurrency import background, cancel_asked, outlasting
 from ..config import Processing, Settings
 from ..errors import (
     AccessDeniedError,
@@ -116,16 +116,6 @@ def _refusal(
         if found is not None:
             return found
     return None
-
-
-def _cancel_requested() -> bool:
-    """Whether someone asked to cancel the current task (``Task.cancelling()``, Python 3.11):
-    a ``CancelledError`` raised without a request (one escaping a ``gather()`` whose child was
-    cancelled) is nobody's. Before 3.11 that cannot be told, and every cancellation counts as
-    asked for."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return cancelling is None or cast(int, cancelling()) > 0
 
 
 @dataclass(frozen=True)
@@ -760,9 +750,12 @@ class Member:
         ``gather()``, whose task group would otherwise end quietly), raises
         [BackgroundEndedError][aio_cluster.BackgroundEndedError] naming it, which fails the
         member (see `_background()`). A cancellation is asked for by the closing, by the loops'
-        scope (another loop failed), or by a cancel of the member's task; a loop that returns
-        after failing the member itself (the rebalances on an error no retry mends) or while
-        it closes ends as it is.
+        scope (another loop failed), or by a cancel of the member's task (which anyio passes on
+        to the loops by cancelling its task group's scope), each of which cancels a scope
+        around the loop: that is what tells them (`cancel_asked()`), not ``Task.cancelling()``,
+        which Python 3.10 lacks (there every cancellation would count as asked for, and a
+        stray one end every loop silently). A loop that returns after failing the member itself
+        (the rebalances on an error no retry mends) or while it closes ends as it is.
 
         Raises:
             BackgroundEndedError: the loop ended unasked.
@@ -770,7 +763,7 @@ class Member:
         try:
             await run()
         except asyncio.CancelledError as exc:
-            if self._closing.is_set() or loops.cancel_called or _cancel_requested():
+            if self._closing.is_set() or loops.cancel_called or cancel_asked():
                 raise
             log.error("member %s: its %s loop was cancelled, unasked", self.id, name)
             raise BackgroundEndedError(
