@@ -54,6 +54,7 @@ from ..errors import (
     ConfigurationError,
     CoordinationError,
     GroupClosedError,
+    TransactionDeniedError,
 )
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.fetcher import Fetcher
@@ -103,13 +104,15 @@ def milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _refusal(
-    exc: BaseException,
-) -> AccessDeniedError | AuthenticationError | BackgroundEndedError | None:
-    """The refused credentials in ``exc`` (or in the exception group it is), or a background
-    loop that ended, if any: trying again does not mend either, so the member stops with this
-    error itself instead of retrying."""
-    if isinstance(exc, (AccessDeniedError, AuthenticationError, BackgroundEndedError)):
+def _refusal(exc: BaseException) -> AioClusterError | None:
+    """The refused credentials in ``exc`` (or in the exception groups it is in: a periodic
+    offset store of an exactly-once member commits its partitions' transactions in a task
+    group), or a background loop that ended, if any: trying again does not mend either, so the
+    member stops with this error itself, as documented, instead of retrying or wrapping it."""
+    if isinstance(
+        exc,
+        (AccessDeniedError, AuthenticationError, TransactionDeniedError, BackgroundEndedError),
+    ):
         return exc
     for inner in getattr(exc, "exceptions", ()):
         found = _refusal(inner)
