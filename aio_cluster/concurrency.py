@@ -14,6 +14,16 @@ expect the failure itself (a ``BrokerError``, a ``CoordinationError``, aiokafka'
 so `gather()` unwraps it, deliberately and only here: the first failure is raised as itself, and
 the siblings are cancelled and waited for first.
 
+A call may also end by a ``CancelledError`` that nobody asked for: one escaping a nested
+asyncio ``gather()`` whose child was cancelled, or one aiokafka raises after cancelling its own
+task natively. A task group would drop it and cancel its other children, leaving their results
+unset; so each call's cancellation is sorted here (`cancel_asked()`). One asked for (the
+group's scope or an enclosing anyio scope cancelled) ends the call as usual. A stray one is kept
+and raised again, as itself, once the group ended, as asyncio's ``gather()`` raised it: the
+caller sees a ``CancelledError`` it did not ask for (which the member's background takes for a
+loop ended unasked), never a result that was not made. `gather()` takes it for the first
+failure (the siblings are cancelled); `settle()` lets the siblings run to their end first.
+
 asyncio's own task calls stay in this module only, for what no task group can hold: a task that
 outlives the call starting it (`background()`: a member between ``register()`` and ``close()``),
 work that must end even when its caller is cancelled natively, which no anyio shield stops
@@ -24,16 +34,34 @@ task), and the futures aiokafka hands us (`settled()`).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["background", "detached", "gather", "outlasting", "settle", "settled"]
+__all__ = [
+    "background",
+    "cancel_asked",
+    "detached",
+    "gather",
+    "outlasting",
+    "settle",
+    "settled",
+]
 
 T = TypeVar("T")
 
 _UNSET: Any = object()
+
+
+def cancel_asked() -> bool:
+    """Whether a cancellation of the current task was asked for: a scope around it (up to the
+    nearest shield) was cancelled, which a task group's cancellation, a bound's deadline, and a
+    native cancellation of a task group's host task (anyio cancels the group's scope then) all
+    do. A ``CancelledError`` raised while this is False is nobody's (see the module). It does
+    not ask ``Task.cancelling()``, which Python 3.10 lacks, so every Python tells alike."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 async def gather(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
@@ -43,15 +71,22 @@ async def gather(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
         Exception: the first failure of a call, as itself (never an ``ExceptionGroup``): the
             other calls are cancelled, and have ended, when it is raised. A cancellation of
             the caller cancels them all and ends with the caller's own cancellation.
+        CancelledError: a call was cancelled though nobody asked for it (see the module),
+            taken for the first failure.
     """
     calls = list(calls)
     results: list[T] = [_UNSET] * len(calls)
-    failures: list[Exception] = []
+    failures: list[BaseException] = []
     async with anyio.create_task_group() as group:
 
         async def run(index: int, call: Callable[[], Awaitable[T]]) -> None:
             try:
                 results[index] = await call()
+            except asyncio.CancelledError as exc:
+                if cancel_asked():
+                    raise
+                failures.append(exc)
+                group.cancel_scope.cancel()
             except Exception as exc:
                 failures.append(exc)
                 group.cancel_scope.cancel()
@@ -67,19 +102,31 @@ async def settle(calls: Iterable[Callable[[], Awaitable[T]]]) -> list[T | Except
     """Run ``calls`` concurrently in a task group, each to its end whatever the others do; each
     one's result or failure (an ``Exception``), in the order of ``calls``: what
     asyncio's ``gather(..., return_exceptions=True)`` returned, for callers that sort the outcomes
-    themselves. A cancellation of the caller cancels them all and is raised."""
+    themselves. A cancellation of the caller cancels them all and is raised.
+
+    Raises:
+        CancelledError: a call was cancelled though nobody asked for it (see the module): the
+            first such, once every call ended.
+    """
     calls = list(calls)
     outcomes: list[T | Exception] = [_UNSET] * len(calls)
+    stray: list[asyncio.CancelledError] = []
 
     async def run(index: int, call: Callable[[], Awaitable[T]]) -> None:
         try:
             outcomes[index] = await call()
+        except asyncio.CancelledError as exc:
+            if cancel_asked():
+                raise
+            stray.append(exc)
         except Exception as exc:
             outcomes[index] = exc
 
     async with anyio.create_task_group() as group:
         for index, call in enumerate(calls):
             group.start_soon(run, index, call)
+    if stray:
+        raise stray[0]
     return outcomes
 
 

@@ -1,6 +1,7 @@
 """Nothing ends silently: a background loop of a member that returns, or that a cancellation
 nobody asked for ends, fails the member with `BackgroundEndedError` naming the loop, which
-``async for`` and ``process()`` raise, and the member gives its partitions up; against the real
+``async for`` and ``process()`` raise, and the member gives its partitions up, on every Python
+(also where a task has no ``cancelling()``, Python 3.10, forced here on any); against the real
 local ZooKeeper and Kafka."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+import anyio
 import pytest
 
 from aio_cluster import BackgroundEndedError, ConsumerGroup, Record
@@ -54,6 +56,33 @@ def break_loop(group: ConsumerGroup, loop: str, ending: Ending, ended: asyncio.E
     part.run = run
 
 
+class Python310Task:
+    """A task as Python 3.10 shows it: without ``cancelling()``, a cancellation asked for
+    cannot be told from one nobody asked for by asking the task."""
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self._task = task
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("cancelling", "uncancel"):
+            raise AttributeError(name)
+        return getattr(self._task, name)
+
+
+@pytest.fixture(params=["python", "python3.10"])
+def tasks_shown(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tasks as the running Python shows them, or as Python 3.10 does (to the package: anyio
+    holds its own ``current_task``)."""
+    if request.param == "python3.10":
+        current_task = asyncio.current_task
+
+        def shown(loop: asyncio.AbstractEventLoop | None = None) -> object:
+            task = current_task(loop)
+            return None if task is None else Python310Task(task)
+
+        monkeypatch.setattr(asyncio, "current_task", shown)
+
+
 async def given_up(zk: ZooKeeper, layout: GroupLayout) -> bool:
     return not await owners(zk, layout, [0, 1])
 
@@ -66,6 +95,7 @@ async def given_up(zk: ZooKeeper, layout: GroupLayout) -> bool:
         ("controls", gather_of_a_cancelled_child),
     ],
 )
+@pytest.mark.usefixtures("tasks_shown")
 async def test_a_loop_that_ends_unasked_fails_the_iteration_with_a_typed_error(
     cluster: LocalCluster, make_topic: MakeTopic, zk: ZooKeeper, loop: str, ending: Ending
 ) -> None:
@@ -77,7 +107,7 @@ async def test_a_loop_that_ends_unasked_fails_the_iteration_with_a_typed_error(
     async with group:
         assert len(group.claimed) == 2
         ended.set()
-        with pytest.raises(BackgroundEndedError) as raised:
+        with pytest.raises(BackgroundEndedError) as raised, anyio.fail_after(30):
             async for _partition, _batch in group:
                 pass
         assert raised.value.loop == loop
@@ -110,6 +140,7 @@ async def test_a_loop_that_ends_unasked_fails_process(
         )
 
 
+@pytest.mark.usefixtures("tasks_shown")
 async def test_the_closing_ends_the_loops_without_an_error(
     cluster: LocalCluster, make_topic: MakeTopic
 ) -> None:
@@ -120,3 +151,20 @@ async def test_the_closing_ends_the_loops_without_an_error(
     with contextlib.suppress(StopAsyncIteration):
         assert await anext(aiter(group), None) is None
     assert group._member._failure is None
+
+
+@pytest.mark.usefixtures("tasks_shown")
+async def test_a_cancel_of_the_members_task_ends_the_loops_without_an_error(
+    cluster: LocalCluster, make_topic: MakeTopic
+) -> None:
+    """A native cancellation of the member's task reaches the loops through anyio's scopes: it
+    counts as asked for, and no loop is taken for ended unasked."""
+    topic = await make_topic(partitions=2)
+    group = member(cluster, fresh("cancelled"), topic)
+    async with group:
+        assert len(group.claimed) == 2
+        life = group._member._life
+        assert life is not None
+        life.cancel()
+        await wait_until(life.done, what="the member's task ended")
+        assert group._member._failure is None

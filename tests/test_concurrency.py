@@ -3,7 +3,8 @@ order, the first failure comes out as itself (no ExceptionGroup) after its sibli
 ``settle`` keeps every outcome, ``settled`` waits for foreign futures without cancelling them, and
 a bound that cuts the calls short stays the bound's: a child that finishes after its cancellation
 (one that catches it, as aiokafka's ``AIOKafkaClient.close()`` does) no longer turns it into a
-bare CancelledError, which ``asyncio.gather`` did (seen on Python 3.10 to 3.13, anyio 4.16)."""
+bare CancelledError, which ``asyncio.gather`` did (seen on Python 3.10 to 3.13, anyio 4.16); and a
+call's cancellation nobody asked for is raised, never a result left unmade."""
 
 from __future__ import annotations
 
@@ -73,6 +74,68 @@ async def test_settle_keeps_every_outcome_in_order() -> None:
         return 1
 
     assert await settle([one, fails, one]) == [1, failure, 1]
+
+
+async def stray_cancellation() -> int:
+    """A call ended by a ``CancelledError`` nobody asked for: a nested asyncio ``gather()``
+    whose child was cancelled raises it in a task nobody cancelled."""
+    child = asyncio.ensure_future(asyncio.sleep(60))
+    child.cancel()
+    await asyncio.gather(child)
+    return 0  # pragma: no cover - never reached
+
+
+async def test_gather_raises_a_stray_cancellation_instead_of_unmade_results() -> None:
+    """A task group alone would drop it, cancel the sibling and return placeholders."""
+    ended: list[str] = []
+
+    async def slow() -> int:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.append("slow")
+        return 1  # pragma: no cover - never reached
+
+    with pytest.raises(asyncio.CancelledError):
+        await gather([slow, stray_cancellation])
+    assert ended == ["slow"], "the sibling was cancelled and had ended"
+
+
+async def test_settle_runs_every_call_to_its_end_then_raises_a_stray_cancellation() -> None:
+    ended: list[int] = []
+    go_on = anyio.Event()
+
+    async def later() -> int:
+        await go_on.wait()
+        ended.append(2)
+        return 2
+
+    async def stray_then_go_on() -> int:
+        go_on.set()
+        return await stray_cancellation()
+
+    with pytest.raises(asyncio.CancelledError):
+        await settle([stray_then_go_on, later])
+    assert ended == [2], "the sibling ran to its end, not cancelled by the stray one"
+
+
+async def test_a_cancellation_asked_for_still_cancels_the_calls() -> None:
+    cancelled: list[str] = []
+
+    async def waits() -> int:
+        try:
+            await anyio.sleep_forever()
+        except BaseException:
+            cancelled.append("waits")
+            raise
+        return 1  # pragma: no cover - never reached
+
+    for gathering in (gather, settle):
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await gathering([waits])
+        assert scope.cancelled_caught
+    assert cancelled == ["waits", "waits"]
 
 
 async def bounded_run(gathering: Callable[[asyncio.Future[int]], Awaitable[object]]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 import pytest_asyncio
 
@@ -140,3 +141,20 @@ async def test_a_zookeeper_client_behind_a_drop_falls_silent_and_comes_back(
             assert zk.negotiated_timeout == pytest.approx(6.0)
         finally:
             await zk.close()
+
+
+async def test_stop_waits_for_the_proxy_then_raises_the_callers_cancellation(echo: str) -> None:
+    """A caller cancelled while it stops the proxy is cancelled still (its scope catches its
+    own cancellation, nothing after ``stop()`` runs), once the proxy stopped."""
+    proxy = FaultProxy(echo)
+    await proxy.start()
+    runner = proxy._runner
+    assert runner is not None
+    went_on = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await proxy.stop()
+        went_on = True
+    assert scope.cancelled_caught
+    assert not went_on, "stop() swallowed the caller's cancellation"
+    assert runner.done(), "the proxy stopped first"

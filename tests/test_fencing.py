@@ -1,9 +1,9 @@
 """Claim epochs that fence, and nodes nobody owns, against the real servers: a replaced owner
 node refuses the commit and survives the leave; a stray owner node of the member's own session is
-reconciled; a claim reads and watches a node in its way in one request; a ZooKeeper restart
-during a join settles; a reset planned before a member claimed wins over the offset the member
-held; a claim whose offset read fails, or whose session is lost during it, leaves no node and
-records no claim."""
+reconciled, also beside a release in flight when another failed; a claim reads and watches a node
+in its way in one request; a ZooKeeper restart during a join settles; a reset planned before a
+member claimed wins over the offset the member held; a claim whose offset read fails, or whose
+session is lost during it, leaves no node and records no claim."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from aio_cluster import ConsumerGroup, CoordinationTimeout, NotOwnedError
@@ -121,6 +123,39 @@ async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
             for path in failing.failed:
                 _data, stat = await zk.get(path)
                 assert stat.ephemeral_owner == second._member.zk.session_id
+
+
+class FailFirstDeleteBesideAnother(FailFirstDelete):
+    """`FailFirstDelete`, and each later delete of an owner node is still in flight when the
+    first has failed: it reaches the server after a checkpoint (where a sibling's failure that
+    cancelled it would end it)."""
+
+    async def __call__(self, ops: Sequence[Op]) -> list[Stat | None]:
+        if self.failed and any(isinstance(op, Delete) for op in ops):
+            await anyio.lowlevel.checkpoint()
+        return await super().__call__(ops)
+
+
+async def test_a_release_beside_one_that_failed_ends_released_or_reconciled(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two releases of one rebalance, the first failing at once (as a connection loss): the
+    other is not cut short by it, leaving its owner node to this session with no claim and no
+    doubt, where the newcomer would wait for it for the session's life."""
+    topic = await make_topic(4)
+    layout = GroupLayout(group_name, topic)
+    async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
+        assert first.claimed == [0, 1, 2, 3]
+        failing = FailFirstDeleteBesideAnother(first._member.zk, layout)
+        monkeypatch.setattr(first._member.zk, "transaction", failing)
+        async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
+            await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
+            assert failing.failed, "a release failed"
+            assert len(first.claimed) == len(second.claimed) == 2
 
 
 async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_timeout(

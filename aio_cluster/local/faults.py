@@ -33,7 +33,6 @@ front of a listener of that broker which advertises the proxy's address: a clien
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Iterator, Sequence
@@ -41,9 +40,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
-from ..concurrency import background
+from ..concurrency import background, gather, settled
 from ..errors import ConfigurationError
 from ..net.addresses import parse_servers
 
@@ -158,12 +158,30 @@ class FaultProxy:
             raise
 
     async def stop(self) -> None:
-        """Close every connection and stop listening."""
+        """Close every connection and stop listening: the listening task is cancelled and
+        waited for, also when the caller is cancelled meanwhile (a proxy half stopped would
+        keep its port and connections).
+
+        Raises:
+            CancelledError: the caller was cancelled meanwhile (raised once stopped).
+            OSError: the listening had failed.
+        """
         runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
+        if runner is None:
+            return
+        runner.cancel()
+        cancelled: asyncio.CancelledError | None = None
+        while not runner.done():
+            try:
+                with anyio.CancelScope(shield=True):
+                    await settled([runner])
+            except asyncio.CancelledError as exc:  # a native one: through the shield
+                cancelled = cancelled or exc
+        if cancelled is not None:
+            raise cancelled
+        await anyio.lowlevel.checkpoint_if_cancelled()  # an anyio scope's, held off by the shield
+        if not runner.cancelled():
+            runner.result()
 
     async def __aenter__(self) -> FaultProxy:
         await self.start()
@@ -334,9 +352,9 @@ class KafkaProxies:
             raise
 
     async def stop(self) -> None:
-        """Stop every broker's proxy, closing its connections."""
-        for proxy in self._proxies:
-            await proxy.stop()
+        """Stop every broker's proxy, closing its connections; a cancellation of the caller
+        meanwhile is raised once they all stopped."""
+        await gather(proxy.stop for proxy in self._proxies)
 
     async def __aenter__(self) -> KafkaProxies:
         await self.start()

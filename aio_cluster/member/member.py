@@ -43,7 +43,7 @@ import anyio
 
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
-from ..concurrency import background, outlasting
+from ..concurrency import background, cancel_asked, outlasting
 from ..config import Processing, Settings
 from ..errors import (
     AccessDeniedError,
@@ -54,6 +54,7 @@ from ..errors import (
     ConfigurationError,
     CoordinationError,
     GroupClosedError,
+    TransactionDeniedError,
 )
 from ..kafka.dead_letters import DeadLetters
 from ..kafka.fetcher import Fetcher
@@ -103,29 +104,21 @@ def milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _refusal(
-    exc: BaseException,
-) -> AccessDeniedError | AuthenticationError | BackgroundEndedError | None:
-    """The refused credentials in ``exc`` (or in the exception group it is), or a background
-    loop that ended, if any: trying again does not mend either, so the member stops with this
-    error itself instead of retrying."""
-    if isinstance(exc, (AccessDeniedError, AuthenticationError, BackgroundEndedError)):
+def _refusal(exc: BaseException) -> AioClusterError | None:
+    """The refused credentials in ``exc`` (or in the exception groups it is in: a periodic
+    offset store of an exactly-once member commits its partitions' transactions in a task
+    group), or a background loop that ended, if any: trying again does not mend either, so the
+    member stops with this error itself, as documented, instead of retrying or wrapping it."""
+    if isinstance(
+        exc,
+        (AccessDeniedError, AuthenticationError, TransactionDeniedError, BackgroundEndedError),
+    ):
         return exc
     for inner in getattr(exc, "exceptions", ()):
         found = _refusal(inner)
         if found is not None:
             return found
     return None
-
-
-def _cancel_requested() -> bool:
-    """Whether someone asked to cancel the current task (``Task.cancelling()``, Python 3.11):
-    a ``CancelledError`` raised without a request (one escaping a ``gather()`` whose child was
-    cancelled) is nobody's. Before 3.11 that cannot be told, and every cancellation counts as
-    asked for."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return cancelling is None or cast(int, cancelling()) > 0
 
 
 @dataclass(frozen=True)
@@ -760,9 +753,12 @@ class Member:
         ``gather()``, whose task group would otherwise end quietly), raises
         [BackgroundEndedError][aio_cluster.BackgroundEndedError] naming it, which fails the
         member (see `_background()`). A cancellation is asked for by the closing, by the loops'
-        scope (another loop failed), or by a cancel of the member's task; a loop that returns
-        after failing the member itself (the rebalances on an error no retry mends) or while
-        it closes ends as it is.
+        scope (another loop failed), or by a cancel of the member's task (which anyio passes on
+        to the loops by cancelling its task group's scope), each of which cancels a scope
+        around the loop: that is what tells them (`cancel_asked()`), not ``Task.cancelling()``,
+        which Python 3.10 lacks (there every cancellation would count as asked for, and a
+        stray one end every loop silently). A loop that returns after failing the member itself
+        (the rebalances on an error no retry mends) or while it closes ends as it is.
 
         Raises:
             BackgroundEndedError: the loop ended unasked.
@@ -770,7 +766,7 @@ class Member:
         try:
             await run()
         except asyncio.CancelledError as exc:
-            if self._closing.is_set() or loops.cancel_called or _cancel_requested():
+            if self._closing.is_set() or loops.cancel_called or cancel_asked():
                 raise
             log.error("member %s: its %s loop was cancelled, unasked", self.id, name)
             raise BackgroundEndedError(

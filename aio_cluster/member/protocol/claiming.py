@@ -160,7 +160,9 @@ class ClaimNodes:
     async def release(self, partition: PartitionKey, node_version: int, epoch: int) -> None:
         """Delete the partition's owner node if the claim of ``node_version`` and ``epoch`` still
         holds it. When the fence has moved, a node of this session is deleted all the same (an
-        offset reset bumped the fence), and a node of another session is left alone."""
+        offset reset bumped the fence), and a node of another session is left alone. One that
+        fails (unless certainly without effect) or is cancelled leaves the partition to
+        `reconcile()`."""
         ops: list[Op] = [
             Check(self._layout.fence(partition), epoch),
             Delete(self._layout.owner(partition), node_version),
@@ -172,6 +174,10 @@ class ClaimNodes:
             pass
         except CoordinationError as exc:
             self._doubt(partition, exc)
+            raise
+        except asyncio.CancelledError:
+            # Sent or not, its outcome is unknown: `reconcile()` deletes a node left behind.
+            self._doubtful.add(partition)
             raise
         await self._delete_stray(partition)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from ...assign.strategies import Strategy
-from ...concurrency import gather, settle
+from ...concurrency import settle
 from ...errors import (
     AioClusterError,
     BrokerError,
@@ -239,7 +239,7 @@ class Rebalancer:
                     kept = await handover.revoke(leaving)
                 leaving = [p for p in leaving if p not in kept]
                 with self._step("release"):
-                    await gather(functools.partial(self._release_node, p) for p in leaving)
+                    await self._release_all(leaving)
             finally:
                 handover.released(leaving)
         before = set(self._claims)
@@ -264,6 +264,16 @@ class Rebalancer:
         await self._nodes.reconcile(self._claims)
         await self._topics.retire()
         return complete
+
+    async def _release_all(self, partitions: list[PartitionKey]) -> None:
+        """Release ``partitions`` concurrently, each to its end whatever the others meet, then
+        raise the first failure: a release cut short by a sibling's failure (the first of a
+        connection loss) would leave its node to this session with its claim gone and no doubt
+        recorded, where the next owner waits for it for the session's life."""
+        results = await settle(functools.partial(self._release_node, p) for p in partitions)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
 
     async def _release_node(self, partition: PartitionKey) -> None:
         claim = self._states.released(partition)
@@ -333,7 +343,7 @@ class Rebalancer:
             # task group (see aio_cluster.concurrency): cut short by the closing's deadline,
             # asyncio's gather, when a release finished anyway, raised a CancelledError the
             # deadline let through, and close() raised it to a caller nobody cancelled.
-            await gather(functools.partial(self._release_node, p) for p in list(self._claims))
+            await self._release_all(list(self._claims))
             await self._registration.delete()
 
     def lose(self) -> None:
