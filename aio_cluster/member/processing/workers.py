@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
+from ...concurrency import cancel_asked
 from ...config import Processing
 from ...errors import ConfigurationError, HandlerCancelledError
 from ...kafka.records import Record
@@ -57,7 +57,7 @@ def cancelled_unasked(exc: BaseException) -> HandlerCancelledError | None:
     """
     if not isinstance(exc, asyncio.CancelledError):
         return None
-    if anyio.current_effective_deadline() == -math.inf:
+    if cancel_asked():
         return None
     cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
     if cancelling is not None and cancelling():
