@@ -70,6 +70,7 @@ from .protocol.handover import Handover
 from .protocol.keyed_layout import KeyedLayout
 from .protocol.listener import RebalanceListener
 from .protocol.liveness import Liveness
+from .protocol.marks import Marker
 from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
@@ -209,6 +210,10 @@ class Member:
             key_deserializer=fetching.key_deserializer,
             value_deserializer=fetching.value_deserializer,
             max_buffered_bytes=fetching.max_buffered_bytes,
+            fetch_timeout=timing.fetch_timeout,
+            # A member that keeps asking for a partition asks again within one fetch's wait,
+            # or one loop_delay after a failed fetch.
+            fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,
         )
         self.mirror = KafkaMirror(
             None
@@ -280,6 +285,16 @@ class Member:
         self.delivery.stalled = self._give_up
         self.liveness = Liveness(
             self.zk, self.delivery, member_id=self.id, on_back=self.membership.request_rebalance
+        )
+        self.marker = Marker(
+            self.zk,
+            layout.mark(self.id),
+            self.fetcher,
+            lambda: self.states.claims,
+            layout.keys,
+            member_id=self.id,
+            fetch_timeout=timing.fetch_timeout,
+            label=layout.label,
         )
         self.handover = Handover(
             self.states,
@@ -517,6 +532,7 @@ class Member:
         ends = await self.fetcher.ends(sorted(claims))
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
+        marked = self.marker.marked
         return GroupStatistics(
             member_id=self.id,
             state=self.state,
@@ -540,6 +556,11 @@ class Member:
             else names(p for p in processor.failed_at if p in claims and p in paused),
             operator_paused=names(held),
             skips_applied=self.controls.applied,
+            unreadable=names(marked),
+            unreadable_since=min((why.since for why in marked.values()), default=None),
+            unreadable_error=max(marked.values(), key=lambda why: why.since).error
+            if marked
+            else None,
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -689,6 +710,7 @@ class Member:
                 )
                 loops.start_soon(self.mirror.run, self.states.claims)
                 loops.start_soon(self.liveness.run)
+                loops.start_soon(self.marker.run)
                 loops.start_soon(self.controls.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)

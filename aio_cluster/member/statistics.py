@@ -74,6 +74,13 @@ class GroupStatistics(Generic[PartitionT]):
         operator_paused: the claimed partitions an operator paused for the whole group
             (``aio-cluster pause``, the dashboard), sorted.
         skips_applied: operators' skips this member applied.
+        unreadable: the partitions this member marked unreadable in ZooKeeper (no progress
+            reading them for longer than ``fetch_timeout``; see docs/operating.md), sorted: those
+            the group can give to another member go there; it probes the rest until they read
+            again.
+        unreadable_since: the earliest last progress of those (Unix seconds), None when none.
+        unreadable_error: the last fetch error seen on them (or a timeout's description), None
+            when none.
     """
 
     member_id: str
@@ -96,6 +103,9 @@ class GroupStatistics(Generic[PartitionT]):
     stopped: tuple[PartitionT, ...] = ()
     operator_paused: tuple[PartitionT, ...] = ()
     skips_applied: int = 0
+    unreadable: tuple[PartitionT, ...] = ()
+    unreadable_since: float | None = None
+    unreadable_error: str | None = None
 
     @property
     def lag(self) -> int:

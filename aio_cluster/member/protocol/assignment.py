@@ -20,11 +20,13 @@ import collections
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ...assign.marks import Mark, barred
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
 from ...kafka.topics import PartitionKey, TopicKeys
 from ..delivery.claims import Claim
+from .marks import MarkReader
 from .registration import Members, Registrar
 from .topics import Topics, TopicState
 
@@ -95,6 +97,7 @@ class Assignment:
         member_id: str,
         strategy: Strategy,
         request: Callable[[], None],
+        marks: MarkReader,
     ) -> None:
         """Args:
         registration: asked who the members are (and registers this one).
@@ -104,6 +107,9 @@ class Assignment:
         member_id: this member's id.
         strategy: the assignment strategy.
         request: asks for a rebalance (a watch fired, a deputy was named).
+        marks: the group's marks, read by the members that compute an assignment (a mark
+            leaves a member out of the partitions it cannot read; see
+            `aio_cluster.assign.marks`).
         """
         self._registration = registration
         self._topics = topics
@@ -112,6 +118,7 @@ class Assignment:
         self._id = member_id
         self._strategy = strategy
         self.request = request
+        self._marks = marks
         self.in_target = False
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
@@ -184,8 +191,9 @@ class Assignment:
             for member, (info, _czxid) in members.items()
             if info.rejoin_grace
         }
+        marks = await self._marks.read(self.request)
         return await asyncio.gather(
-            *(self._target_of_topic(s, readers[s.name], graces, turns) for s in states)
+            *(self._target_of_topic(s, readers[s.name], graces, marks, turns) for s in states)
         )
 
     async def _share_of_topic(self, state: TopicState) -> tuple[set[PartitionKey], bool]:
@@ -211,14 +219,15 @@ class Assignment:
         state: TopicState,
         members: list[str],
         graces: Mapping[str, float],
+        marks: Mapping[str, Mark],
         turns: _Turns | None = None,
     ) -> tuple[set[PartitionKey], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
         assignment followed counts this member; ``members`` (reading the topic) oldest first,
-        ``graces`` the named members' (see `TargetNode.follow`). ``turns`` orders the targets
-        this member computes (a many-topic member)."""
+        ``graces`` the named members' (see `TargetNode.follow`), ``marks`` the group's.
+        ``turns`` orders the targets this member computes (a many-topic member)."""
         try:
-            return await self._follow_topic(state, members, graces, turns)
+            return await self._follow_topic(state, members, graces, marks, turns)
         finally:
             if turns is not None:
                 turns.of(state.name).decided(None)
@@ -228,6 +237,7 @@ class Assignment:
         state: TopicState,
         members: list[str],
         graces: Mapping[str, float],
+        marks: Mapping[str, Mark],
         turns: _Turns | None,
     ) -> tuple[set[PartitionKey], bool]:
         state.leading = members[:1] == [self._id]
@@ -240,7 +250,8 @@ class Assignment:
             await self._topics.refresh(state)
         owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
         if self._strategy is not Strategy.STICKY:
-            mine = assign(self._strategy, state.partitions, members).get(self._id, [])
+            bars = barred(state.name, marks, members)
+            mine = assign(self._strategy, state.partitions, members, bars).get(self._id, [])
             return set(self._keys.keys(state.name, mine)), True
         target = await state.target.follow(
             members,
@@ -249,6 +260,7 @@ class Assignment:
             graces,
             None if turns is None else turns.of(state.name),
             self._registration.roster,
+            marks,
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the
