@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aio_cluster.assign.marks import Mark, barred
+from aio_cluster.assign.marks import Mark, barred, settles_at
 from aio_cluster.assign.strategies import Strategy, assign, sticky
 from aio_cluster.assign.target import next_target
 from aio_cluster.errors import CoordinationError
@@ -66,7 +66,9 @@ def test_an_error_older_than_the_last_progress_is_not_named() -> None:
 
 
 def test_a_mark_survives_its_encoding_and_strangers_bad_writes_are_refused() -> None:
-    mark = Mark({"t": {0: 1, 3: None}, "u": {2: 2}}, since=1234, error="e", reads=True)
+    mark = Mark(
+        {"t": {0: 1, 3: None}, "u": {2: 2}}, since=1234, error="e", reads=True, at=5, settle=6
+    )
     assert decode_mark(encode_mark(mark)) == mark
     assert mark.brokers == frozenset({1, 2})
     for bad in (
@@ -88,24 +90,34 @@ def test_a_mark_survives_its_encoding_and_strangers_bad_writes_are_refused() -> 
 
 def test_a_member_cut_off_is_barred_while_another_can_read() -> None:
     marks = {"a": cut("t", [0, 1])}
-    assert barred("t", marks, ["a", "b"]) == {"a": {0, 1}}
-    assert barred("u", marks, ["a", "b"]) == {}
-    assert barred("t", marks, ["a"]) == {}, "nobody else: nothing moves"
+    assert barred("t", marks, ["a", "b"], 0) == {"a": {0, 1}}
+    assert barred("u", marks, ["a", "b"], 0) == {}
+    assert barred("t", marks, ["a"], 0) == {}, "nobody else: nothing moves"
+
+
+def test_a_mark_bars_only_once_settled() -> None:
+    """Kafka down for all: the marks come a moment apart; the first must not move anything
+    before the others could come."""
+    early = Mark({"t": {0: 1}}, since=0, error="e", at=1_000, settle=2_500)
+    assert barred("t", {"a": early}, ["a", "b"], 3_000) == {}
+    assert settles_at({"a": early}, 3_000) == 3_500
+    assert barred("t", {"a": early}, ["a", "b"], 3_500) == {"a": {0}}
+    assert settles_at({"a": early}, 3_500) is None
 
 
 def test_nothing_moves_when_nobody_can_read() -> None:
     """Kafka down for every member: each marked what it owns, and none counts as able."""
     marks = {"a": cut("t", [0, 1]), "b": cut("t", [2, 3])}
-    assert barred("t", marks, ["a", "b"]) == {}
+    assert barred("t", marks, ["a", "b"], 0) == {}
 
 
 def test_a_partial_cut_bars_only_the_partitions_of_the_brokers_it_cannot_reach() -> None:
     # a cannot reach broker 1; b cannot reach broker 2; both still read the rest.
     marks = {"a": cut("t", [0], broker=1, reads=True), "b": cut("t", [1], broker=2, reads=True)}
-    assert barred("t", marks, ["a", "b"]) == {"a": {0}, "b": {1}}
+    assert barred("t", marks, ["a", "b"], 0) == {"a": {0}, "b": {1}}
     # c cannot reach broker 1 either: a's partition goes to nobody it cannot reach.
     marks["c"] = cut("t", [2], broker=1, reads=True)
-    assert barred("t", marks, ["a", "c"]) == {}
+    assert barred("t", marks, ["a", "c"], 0) == {}
 
 
 # -- assignments -----------------------------------------------------------------------------

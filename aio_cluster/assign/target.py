@@ -131,7 +131,7 @@ def next_target(
         ordered += tuple(member for member in published.members if member in kept)
     bars = {
         member: tuple(sorted(ps & wanted))
-        for member, ps in barred(topic, marks or {}, live).items()
+        for member, ps in barred(topic, marks or {}, live, now_ms).items()
         if ps & wanted
     }
     if (

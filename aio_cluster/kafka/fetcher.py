@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.errors import (
     CorruptRecordException,
     KafkaError,
@@ -80,7 +80,7 @@ from .fetch_sessions import FetchSessions
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
-from .progress import ReadProgress, NoProgress
+from .progress import NoProgress, ReadProgress
 from .records import DecodedRecord
 from .seams import Seam, Seams
 from .topics import PartitionKey, TopicKeys
@@ -331,6 +331,7 @@ class Fetcher:
         inner = self._seams.sessions(consumer, client) if client is not None else None
         if inner is not None:
             self._sessions = FetchSessions()
+            self._sessions.answered = self._answered
             self._sessions.install(inner, client)
         if self._budget is not None and client is not None:
             # Make aiokafka hold at most one response per broker, of at most
@@ -658,6 +659,25 @@ class Fetcher:
                 polled = self._consumer.last_poll_timestamp(tp)
                 if polled is not None:
                     self.progress.progressed(key, polled / 1000)
+
+    def _answered(self, request: Any, response: Any) -> None:
+        """A fetch session's answer: every partition it asked made progress, but those the
+        answer names with an error (and none, for an error of the session itself)."""
+        now = time.time()
+        if response.error_code:
+            self.progress.failed(f"fetch session error {response.error_code}", now)
+            return
+        failed = set()
+        for topic, partitions in response.topics:
+            for partition, error_code, *_rest in partitions:
+                if error_code:
+                    failed.add((topic, partition))
+                    self.progress.failed(errors.for_code(error_code).__name__, now)
+        for topic, partitions in request.topics:
+            for partition, *_rest in partitions:
+                key = self.keys.lookup(topic, partition)
+                if key is not None and (topic, partition) not in failed:
+                    self.progress.progressed(key, now)
 
     def unreadable(self) -> dict[PartitionKey, NoProgress]:
         """The partitions asked for that made no progress for longer than ``fetch_timeout``

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["ReadProgress", "NoProgress"]
+__all__ = ["NoProgress", "ReadProgress"]
 
 K = TypeVar("K", bound=Hashable)
 

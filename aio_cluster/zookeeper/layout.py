@@ -18,7 +18,8 @@ A member that cannot read partitions it owns (see `aio_cluster.assign.marks`) sa
 node of its own session that classic tools ignore; it exists only while the member is marked::
 
     /consumers/<group>/unreadable/<member-id>      ephemeral, JSON {"since","error","reads",
-                                                   "partitions": {topic: {partition: leader}}}
+                                                   "at","settle","partitions": {topic:
+                                                   {partition: leader}}}
 
 And every claim bumps its partition's fence, which classic tools ignore too::
 
@@ -567,6 +568,8 @@ def encode_mark(mark: Mark) -> bytes:
         "since": mark.since,
         "error": mark.error,
         "reads": mark.reads,
+        "at": mark.at,
+        "settle": mark.settle,
         "partitions": {
             topic: {str(p): broker for p, broker in sorted(ps.items())}
             for topic, ps in sorted(mark.partitions.items())
@@ -585,8 +588,9 @@ def decode_mark(data: bytes) -> Mark:
     try:
         doc = json.loads(data)
         since, error, reads = doc["since"], doc["error"], doc["reads"]
-        if isinstance(since, bool) or not isinstance(since, int):
-            raise TypeError(since)
+        at, settle = doc["at"], doc["settle"]
+        if any(isinstance(n, bool) or not isinstance(n, int) for n in (since, at, settle)):
+            raise TypeError(since, at, settle)
         if not isinstance(error, str) or not isinstance(reads, bool):
             raise TypeError(error, reads)
         partitions: dict[str, dict[int, int | None]] = {}
@@ -601,7 +605,7 @@ def decode_mark(data: bytes) -> Mark:
                 found[int(p)] = broker
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CoordinationError(f"mark {data[:80]!r} is not valid") from exc
-    return Mark(partitions, since, error, reads)
+    return Mark(partitions, since, error, reads, at, settle)
 
 
 def decode_offset(path: str, data: bytes) -> int:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ...assign.marks import Mark, barred
+from ...assign.marks import Mark, barred, settles_at
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
@@ -192,6 +193,11 @@ class Assignment:
             if info.rejoin_grace
         }
         marks = await self._marks.read(self.request)
+        now_ms = int(time.time() * 1000)
+        settles = settles_at(marks, now_ms)
+        if settles is not None:
+            # A mark bars its member once settled: look again then.
+            asyncio.get_running_loop().call_later((settles - now_ms) / 1000 + 0.05, self.request)
         return await asyncio.gather(
             *(self._target_of_topic(s, readers[s.name], graces, marks, turns) for s in states)
         )
@@ -250,7 +256,7 @@ class Assignment:
             await self._topics.refresh(state)
         owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
         if self._strategy is not Strategy.STICKY:
-            bars = barred(state.name, marks, members)
+            bars = barred(state.name, marks, members, int(time.time() * 1000))
             mine = assign(self._strategy, state.partitions, members, bars).get(self._id, [])
             return set(self._keys.keys(state.name, mine)), True
         target = await state.target.follow(

@@ -50,9 +50,10 @@ class ProgressSource(Protocol):
 
 
 def mark_of(
-    marked: Mapping[PartitionKey, NoProgress], keys: TopicKeys, *, reads: bool
+    marked: Mapping[PartitionKey, NoProgress], keys: TopicKeys, *, reads: bool, settle: float
 ) -> Mark | None:
-    """The mark that says ``marked`` (None: nothing is), by topic."""
+    """The mark that says ``marked`` (None: nothing is), by topic, written now and settled
+    ``settle`` seconds later."""
     if not marked:
         return None
     partitions: dict[str, dict[int, int | None]] = {}
@@ -65,6 +66,8 @@ def mark_of(
         since=int(min(why.since for why in marked.values()) * 1000),
         error=latest.error,
         reads=reads,
+        at=int(time.time() * 1000),
+        settle=int(settle * 1000),
     )
 
 
@@ -129,7 +132,11 @@ class Marker:
         if marked.keys() != self.marked.keys():
             self._tell(marked)
         self.marked = marked
-        mark = mark_of(marked, self._keys, reads=bool(owned - found.keys()))
+        # Settled after half the timeout: the other members of a Kafka down for all mark
+        # theirs within a look (a second) of this one (see `aio_cluster.assign.marks`).
+        mark = mark_of(
+            marked, self._keys, reads=bool(owned - found.keys()), settle=self._timeout / 2
+        )
         written, session = self._written
         if session == self._zk.session_id and _same(mark, written):
             return
