@@ -18,6 +18,11 @@ Fixtures (pytest-asyncio, strict or auto mode):
   [FaultProxy][aio_cluster.local.FaultProxy] to that server (stopped after the test): give one
   member its ``address`` and ``drop()``, ``delay()`` or ``cut()`` its traffic to test a service
   against a network partition.
+- ``kafka_fault_proxies``: ``proxies = await kafka_fault_proxies()`` puts a
+  [FaultProxy][aio_cluster.local.FaultProxy] in front of every broker of ``local_cluster``
+  ([KafkaProxies][aio_cluster.local.KafkaProxies], stopped after the test): give one member
+  ``proxies.bootstrap`` and ``proxies.drop()`` cuts it off from all of Kafka (``proxies[i]``
+  from broker ``i``), not from ZooKeeper. It needs a cluster the session started with Java.
 
 The factories open their Kafka clients per call, in the caller's event loop, so they work in any
 loop scope.
@@ -25,6 +30,7 @@ loop scope.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -34,13 +40,15 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from .errors import ConfigurationError
-from .local import FaultProxy, LocalCluster
+from .local import FaultProxy, KafkaProxies, LocalCluster
 
 __all__ = [
     "FaultProxyFactory",
+    "KafkaFaultProxiesFactory",
     "NewTopicFactory",
     "ProduceFunction",
     "fault_proxy",
+    "kafka_fault_proxies",
     "local_cluster",
     "new_topic",
     "produce",
@@ -52,6 +60,8 @@ ProduceFunction = Callable[..., Awaitable[list[tuple[int, int]]]]
 """``await produce(topic, values, keys=None) -> [(partition, offset), ...]``."""
 FaultProxyFactory = Callable[[str], Awaitable[FaultProxy]]
 """``await fault_proxy("host:port") -> FaultProxy``, started."""
+KafkaFaultProxiesFactory = Callable[[], Awaitable[KafkaProxies]]
+"""``await kafka_fault_proxies() -> KafkaProxies``, started."""
 
 Value = str | bytes
 
@@ -66,8 +76,9 @@ def _encode(value: Value | None) -> bytes | None:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def local_cluster() -> AsyncIterator[LocalCluster]:
-    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens."""
-    async with LocalCluster() as cluster:
+    """The session's ZooKeeper + Kafka: started once, stopped at the end whatever happens; one
+    started here has the listeners of `kafka_fault_proxies` (one member at a time)."""
+    async with LocalCluster(kafka_proxies=1) as cluster:
         yield cluster
 
 
@@ -135,3 +146,20 @@ async def fault_proxy() -> AsyncIterator[FaultProxyFactory]:
     finally:
         for proxy in started:
             await proxy.stop()
+
+
+@pytest_asyncio.fixture
+async def kafka_fault_proxies(
+    local_cluster: LocalCluster,
+) -> AsyncIterator[KafkaFaultProxiesFactory]:
+    """Start proxies in front of every broker, in the test's event loop, for one member's Kafka
+    traffic; stopped after the test. A call raises ``LocalClusterError`` when the session's
+    cluster has no proxied listeners (it came from the environment or Docker) or its proxies are
+    in use already.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start() -> KafkaProxies:
+            return await stack.enter_async_context(local_cluster.kafka_proxies())
+
+        yield start

@@ -43,7 +43,10 @@ MakeTopic = Callable[..., Awaitable[str]]
 Produce = Callable[..., Awaitable[Counter[int]]]
 
 
-OWN_CLUSTERS = ("restartable", "multi_cluster", "tls_cluster", "sasl_cluster", "own_cache")
+OWN_CLUSTERS = (
+    *("restartable", "multi_cluster", "tls_cluster", "sasl_cluster", "own_cache"),
+    *("proxied_cluster", "proxied_brokers"),
+)
 """The fixtures that give a test servers of its own: clusters whose servers the tests stop and
 start, or special ones, and the cache of ``python -m aio_cluster.local up`` (which starts a
 cluster). A parallel run sends the tests of one module to one worker (``--dist loadfile``), so

@@ -21,13 +21,15 @@ ZK_PASSWORD = "zk-Secret-4711"
 
 @pytest_asyncio.fixture(scope="module")
 async def tls_cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(tls=True) as started:
+    """With one set of Kafka proxies, to show they pass TLS."""
+    async with LocalCluster(tls=True, kafka_proxies=1) as started:
         yield started
 
 
 @pytest_asyncio.fixture(scope="module")
 async def sasl_cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(sasl=True) as started:
+    """With one set of Kafka proxies, to show they pass SASL over TLS."""
+    async with LocalCluster(sasl=True, kafka_proxies=1) as started:
         yield started
 
 

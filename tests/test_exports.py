@@ -25,6 +25,16 @@ def test_all_is_sorted_and_complete() -> None:
     assert set(aio_cluster.__all__) == public - modules
 
 
+def test_the_local_clusters_surface_is_its_all() -> None:
+    """``aio_cluster.local`` (the cluster, its fault proxies) exports what ``__all__`` lists."""
+    local = importlib.import_module("aio_cluster.local")
+    public = {name for name in dir(local) if not name.startswith("_")}
+    modules = {name for name in public if inspect.ismodule(getattr(local, name))}
+    assert sorted(local.__all__) == local.__all__
+    assert set(local.__all__) == public - modules
+    assert {"FaultProxy", "KafkaProxies", "LocalCluster"} <= set(local.__all__)
+
+
 def test_every_error_derives_from_the_root() -> None:
     errors = [
         obj

@@ -1,5 +1,6 @@
 """A group over TLS, against a real local cluster serving Kafka (and ZooKeeper) over TLS only: it
-consumes exactly once; a wrong CA or a plaintext client gets one typed error naming the server."""
+consumes exactly once, also through Kafka proxies; a wrong CA or a plaintext client gets one typed
+error naming the server."""
 
 from __future__ import annotations
 
@@ -128,3 +129,25 @@ async def test_the_command_reads_a_group_over_tls_with_its_ca(
     )
     assert status != 0
     assert "KEY=VALUE" in one_line(err)
+
+
+@pytest.mark.asyncio
+async def test_a_member_reads_over_tls_through_kafka_proxies(
+    tls_cluster: LocalCluster, tls_producer: AIOKafkaProducer
+) -> None:
+    """The proxies pass TLS on: the certificate for 127.0.0.1 holds for their addresses too."""
+    topic = await topic_on(tls_cluster, 2)
+    async with tls_cluster.kafka_proxies() as proxies:
+        group = fresh("tls-proxied")
+        members = [
+            ConsumerGroup(
+                group,
+                proxies.bootstrap,
+                tls_cluster.zookeeper,
+                topic,
+                kafka_options=tls_cluster.kafka_options,
+                loop_delay=0.1,
+            )
+        ]
+        await consume_exactly_once(members, numbered_by(tls_producer, topic), 50)
+        assert proxies.forwarded > 0

@@ -23,17 +23,21 @@ also when the ``async with`` body is cancelled, and on Linux the kernel kills th
 process itself die (``PR_SET_PDEATHSIG``). For the tests of faults a Java-started cluster can stop
 and restart each server (or each node: ``stop_broker(i)``, ``stop_zookeeper_node(i)``) on the
 same port with the same data, tell which broker leads a partition, and expire a ZooKeeper session;
-and `FaultProxy` stands between one client and a server to drop, delay or cut its traffic.
+`FaultProxy` stands between one client and a server to drop, delay or cut its traffic, and
+`KafkaProxies` (``LocalCluster(kafka_proxies=1)``, then ``cluster.kafka_proxies()``) one per
+broker between one client and all of Kafka.
 
 Modules::
 
     __main__.py     ``python -m aio_cluster.local``: the up/down command
+    acls.py         a SASL cluster's SCRAM users and ACLs, through Kafka's own tools
     cli.py          the up/down command (its arguments are aio-cluster local's)
     cluster.py      LocalCluster: the lifecycle and the fault hooks
     config.py       zoo.cfg and server.properties
     docker.py       the Docker fallback (testcontainers)
     env.py          the cluster the environment names
-    faults.py       FaultProxy: a TCP proxy that drops, delays or cuts one client's traffic
+    faults.py       FaultProxy: a TCP proxy that drops, delays or cuts one client's traffic;
+                    KafkaProxies: one per broker, for all of one client's Kafka traffic
     jars.py         the Maven fetch of the jars, and its cache
     probes.py       free ports, readiness
     process.py      child processes, the JVM command line
@@ -55,5 +59,6 @@ from .cli import main as main
 from .cluster import LocalCluster as LocalCluster
 from .cluster import Mode as Mode
 from .faults import FaultProxy as FaultProxy
+from .faults import KafkaProxies as KafkaProxies
 
-__all__ = ["FaultProxy", "LocalCluster", "Mode", "main"]
+__all__ = ["FaultProxy", "KafkaProxies", "LocalCluster", "Mode", "main"]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import secrets
 import shutil
 import tempfile
 import time
@@ -14,11 +15,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+import anyio
+
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
 from ..zookeeper.security import ZooKeeperTLS
-from . import config, docker, env, jars, probes, process, servers
+from . import acls, config, docker, env, jars, probes, process, servers
+from .faults import KafkaProxies
 from .security import Security
 
 _log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ class LocalCluster:
         use_env: bool = True,
         tls: bool = False,
         sasl: bool = False,
+        kafka_proxies: int = 0,
     ) -> None:
         """Configure the cluster; nothing starts before `start()`.
 
@@ -94,11 +99,15 @@ class LocalCluster:
                 stays); `kafka_options` trusts the CA. Needs Java and trustme.
             sasl: Kafka serves SASL SCRAM-SHA-512 over TLS (implies ``tls``), with a user made
                 at start whose name and random password are in `kafka_options`.
+            kafka_proxies: how many clients at once may send their Kafka traffic through
+                `kafka_proxies()` (``True``: one): each gets a listener on every broker, ports
+                fixed at start. Only a cluster this object starts with Java has them; the
+                environment's cluster is still used when named (without them).
 
         Raises:
             ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
-                several nodes, both ports equal, a non-positive timeout, or a session bound below
-                1000 ms.
+                several nodes, both ports equal, a non-positive timeout, a session bound below
+                1000 ms, or a negative ``kafka_proxies``.
         """
         for name, count, port_name, port in (
             ("brokers", brokers, "kafka_port", kafka_port),
@@ -115,6 +124,10 @@ class LocalCluster:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
         if kafka_port is not None and kafka_port == zookeeper_port:
             raise ConfigurationError(f"kafka_port and zookeeper_port are both {kafka_port}")
+        if kafka_proxies < 0:
+            raise ConfigurationError(
+                f"kafka_proxies={kafka_proxies!r} must be a count of clients (0 or more)"
+            )
         if startup_timeout <= 0:
             raise ConfigurationError(f"startup_timeout={startup_timeout} must be positive")
         if max_session_timeout_ms < config.MIN_SESSION_TIMEOUT_MS:
@@ -141,6 +154,9 @@ class LocalCluster:
         self._data_dir: Path | None = None
         self._servers: servers.JavaServers | None = None
         self._containers: docker.Containers | None = None
+        self._proxy_sets = int(kafka_proxies)
+        self._layout: servers.Ports | None = None
+        self._proxies_in_use: set[int] = set()
 
     @property
     def bootstrap(self) -> str:
@@ -382,6 +398,185 @@ class LocalCluster:
         brokers = self._servers.brokers
         return index < len(brokers) and brokers[index].running
 
+    async def add_user(self, name: str, password: str | None = None) -> KafkaOptions:
+        """Create a SCRAM user of a ``sasl`` cluster (or give one a new password), allowed
+        nothing until `grant()`: the authorizer lets only the cluster's own user (that of
+        `kafka_options`) do anything without ACLs.
+
+        Args:
+            name: the user name: letters, digits and ``._@-``.
+            password: its password, of the same characters; None makes a random one.
+
+        Returns:
+            The connection options of that user: `kafka_options` with its name and password.
+
+        Raises:
+            ConfigurationError: the name or password holds other characters.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool failed (the message quotes its output).
+        """
+        password = secrets.token_urlsafe(24) if password is None else password
+        arguments = acls.user_arguments(name, password)
+        await self._kafka_tool(acls.CONFIGS, arguments)
+        return KafkaOptions(
+            {**self.kafka_options, "sasl_plain_username": name, "sasl_plain_password": password}
+        )
+
+    async def grant(
+        self,
+        user: str,
+        *operations: str,
+        topic: str | None = None,
+        group: str | None = None,
+        transactional_id: str | None = None,
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Allow a user of a ``sasl`` cluster ``operations`` on each resource named, e.g.
+        ``grant("reader", "Read", topic=t)``, ``grant("reader", "Read", "Describe", group=g)``,
+        ``grant("reader", "Describe", cluster=True)``, or for exactly once ``grant("reader",
+        "Write", "Describe", transactional_id="aio-cluster.", prefixed=True)``. The brokers
+        apply it a moment after the call returns (from the metadata log).
+
+        Args:
+            user: the user's name (see `add_user()`).
+            *operations: Kafka's operation names: ``Read``, ``Write``, ``Describe``, ...
+            topic: a topic's name (``"*"``: every topic).
+            group: a consumer group's name.
+            transactional_id: a transactional producer's id.
+            cluster: the cluster itself.
+            prefixed: the names are prefixes: every resource whose name starts so.
+
+        Raises:
+            ConfigurationError: no operation or resource, or an unknown operation.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool refused (an operation a resource does not have: its output says).
+        """
+        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, True)
+
+    async def revoke(
+        self,
+        user: str,
+        *operations: str,
+        topic: str | None = None,
+        group: str | None = None,
+        transactional_id: str | None = None,
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Take back what `grant()` allowed, named the same way; the brokers refuse the user
+        a moment after the call returns.
+
+        Raises:
+            ConfigurationError: no operation or resource, or an unknown operation.
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
+                Kafka's tool failed.
+        """
+        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, False)
+
+    async def _acl(
+        self,
+        user: str,
+        operations: Sequence[str],
+        topic: str | None,
+        group: str | None,
+        transactional_id: str | None,
+        cluster: bool,
+        prefixed: bool,
+        add: bool,
+    ) -> None:
+        arguments = acls.acl_arguments(
+            user,
+            operations,
+            topic=topic,
+            group=group,
+            transactional_id=transactional_id,
+            cluster=cluster,
+            prefixed=prefixed,
+            add=add,
+        )
+        await self._kafka_tool(acls.ACLS, arguments)
+
+    async def _kafka_tool(self, main: str, arguments: Sequence[str]) -> None:
+        """Run one of Kafka's tools against the first running node's plaintext listener between
+        nodes (a super user's), for a ``sasl`` cluster this object started."""
+        self._require_running()
+        if not self._sasl:
+            raise LocalClusterError("users and ACLs need a LocalCluster(sasl=True)")
+        java = self._java("kafka")
+        layout = self._layout
+        assert layout is not None  # a sasl cluster is started with Java, by this object
+        assert self._data_dir is not None
+        running = [i for i, node in enumerate(java.brokers) if node.running] or [0]
+        bootstrap = f"{config.HOST}:{layout.internal[running[0]]}"
+        executable = process.find_java()
+        assert executable is not None  # the servers were started with it
+        await acls.run_tool(
+            executable,
+            self._cache_dir,
+            self._data_dir / "kafka-tools.log",
+            bootstrap,
+            main,
+            arguments,
+            self._deadline(),
+        )
+
+    @contextlib.asynccontextmanager
+    async def kafka_proxies(self) -> AsyncIterator[KafkaProxies]:
+        """One client's Kafka traffic through a proxy per broker, for the block: give a member
+        ``proxies.bootstrap`` instead of `bootstrap` (and the same `kafka_options`), then
+        ``proxies.drop()`` cuts it off from all of Kafka, ``proxies[i].drop()`` from broker
+        ``i`` alone, and ``proxies.forward()`` heals; other clients are untouched, and so is
+        the member's ZooKeeper traffic.
+
+        Each block takes one of the ``kafka_proxies`` sets of listeners the cluster was started
+        with (a listener per broker that advertises its proxy's address, so the client learns
+        only proxies from the metadata) and gives it back at its end, the proxies stopped.
+
+        Raises:
+            LocalClusterError: the cluster is not running, was not started by this object with
+                Java and ``kafka_proxies``, every set is in use, or a proxy's port was taken
+                meanwhile.
+        """
+        self._require_running()
+        layout = self._layout
+        if self._servers is None or layout is None:
+            raise LocalClusterError(
+                f"Kafka proxies need a cluster this LocalCluster started with Java; this one "
+                f"came from {self._mode}"
+            )
+        if not layout.proxied:
+            raise LocalClusterError(
+                "this cluster has no listeners for Kafka proxies: start it with "
+                "LocalCluster(kafka_proxies=1)"
+            )
+        free = [n for n in range(len(layout.proxied)) if n not in self._proxies_in_use]
+        if not free:
+            raise LocalClusterError(
+                f"the cluster's kafka_proxies={self._proxy_sets} sets are all in use; "
+                "LocalCluster(kafka_proxies=N) lets N clients through proxies at once"
+            )
+        number = free[0]
+        proxies = KafkaProxies(
+            [
+                (f"{config.HOST}:{listener}", proxy)
+                for listener, proxy in zip(
+                    layout.proxied[number], layout.proxies[number], strict=True
+                )
+            ]
+        )
+        try:
+            await proxies.start()
+        except OSError as exc:
+            raise LocalClusterError(f"a Kafka proxy could not listen: {exc}") from exc
+        self._proxies_in_use.add(number)
+        try:
+            yield proxies
+        finally:
+            self._proxies_in_use.discard(number)
+            with anyio.CancelScope(shield=True):  # a cancelled test leaves no proxy listening
+                await proxies.stop()
+
     @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:
         """ZooKeeper stopped for the duration of the block, running again after it (also when
@@ -458,8 +653,14 @@ class LocalCluster:
             return
         kafka, zookeeper = self._brokers, self._zookeepers
         layout = servers.Ports.pick(
-            kafka, zookeeper, self._kafka_port, self._zookeeper_port, secured=self._secured
+            kafka,
+            zookeeper,
+            self._kafka_port,
+            self._zookeeper_port,
+            secured=self._secured,
+            proxy_sets=self._proxy_sets,
         )
+        self._layout = layout
         self._bootstrap = layout.bootstrap
         self._zookeeper = layout.connect
         java = process.find_java()

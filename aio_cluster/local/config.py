@@ -106,6 +106,32 @@ def kafka_properties(
     }
 
 
+def with_listener(
+    properties: Mapping[str, str], name: str, *, port: int, advertised_port: int, protocol: str
+) -> dict[str, str]:
+    """A Kafka node's ``properties`` with one more client listener: on ``port``, advertising
+    ``advertised_port`` (where a proxy in front of it listens), so that a client bootstrapping
+    there learns only such addresses of every node.
+
+    Args:
+        properties: the node's settings, with its listeners already.
+        name: the listener's name (the same on every node: a client's metadata comes from it).
+        port: the port the node binds for it on 127.0.0.1.
+        advertised_port: the port on 127.0.0.1 the node tells the listener's clients.
+        protocol: its security protocol, that of the node's client listener.
+    """
+    return {
+        **properties,
+        "listeners": f"{properties['listeners']},{name}://{HOST}:{port}",
+        "advertised.listeners": (
+            f"{properties['advertised.listeners']},{name}://{HOST}:{advertised_port}"
+        ),
+        "listener.security.protocol.map": (
+            f"{properties['listener.security.protocol.map']},{name}:{protocol}"
+        ),
+    }
+
+
 def write_properties(path: Path, properties: dict[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
 

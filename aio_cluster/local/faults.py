@@ -15,6 +15,19 @@ the network faults a cluster meets: traffic dropped (a partition), delayed, or c
 
 Only the clients given `address` go through it: point one member at it, and the others straight
 at the server, to cut that member alone. It runs in the event loop of whoever started it.
+
+A Kafka client learns every broker's address from the metadata, so one proxy in front of the
+bootstrap would see its first request only. `KafkaProxies` is one `FaultProxy` per broker, each in
+front of a listener of that broker which advertises the proxy's address: a client bootstrapped at
+`KafkaProxies.bootstrap` sends all its Kafka traffic through them (see
+`LocalCluster.kafka_proxies()`)::
+
+    async with cluster.kafka_proxies() as proxies:
+        group = ConsumerGroup(name, proxies.bootstrap, cluster.zookeeper, topic)
+        ...
+        proxies.drop()      # the member reaches no broker; ZooKeeper as before
+        proxies[1].drop()   # or only broker 1: the partitions it leads stall
+        proxies.forward()
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -32,7 +46,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from ..errors import ConfigurationError
 from ..net.addresses import parse_servers
 
-__all__ = ["FaultProxy", "ProxyMode"]
+__all__ = ["FaultProxy", "KafkaProxies", "ProxyMode"]
 
 log = logging.getLogger(__name__)
 
@@ -234,3 +248,103 @@ class FaultProxy:
 
         tasks.start_soon(read)
         tasks.start_soon(write)
+
+
+class KafkaProxies:
+    """A `FaultProxy` per Kafka broker, in front of the broker's proxied listener, which
+    advertises the proxy: the client given `bootstrap` learns only the proxies' addresses, so all
+    its Kafka traffic passes them, while clients of the brokers' own addresses are untouched.
+
+    Made by `LocalCluster.kafka_proxies()`, which chooses the listeners; ``proxies[i]`` is broker
+    ``i``'s proxy (the index of ``LocalCluster.stop_broker()``), and `drop()`, `cut()`,
+    `delay()` and `forward()` act on every broker's at once.
+    """
+
+    def __init__(self, routes: Sequence[tuple[str, int]]) -> None:
+        """Args:
+        routes: per broker, in order, the ``host:port`` of its proxied listener and the port
+            its proxy must listen on (the one that listener advertises).
+        """
+        self._proxies = [FaultProxy(target, port=port) for target, port in routes]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's proxy, comma-separated: the bootstrap servers of the client whose
+        traffic goes through them (once started)."""
+        return ",".join(proxy.address for proxy in self._proxies)
+
+    @property
+    def connections(self) -> int:
+        """Client connections open now, over every broker's proxy."""
+        return sum(proxy.connections for proxy in self._proxies)
+
+    @property
+    def forwarded(self) -> int:
+        """Bytes passed on, both ways, by every broker's proxy."""
+        return sum(proxy.forwarded for proxy in self._proxies)
+
+    @property
+    def dropped(self) -> int:
+        """Bytes swallowed, both ways, by every broker's proxy."""
+        return sum(proxy.dropped for proxy in self._proxies)
+
+    def __getitem__(self, broker: int) -> FaultProxy:
+        return self._proxies[broker]
+
+    def __len__(self) -> int:
+        return len(self._proxies)
+
+    def __iter__(self) -> Iterator[FaultProxy]:
+        return iter(self._proxies)
+
+    def forward(self) -> None:
+        """Pass every broker's traffic on again (see `FaultProxy.forward()`)."""
+        for proxy in self._proxies:
+            proxy.forward()
+
+    def drop(self) -> None:
+        """Swallow every broker's traffic, connections kept open: a network partition between
+        the client and all of Kafka (see `FaultProxy.drop()`)."""
+        for proxy in self._proxies:
+            proxy.drop()
+
+    def delay(self, seconds: float) -> None:
+        """Pass every broker's traffic on ``seconds`` late (see `FaultProxy.delay()`)."""
+        for proxy in self._proxies:
+            proxy.delay(seconds)
+
+    def cut(self) -> None:
+        """Close every connection to every broker, and refuse new ones until `forward()` (see
+        `FaultProxy.cut()`)."""
+        for proxy in self._proxies:
+            proxy.cut()
+
+    async def start(self) -> None:
+        """Start every broker's proxy; if one cannot listen, stop those started and raise.
+
+        Raises:
+            OSError: a proxy's port is taken.
+        """
+        try:
+            for proxy in self._proxies:
+                await proxy.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop every broker's proxy, closing its connections."""
+        for proxy in self._proxies:
+            await proxy.stop()
+
+    async def __aenter__(self) -> KafkaProxies:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -5,6 +5,11 @@ The broker keeps a plaintext listener of its own for the traffic between its bro
 parts (``INTERNAL``, on 127.0.0.1); clients only learn the secured listener they bootstrap from.
 ZooKeeper, when asked, also serves TLS on a ``secureClientPort`` next to its plain port (which the
 readiness probe and the fault hooks keep using).
+
+With SASL, Kafka's ``StandardAuthorizer`` decides what each user may do: the cluster's own
+principals are super users (the SCRAM user made at start, and ``ANONYMOUS``: the principal of the
+plaintext listeners between the broker and controller parts, which the tools of `acls` use too);
+any other user may do only what its ACLs allow.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ __all__ = ["Security"]
 
 SASL_MECHANISM = "SCRAM-SHA-512"
 SASL_USER = "aio-cluster"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+SUPER_USERS = ("ANONYMOUS", SASL_USER)
+"""The principals the authorizer lets do anything: the plaintext listeners' (between nodes, never
+told to clients) and the SCRAM user of `kafka_options`."""
 _INTERNAL = "INTERNAL"
 
 
@@ -119,10 +128,20 @@ class Security:
         }
         if self.sasl:
             properties["sasl.enabled.mechanisms"] = SASL_MECHANISM
-            properties[f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config"] = (
+            properties["authorizer.class.name"] = AUTHORIZER
+            properties["super.users"] = ";".join(f"User:{user}" for user in SUPER_USERS)
+        return properties | self.listener_properties(client)
+
+    def listener_properties(self, name: str) -> dict[str, str]:
+        """What a client listener named ``name`` needs beyond its protocol: a SASL one the
+        SCRAM login module (Kafka takes it per listener)."""
+        if not self.sasl:
+            return {}
+        return {
+            f"listener.name.{name.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
-        return properties
+        }
 
     def format_arguments(self) -> list[str]:
         """Arguments of Kafka's storage format that create the SCRAM user (KRaft keeps SCRAM

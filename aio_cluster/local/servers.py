@@ -18,6 +18,9 @@ from .security import Security
 
 _log = logging.getLogger(__name__)
 
+PROXIED = "PROXIED"
+"""The name of a Kafka node's proxied listeners, numbered from 1 (``PROXIED1``, ...)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Ports:
@@ -30,6 +33,10 @@ class Ports:
     election: Sequence[int]  # a ZooKeeper ensemble's leader election port; same
     internal: Sequence[int] = ()  # a secured Kafka node's plaintext listener between nodes
     secure: Sequence[int] = ()  # a secured ZooKeeper node's TLS client port
+    proxied: Sequence[Sequence[int]] = ()
+    """Per set of Kafka proxies, each node's proxied listener (see `KafkaProxies`)."""
+    proxies: Sequence[Sequence[int]] = ()
+    """Per set of Kafka proxies, the port of each node's proxy, which that listener advertises."""
 
     @classmethod
     def pick(
@@ -40,9 +47,11 @@ class Ports:
         zookeeper_port: int | None,
         *,
         secured: bool = False,
+        proxy_sets: int = 0,
     ) -> Ports:
         """The ports asked for (one node of each only) and free ones for the rest; a
-        ``secured`` cluster has an internal listener per Kafka node and a TLS port per ZooKeeper.
+        ``secured`` cluster has an internal listener per Kafka node and a TLS port per ZooKeeper;
+        each of ``proxy_sets`` a proxied listener per Kafka node and a port for its proxy.
 
         Raises:
             LocalClusterError: a port asked for is taken (checked before anything starts).
@@ -54,6 +63,7 @@ class Ports:
             *([kafka_port] * brokers),
             *([zookeeper_port] * zookeepers),
             *([None] * ((2 if secured else 1) * brokers + (3 if secured else 2) * zookeepers)),
+            *([None] * (2 * proxy_sets * brokers)),
         )
         extra = (brokers, zookeepers) if secured else (0, 0)
         sizes = (brokers, zookeepers, brokers, zookeepers, zookeepers, *extra)
@@ -61,7 +71,13 @@ class Ports:
         kafka, zookeeper, controller, quorum, election, internal, secure = (
             ports[a:b] for a, b in cuts
         )
-        return cls(kafka, controller, zookeeper, quorum, election, internal, secure)
+        rest = ports[sum(sizes) :]
+        sets = [rest[start : start + brokers] for start in range(0, len(rest), brokers)]
+        return cls(
+            *(kafka, controller, zookeeper, quorum, election, internal, secure),
+            proxied=sets[:proxy_sets],
+            proxies=sets[proxy_sets:],
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -194,6 +210,19 @@ class JavaServers:
                 internal_port=self._ports.internal[index],
                 controller_port=self._ports.controller[index],
             )
+        for number, (proxied, proxies) in enumerate(
+            zip(self._ports.proxied, self._ports.proxies, strict=True), start=1
+        ):
+            name = f"{PROXIED}{number}"
+            properties = config.with_listener(
+                properties,
+                name,
+                port=proxied[index],
+                advertised_port=proxies[index],
+                protocol="PLAINTEXT" if security is None else security.protocol,
+            )
+            if security is not None:
+                properties |= security.listener_properties(name)
         config.write_properties(server_properties, properties)
         log = self._data / f"{stem}.log"
         heap = process.KAFKA_NODE_HEAP if several else process.KAFKA_HEAP

@@ -1,0 +1,129 @@
+"""The SCRAM users and ACLs of a SASL cluster, set through Kafka's own command-line tools
+(``kafka-configs.sh`` and ``kafka-acls.sh``, run with ``java`` from the kafka-tools jar): aiokafka's
+admin client has no calls for them.
+
+The tools connect to a node's plaintext listener between its broker and controller parts, whose
+principal (``ANONYMOUS``) is a super user (see `aio_cluster.local.security`), so they need no
+credentials. Each call starts a JVM: a second or a few.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConfigurationError
+from . import jars, process
+from .security import SASL_MECHANISM
+
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"
+ACLS = "org.apache.kafka.tools.AclCommand"
+OPERATIONS = frozenset(
+    {
+        *("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction"),
+        *("DescribeConfigs", "AlterConfigs", "IdempotentWrite", "CreateTokens", "DescribeTokens"),
+    }
+)
+"""The operations an ACL may allow, as Kafka names them."""
+_PLAIN = re.compile(r"[A-Za-z0-9._@-]+")
+"""What a user name or password may hold here: the tools' own syntax uses ``,[]=`` and spaces."""
+
+
+def user_arguments(name: str, password: str) -> list[str]:
+    """``kafka-configs.sh`` arguments that create (or update) a SCRAM user.
+
+    Raises:
+        ConfigurationError: the name or password holds a character outside letters, digits and
+            ``._@-`` (the tool's syntax would split it).
+    """
+    _check_plain("user name", name)
+    _check_plain("password", password, shown=False)
+    return [
+        *("--alter", "--entity-type", "users", "--entity-name", name),
+        *("--add-config", f"{SASL_MECHANISM}=[password={password}]"),
+    ]
+
+
+def acl_arguments(
+    user: str,
+    operations: Sequence[str],
+    *,
+    topic: str | None,
+    group: str | None,
+    transactional_id: str | None,
+    cluster: bool,
+    prefixed: bool,
+    add: bool,
+) -> list[str]:
+    """``kafka-acls.sh`` arguments that allow (``add``) or no longer allow ``user`` the
+    ``operations`` on each resource named.
+
+    Raises:
+        ConfigurationError: no operation or no resource, an operation Kafka does not know, or a
+            user name outside letters, digits and ``._@-``.
+    """
+    _check_plain("user name", user)
+    if not operations:
+        raise ConfigurationError("name at least one operation, e.g. 'Read'")
+    unknown = sorted(set(operations) - OPERATIONS)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown ACL operations {unknown}; Kafka's are {sorted(OPERATIONS)}"
+        )
+    resources: list[str] = []
+    for option, name in (
+        ("--topic", topic),
+        ("--group", group),
+        ("--transactional-id", transactional_id),
+    ):
+        if name is not None:
+            resources += [option, name]
+    if cluster:
+        resources.append("--cluster")
+    if not resources:
+        raise ConfigurationError(
+            "name a resource: topic=, group=, transactional_id= or cluster=True"
+        )
+    return [
+        *(["--add"] if add else ["--remove", "--force"]),
+        *("--allow-principal", f"User:{user}"),
+        *(argument for operation in operations for argument in ("--operation", operation)),
+        *resources,
+        *(["--resource-pattern-type", "prefixed"] if prefixed else []),
+    ]
+
+
+async def run_tool(
+    java: str,
+    cache_dir: Path,
+    log: Path,
+    bootstrap: str,
+    main: str,
+    arguments: Sequence[str],
+    deadline: float,
+) -> None:
+    """Run one of Kafka's tools against ``bootstrap``; its output goes to ``log``.
+
+    Raises:
+        LocalClusterError: the tool failed or did not finish by ``deadline`` (the message quotes
+            the end of its output), or its jars could not be fetched.
+    """
+    tools = await jars.resolve_jars(cache_dir, "tools")
+    command = process.java_command(
+        java, tools, process.TOOL_FLAGS, main, "--bootstrap-server", bootstrap, *arguments
+    )
+    tool = process.Child(main.rpartition(".")[2], command, log)
+    try:
+        await tool.run(deadline)
+    finally:
+        await tool.stop()
+
+
+def _check_plain(what: str, value: str, *, shown: bool = True) -> None:
+    if not _PLAIN.fullmatch(value):
+        quoted = repr(value) if shown else "given"
+        raise ConfigurationError(
+            f"the {what} {quoted} must be letters, digits and ._@- only (Kafka's tools split "
+            "others)"
+        )
