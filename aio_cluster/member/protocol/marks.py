@@ -138,7 +138,8 @@ class Marker:
             marked, self._keys, reads=bool(owned - found.keys()), settle=self._timeout / 2
         )
         written, session = self._written
-        if session == self._zk.session_id and _same(mark, written):
+        if _same(mark, written) and (mark is None or session == self._zk.session_id):
+            # Written already; no mark lives on past its session, so none needs deleting.
             return
         try:
             await self._write(mark)
