@@ -1,12 +1,12 @@
 """Liveness by progress against the real servers (issue 53): a member that keeps its ZooKeeper
 session but cannot read Kafka gives its partitions to a member that can, within
 ``fetch_timeout`` and a few seconds; nothing is lost, no two members work on a partition at once,
-and after the heal the group settles with both. When every member is cut, nothing moves.
+and after the heal the group settles with both. When every member is cut, nothing moves. Cut
+from one broker of three, a member gives up only the partitions that broker leads.
 
-The cut is made in the process: every request of the cut member's Kafka clients (told apart by
-their client id, the member's id) is written nowhere and never answered, as behind a network
-partition whose connections stay open, until aiokafka's request timeout closes the connection;
-the next connection is made and fares the same. ZooKeeper is untouched.
+The cut is the local cluster's Kafka fault proxies (one per broker, `LocalCluster.kafka_proxies`):
+the cut member's connections stay open and nothing arrives, as in a network partition; its
+ZooKeeper traffic is untouched.
 """
 
 from __future__ import annotations
@@ -18,19 +18,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiokafka import AIOKafkaProducer
-from aiokafka.conn import AIOKafkaConnection
 from test_network_faults import Log, Run
 
 from aio_cluster import ConsumerGroup, Record
-from aio_cluster.local import LocalCluster
+from aio_cluster.local import KafkaProxies, LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, marks_path
 
-from conftest import MakeTopic
-from support import settled, stored_offsets, wait_until
+from support import create_topic, fresh, producer_of, settled, stored_offsets, wait_until
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.serial]
 
 PARTITIONS = 4
 FETCH_TIMEOUT = 5.0
@@ -38,29 +37,12 @@ CUT = 25.0
 """Seconds of the cut: five times ``fetch_timeout``, so its outcome is clearly the bound's."""
 
 
-class KafkaCut:
-    """Drops the Kafka requests of the clients whose id is in `cut` (see the module)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.cut: set[str] = set()
-        original = AIOKafkaConnection.send
-        wire = self
-
-        def send(conn: Any, request: Any, expect_response: bool = True) -> Awaitable[Any]:
-            client_id = conn._client_id  # aiokafka has no public attribute for it
-            if client_id not in wire.cut:
-                return original(conn, request, expect_response)
-            # Never written, never answered (not even after the heal): the caller's request
-            # timeout ends the wait. aiokafka has no public attribute for it.
-            return asyncio.wait_for(asyncio.Event().wait(), conn._request_timeout)
-
-        monkeypatch.setattr(AIOKafkaConnection, "send", send)
-
-    def drop(self, *members: ConsumerGroup) -> None:
-        self.cut = {member.id for member in members}
-
-    def heal(self) -> None:
-        self.cut = set()
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def proxied_brokers() -> AsyncIterator[LocalCluster]:
+    """Three Kafka nodes (one ZooKeeper), with two sets of Kafka proxies' listeners: two
+    members at a time may be cut."""
+    async with LocalCluster(brokers=3, use_env=False, kafka_proxies=2) as started:
+        yield started
 
 
 @contextlib.asynccontextmanager
@@ -73,10 +55,10 @@ async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
         await observer.close()
 
 
-def member(cluster: LocalCluster, group: str, topic: str) -> ConsumerGroup:
+def member(cluster: LocalCluster, group: str, topic: str, bootstrap: str) -> ConsumerGroup:
     return ConsumerGroup(
         group,
-        [cluster.bootstrap],
+        bootstrap,
         [cluster.zookeeper],
         topic,
         session_timeout=6.0,
@@ -97,11 +79,13 @@ async def marked(observer: ZooKeeper, group: str) -> list[str]:
         return []
 
 
-async def write_on(producer: AIOKafkaProducer, topic: str, ends: dict[int, int]) -> None:
+async def write_on(
+    producer: AIOKafkaProducer, topic: str, partitions: int, ends: dict[int, int]
+) -> None:
     """Until cancelled: a record to every partition every 20 ms; ``ends`` the offsets written."""
     i = 0
     while True:
-        for partition in range(PARTITIONS):
+        for partition in range(partitions):
             metadata = await (
                 await producer.send(topic, value=str(i).encode(), partition=partition)
             )
@@ -132,27 +116,44 @@ async def by_process(group: ConsumerGroup, log: Log) -> None:
 
 async def run_cut(
     cluster: LocalCluster,
-    make_topic: MakeTopic,
-    producer: AIOKafkaProducer,
-    group_name: str,
-    monkeypatch: pytest.MonkeyPatch,
     consume: Callable[[ConsumerGroup, Log], Coroutine[Any, Any, None]],
     *,
-    everyone: bool,
+    cut_off: str,
+    partitions: int = PARTITIONS,
 ) -> None:
-    topic = await make_topic(PARTITIONS)
+    """Two members under load; ``cut_off`` one member from every broker (``"one"``), from the
+    leader of one of its partitions only (``"broker"``), or both from every broker (``"all"``),
+    for `CUT` seconds; then heal and check (see the module)."""
+    topic = await create_topic(cluster.bootstrap, partitions)
+    group_name = fresh("group")
     layout = GroupLayout(group_name, topic)
-    wire = KafkaCut(monkeypatch)
     log = Log()
     ends: dict[int, int] = {}
-    async with observed(cluster) as observer:
-        cut = member(cluster, group_name, topic)
-        other = member(cluster, group_name, topic)
+    async with contextlib.AsyncExitStack() as stack:
+        observer = await stack.enter_async_context(observed(cluster))
+        producer = await stack.enter_async_context(producer_of(cluster))
+        cut_proxies = await stack.enter_async_context(cluster.kafka_proxies())
+        other_proxies: KafkaProxies | None = None
+        if cut_off == "all":
+            other_proxies = await stack.enter_async_context(cluster.kafka_proxies())
+        cut = member(cluster, group_name, topic, cut_proxies.bootstrap)
+        other = member(
+            cluster,
+            group_name,
+            topic,
+            cluster.bootstrap if other_proxies is None else other_proxies.bootstrap,
+        )
         async with cut, other:
             await wait_until(lambda: settled(observer, [cut, other]), what="both members joined")
             before = {m.id: sorted(m.claimed) for m in (cut, other)}
+            moving = before[cut.id]
+            if cut_off == "broker":
+                leaders = {p: await cluster.leader(topic, p) for p in moving}
+                broker = leaders[moving[0]]
+                moving = [p for p in moving if leaders[p] == broker]
+                assert len(moving) < len(before[cut.id]), f"one broker leads all: {leaders}"
             tasks = [
-                asyncio.create_task(write_on(producer, topic, ends)),
+                asyncio.create_task(write_on(producer, topic, partitions, ends)),
                 asyncio.create_task(log.watch_offsets(observer, layout)),
                 *(asyncio.create_task(consume(m, log)) for m in (cut, other)),
             ]
@@ -162,8 +163,13 @@ async def run_cut(
                     what="both members work",
                 )
                 began = time.monotonic()
-                wire.drop(*((cut, other) if everyone else (cut,)))
-                if everyone:
+                if cut_off == "broker":
+                    cut_proxies[broker].drop()
+                else:
+                    cut_proxies.drop()
+                if other_proxies is not None:
+                    other_proxies.drop()
+                if cut_off == "all":
                     # Both mark what they own; nobody can read, so nothing moves.
                     await wait_until(
                         lambda: _count(marked(observer, group_name), 2),
@@ -173,38 +179,43 @@ async def run_cut(
                     await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
                     assert {m.id: sorted(m.claimed) for m in (cut, other)} == before
                 else:
+                    expected = sorted(before[other.id] + moving)
                     await wait_until(
-                        lambda: sorted(other.claimed) == list(range(PARTITIONS)),
+                        lambda: sorted(other.claimed) == expected,
                         timeout=FETCH_TIMEOUT + 15,
-                        what="the other member took every partition",
+                        what="the other member took the partitions the cut member cannot read",
                     )
                     taken = time.monotonic()
-                    # It consumes them: records written after the cut began, of each partition
-                    # the cut member owned.
+                    # It consumes them: records written after it took them.
                     await wait_until(
                         lambda: all(
                             any(
                                 r.member == other.id and r.partition == p and r.started > taken
                                 for r in log.runs
                             )
-                            for p in before[cut.id]
+                            for p in moving
                         ),
                         timeout=15,
-                        what="the other member consumes the cut member's partitions",
+                        what="the other member consumes them",
                     )
                     assert await marked(observer, group_name) == [cut.id]
                     await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
-                wire.heal()
-                if not everyone:
-                    await wait_until(
-                        lambda: _count(marked(observer, group_name), 0),
-                        timeout=FETCH_TIMEOUT + 15,
-                        what="the cut member cleared its mark",
-                    )
+                    # Still so at the end of the cut: the cut member keeps what it reads.
+                    assert sorted(cut.claimed) == sorted(set(before[cut.id]) - set(moving))
+                cut_proxies.forward()
+                if other_proxies is not None:
+                    other_proxies.forward()
+                await wait_until(
+                    lambda: _count(marked(observer, group_name), 0),
+                    timeout=FETCH_TIMEOUT + 20,
+                    what="the marks cleared",
+                )
 
                 async def both() -> bool:
-                    shares = len(cut.claimed) == len(other.claimed) == PARTITIONS // 2
-                    return shares and await settled(observer, [cut, other])
+                    shares = sorted([len(cut.claimed), len(other.claimed)])
+                    return shares == [partitions // 2, partitions - partitions // 2] and (
+                        await settled(observer, [cut, other])
+                    )
 
                 await wait_until(both, timeout=60, what="settled again with both")
             finally:
@@ -212,7 +223,7 @@ async def run_cut(
                 await asyncio.gather(tasks[0], return_exceptions=True)
 
             async def done() -> bool:
-                stored = await stored_offsets(observer, layout, PARTITIONS)
+                stored = await stored_offsets(observer, layout, partitions)
                 # A record whose send was cancelled with the writer may be past ``ends``.
                 return all(stored.get(p, 0) >= end for p, end in ends.items())
 
@@ -232,7 +243,7 @@ async def run_cut(
         missing = set(range(end)) - handled.get(partition, set())
         assert not missing, f"partition {partition}: {len(missing)} records never handled"
     assert not log.backwards, f"stored offsets went back: {log.backwards}"
-    if everyone:
+    if cut_off == "all":
         repeated = sum(run.last - run.first + 1 for run in log.runs) - sum(
             len(offsets) for offsets in handled.values()
         )
@@ -244,36 +255,24 @@ async def _count(names: Awaitable[list[str]], count: int) -> bool:
 
 
 async def test_a_member_cut_off_from_kafka_gives_its_partitions_up_async_for(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    producer: AIOKafkaProducer,
-    group_name: str,
-    monkeypatch: pytest.MonkeyPatch,
+    proxied_brokers: LocalCluster,
 ) -> None:
-    await run_cut(
-        cluster, make_topic, producer, group_name, monkeypatch, by_async_for, everyone=False
-    )
+    await run_cut(proxied_brokers, by_async_for, cut_off="one")
 
 
 async def test_a_member_cut_off_from_kafka_gives_its_partitions_up_process(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    producer: AIOKafkaProducer,
-    group_name: str,
-    monkeypatch: pytest.MonkeyPatch,
+    proxied_brokers: LocalCluster,
 ) -> None:
-    await run_cut(
-        cluster, make_topic, producer, group_name, monkeypatch, by_process, everyone=False
-    )
+    await run_cut(proxied_brokers, by_process, cut_off="one")
 
 
 async def test_every_member_cut_off_from_kafka_moves_nothing(
-    cluster: LocalCluster,
-    make_topic: MakeTopic,
-    producer: AIOKafkaProducer,
-    group_name: str,
-    monkeypatch: pytest.MonkeyPatch,
+    proxied_brokers: LocalCluster,
 ) -> None:
-    await run_cut(
-        cluster, make_topic, producer, group_name, monkeypatch, by_async_for, everyone=True
-    )
+    await run_cut(proxied_brokers, by_async_for, cut_off="all")
+
+
+async def test_a_member_cut_off_from_one_broker_gives_up_only_its_partitions(
+    proxied_brokers: LocalCluster,
+) -> None:
+    await run_cut(proxied_brokers, by_async_for, cut_off="broker", partitions=6)
