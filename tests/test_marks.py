@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from aio_cluster.assign.marks import Mark, barred, settles_at
 from aio_cluster.assign.strategies import Strategy, assign, sticky
 from aio_cluster.assign.target import next_target
+from aio_cluster.cli.health import Severity, Status, Thresholds, judge
+from aio_cluster.cli.plans import lag_rows
 from aio_cluster.errors import CoordinationError
 from aio_cluster.kafka.progress import ReadProgress
 from aio_cluster.zookeeper.layout import decode_mark, decode_target, encode_mark, encode_target
@@ -191,3 +193,33 @@ def test_the_target_leaves_the_cut_off_member_out_and_gives_its_share_back() -> 
     # Every member marked: nothing is barred, nothing moves.
     both = {"a": cut("t", [0, 1]), "b": cut("t", [2, 3])}
     assert next_target(first, range(4), ["a", "b"], marks=both, topic="t") is None
+
+
+# -- describe and check ----------------------------------------------------------------------
+
+
+def test_check_says_unreadable_naming_the_member_broker_and_error() -> None:
+    mark = Mark({"t": {1: 2}}, since=1_785_585_600_000, error="RequestTimedOutError")
+    rows = lag_rows(
+        "t",
+        {0: "m0", 1: "m1"},
+        {0: 5, 1: 5},
+        {0: (0, 5), 1: (0, 9)},
+        None,
+        {"m1": mark, "m0": Mark({"u": {0: 1}}, since=0, error="e")},
+    )
+    assert [row.unreadable for row in rows] == [None, mark], "a mark of another topic is not it"
+    assert rows[1].as_json()["unreadable"] == {
+        "member": "m1",
+        "since": "2026-08-01T12:00:00Z",
+        "broker": 2,
+        "error": "RequestTimedOutError",
+    }
+    found = judge("t", 1, [rows[1].sample(), rows[1].sample()], Thresholds())
+    assert found.status is Status.UNREADABLE
+    assert found.severity is Severity.ERROR
+    assert found.detail() == (
+        "m1 cannot read it since 2026-08-01T12:00:00Z (broker 2, RequestTimedOutError)"
+    )
+    assert "cannot read it" in rows[1].control_text()
+    assert judge("t", 0, [rows[0].sample(), rows[0].sample()], Thresholds()).status is Status.OK

@@ -9,11 +9,20 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..assign.marks import Mark
 from ..control.model import Controls, Pause, Skip, Stopped, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
 from ..zookeeper.layout import Registration, check_name
-from .health import Sample, pause_json, pause_text, stopped_json, stopped_text
+from .health import (
+    Sample,
+    pause_json,
+    pause_text,
+    stopped_json,
+    stopped_text,
+    unreadable_json,
+    unreadable_text,
+)
 
 __all__ = [
     "LagRow",
@@ -65,7 +74,8 @@ class LagRow:
 
     ``paused``, ``stopped`` and ``skip`` are the operator's controls of the partition
     (`aio_cluster.control`): its pause, the record ``on_failure="stop"`` stopped it on, a skip
-    its owner has not applied yet; None where there is none.
+    its owner has not applied yet; None where there is none. ``unreadable`` is the owner's mark
+    where it names the partition (the owner cannot read it: see docs/operating.md).
     """
 
     topic: str
@@ -77,6 +87,7 @@ class LagRow:
     paused: Pause | None = None
     stopped: Stopped | None = None
     skip: Skip | None = None
+    unreadable: Mark | None = None
 
     def as_json(self) -> dict[str, object]:
         """The object ``describe --json`` prints, with exactly these keys."""
@@ -90,11 +101,16 @@ class LagRow:
             "paused": None if self.paused is None else pause_json(self.paused),
             "stopped": None if self.stopped is None else stopped_json(self.stopped),
             "skip": None if self.skip is None else skip_json(self.skip),
+            "unreadable": None
+            if self.unreadable is None
+            else unreadable_json(self.owner, self.unreadable, self.topic, self.partition),
         }
 
     def sample(self) -> Sample:
         """The row as one sample of ``check``'s window."""
-        return Sample(self.owner, self.committed, self.lag, self.paused, self.stopped)
+        return Sample(
+            self.owner, self.committed, self.lag, self.paused, self.stopped, self.unreadable
+        )
 
     def control_text(self) -> str:
         """The partition's controls in one cell: ``paused by ... at ...; stopped on offset 42
@@ -106,6 +122,8 @@ class LagRow:
             shown.append(stopped_text(self.stopped))
         if self.skip is not None:
             shown.append(skip_text(self.skip))
+        if self.unreadable is not None:
+            shown.append(unreadable_text(self.owner, self.unreadable, self.topic, self.partition))
         return "; ".join(shown)
 
 
@@ -130,15 +148,20 @@ def lag_rows(
     stored: Mapping[int, Stored],
     bounds: Mapping[int, tuple[int, int]],
     controls: Controls | None = None,
+    marks: Mapping[str, Mark] | None = None,
 ) -> list[LagRow]:
     """One row per partition of ``bounds`` (partition -> (earliest, log end)), sorted, with the
-    group's ``controls`` of each."""
+    group's ``controls`` of each, and its owner's mark where it names the partition."""
     held = Controls() if controls is None else controls
     rows = []
     for partition, (earliest, end) in sorted(bounds.items()):
         value = stored.get(partition)
         committed = value if isinstance(value, int) else None
         key = (topic, partition)
+        owner = owners.get(partition)
+        mark = (marks or {}).get(owner or "")
+        if mark is not None and partition not in mark.partitions.get(topic, {}):
+            mark = None
         rows.append(
             LagRow(
                 topic,
@@ -150,6 +173,7 @@ def lag_rows(
                 held.paused.get(key),
                 held.stopped.get(key),
                 held.skips.get(key),
+                mark,
             )
         )
     return rows
