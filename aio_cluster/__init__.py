@@ -61,6 +61,7 @@ from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
 from .errors import ProducerFencedError as ProducerFencedError
+from .errors import ReadRefusedError as ReadRefusedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
@@ -106,6 +107,7 @@ __all__ = [
     "PartitionStatistics",
     "Processing",
     "ProducerFencedError",
+    "ReadRefusedError",
     "RebalanceListener",
     "Record",
     "SessionLostError",

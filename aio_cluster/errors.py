@@ -31,7 +31,8 @@ reach a caller, an ``except`` of its parent catches it::
     ├── BrokerError                 Kafka did not answer as expected (retriable)
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
-    │   └── DeserializationError    the key or value deserializer refused a record
+    │   ├── DeserializationError    the key or value deserializer refused a record
+    │   └── ReadRefusedError        the partition's leader refused to let the member read it
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
@@ -65,6 +66,7 @@ __all__ = [
     "NotOwnedError",
     "OffsetsOutOfRange",
     "ProducerFencedError",
+    "ReadRefusedError",
     "SessionLostError",
     "SkipRefusedError",
     "StrategyMismatchError",
@@ -285,6 +287,38 @@ class DeserializationError(FetchError):
         self.key = key
         self.value = value
         self.field = field
+
+
+class ReadRefusedError(FetchError):
+    """The leader of a partition refused to let this member read it (Kafka's
+    ``TOPIC_AUTHORIZATION_FAILED``: its principal lost the topic's Read ACL, its credentials were
+    rotated to another principal).
+
+    The iteration and `process()` raise it, as any `FetchError`; the member stays joined. A
+    member that keeps asking for the partition (iterating again) makes no progress reading it,
+    so after ``fetch_timeout`` it marks it unreadable and the group gives it to a member that
+    can read it (docs/operating.md, "A member that cannot read Kafka"); once the ACL is back it
+    reads on.
+
+    Attributes:
+        broker: the node id of the leader that refused (None: not known).
+        error: Kafka's error, by name.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        *,
+        broker: int | None,
+        error: str,
+    ) -> None:
+        where = "its leader" if broker is None else f"broker {broker}"
+        super().__init__(topic, partition, offset, f"{reason}, refused by {where} ({error})")
+        self.broker = broker
+        self.error = error
 
 
 class FetchStalledError(AioClusterError):

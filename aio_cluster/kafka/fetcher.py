@@ -73,6 +73,7 @@ from ..errors import (
     FetchError,
     FetchStalledError,
     OffsetsOutOfRange,
+    ReadRefusedError,
 )
 from . import seams
 from .diagnosis import connect_failure
@@ -682,15 +683,15 @@ class Fetcher:
     def unreadable(self) -> dict[PartitionKey, NoProgress]:
         """The partitions asked for that made no progress for longer than ``fetch_timeout``
         (see `aio_cluster.kafka.progress`), each with its leader and the last error."""
+        return self.progress.unreadable(time.time(), self._leader)
+
+    def _leader(self, key: PartitionKey) -> int | None:
+        """The node id of the partition's leader in the client's metadata (None: unknown)."""
         client = self._seams.client(self._consumer)
-
-        def leader(key: PartitionKey) -> int | None:
-            if client is None:
-                return None
-            found = client.cluster.leader_for_partition(self._tp(key))
-            return None if found is None or found < 0 else int(found)
-
-        return self.progress.unreadable(time.time(), leader)
+        if client is None:
+            return None
+        found = client.cluster.leader_for_partition(self._tp(key))
+        return None if found is None or found < 0 else int(found)
 
     def _drop_paused(self) -> None:
         """Drop what aiokafka fetched of the partitions paused in it (held, or no longer
@@ -851,9 +852,17 @@ class Fetcher:
             return fetched
         for tp in fetched:
             self._consumer.seek(tp, before[self._key(tp)])
-        raise FetchError(
-            culprit.topic, culprit.partition, before[self._key(culprit)], _reason(cause)
-        ) from cause
+        offset = before[self._key(culprit)]
+        if isinstance(cause, TopicAuthorizationFailedError):
+            raise ReadRefusedError(
+                culprit.topic,
+                culprit.partition,
+                offset,
+                _reason(cause),
+                broker=self._leader(self._key(culprit)),
+                error=type(cause).__name__,
+            ) from cause
+        raise FetchError(culprit.topic, culprit.partition, offset, _reason(cause)) from cause
 
     async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:
         """The records of ``tp`` from ``offset`` that can be read before the unreadable one,
