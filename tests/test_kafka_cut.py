@@ -55,12 +55,15 @@ async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
         await observer.close()
 
 
-def member(cluster: LocalCluster, group: str, topic: str, bootstrap: str) -> ConsumerGroup:
+def member(
+    cluster: LocalCluster, group: str, topic: str, bootstrap: str, strategy: str = "sticky"
+) -> ConsumerGroup:
     return ConsumerGroup(
         group,
         bootstrap,
         [cluster.zookeeper],
         topic,
+        strategy=strategy,
         session_timeout=6.0,
         fetch_timeout=FETCH_TIMEOUT,
         loop_delay=0.1,
@@ -120,6 +123,8 @@ async def run_cut(
     *,
     cut_off: str,
     partitions: int = PARTITIONS,
+    strategy: str = "sticky",
+    stranger: bool = False,
 ) -> None:
     """Two members under load; ``cut_off`` one member from every broker (``"one"``), from the
     leader of one of its partitions only (``"broker"``), or both from every broker (``"all"``),
@@ -136,12 +141,18 @@ async def run_cut(
         other_proxies: KafkaProxies | None = None
         if cut_off == "all":
             other_proxies = await stack.enter_async_context(cluster.kafka_proxies())
-        cut = member(cluster, group_name, topic, cut_proxies.bootstrap)
+        if stranger:
+            # Something else wrote a node among the marks: ignored, it crashes nobody.
+            await observer.create(
+                f"{marks_path(group_name)}/stranger", b"not a mark", makepath=True
+            )
+        cut = member(cluster, group_name, topic, cut_proxies.bootstrap, strategy)
         other = member(
             cluster,
             group_name,
             topic,
             cluster.bootstrap if other_proxies is None else other_proxies.bootstrap,
+            strategy,
         )
         async with cut, other:
             await wait_until(lambda: settled(observer, [cut, other]), what="both members joined")
@@ -198,7 +209,7 @@ async def run_cut(
                         timeout=15,
                         what="the other member consumes them",
                     )
-                    assert await marked(observer, group_name) == [cut.id]
+                    assert set(await marked(observer, group_name)) - {"stranger"} == {cut.id}
                     await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
                     # Still so at the end of the cut: the cut member keeps what it reads.
                     assert sorted(cut.claimed) == sorted(set(before[cut.id]) - set(moving))
@@ -251,7 +262,7 @@ async def run_cut(
 
 
 async def _count(names: Awaitable[list[str]], count: int) -> bool:
-    return len(await names) == count
+    return len([name for name in await names if name != "stranger"]) == count
 
 
 async def test_a_member_cut_off_from_kafka_gives_its_partitions_up_async_for(
@@ -276,3 +287,9 @@ async def test_a_member_cut_off_from_one_broker_gives_up_only_its_partitions(
     proxied_brokers: LocalCluster,
 ) -> None:
     await run_cut(proxied_brokers, by_async_for, cut_off="broker", partitions=6)
+
+
+async def test_a_member_cut_off_with_range_gives_its_partitions_up_and_strangers_are_ignored(
+    proxied_brokers: LocalCluster,
+) -> None:
+    await run_cut(proxied_brokers, by_async_for, cut_off="one", strategy="range", stranger=True)

@@ -252,7 +252,13 @@ class Assignment:
         # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
         # request (with 10,000 partitions, each costs a tenth of a second of CPU or more). Every
         # member of the other strategies asks at each rebalance, so that all agree.
-        if self._strategy is not Strategy.STICKY or (state.leading and not state.partitions):
+        # A member that marked partitions it cannot read may not reach Kafka at all: it goes on
+        # with the partitions it knows, or each of its rebalances would wait out a request
+        # timeout before it releases what the others should read.
+        cut_off = self._id in marks and bool(state.partitions)
+        if (self._strategy is not Strategy.STICKY and not cut_off) or (
+            state.leading and not state.partitions
+        ):
             await self._topics.refresh(state)
         owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
         if self._strategy is not Strategy.STICKY:

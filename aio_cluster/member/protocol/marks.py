@@ -218,6 +218,8 @@ class MarkReader:
         self._fires = 0
         """How many watches fired: one that fires during a read makes it stale at once."""
         self._request: Callable[[], None] = lambda: None
+        self._refused: set[tuple[str, bytes]] = set()
+        """The mark nodes found not to hold a mark, as (member, data): each is logged once."""
 
     def _fired(self) -> None:
         self._session = None
@@ -250,7 +252,9 @@ class MarkReader:
             try:
                 marks[member] = decode_mark(data)
             except CoordinationError as exc:
-                log.warning("member %s: ignoring the mark of %s: %s", self._id, member, exc)
+                if (member, data) not in self._refused:
+                    self._refused.add((member, data))
+                    log.warning("member %s: ignoring the mark of %s: %s", self._id, member, exc)
         self._marks = marks
         self._session = session if self._fires == fires else None
         return marks
