@@ -218,7 +218,7 @@ async def run_cut(
                     other_proxies.forward()
                 await wait_until(
                     lambda: _count(marked(observer, group_name), 0),
-                    timeout=FETCH_TIMEOUT + 20,
+                    timeout=60,
                     what="the marks cleared",
                 )
 

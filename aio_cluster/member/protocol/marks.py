@@ -5,9 +5,9 @@ cannot read Kafka (cut off from the brokers, refused) would keep its partitions 
 `Marker` looks at the fetcher's progress (`aio_cluster.kafka.progress`) and writes one mark,
 an ephemeral node of its session, only when what it cannot read changes; it deletes the mark
 once it reads again. While it has partitions marked that it no longer owns (the group gave them
-to others), it probes their leaders (a ListOffsets request) every half ``fetch_timeout``:
-once they answer, it clears them, and the next target gives it its share back. Nothing of this
-costs a request at rest: the looks at the fetcher are local.
+to others), it probes their leaders (a ListOffsets request) every half ``fetch_timeout``;
+once they answer (within ``fetch_timeout``), it clears them, and the next target gives it its
+share back. Nothing of this costs a request at rest: the looks at the fetcher are local.
 
 `MarkReader` is how the members that compute an assignment (the sticky leader and its deputy,
 every member of range and round-robin) learn of marks: a watch on the marks' parent and on each
@@ -147,13 +147,17 @@ class Marker:
             log.warning("member %s: its mark not written: %s", self._id, exc)
 
     async def _probe(self, partitions: list[PartitionKey]) -> list[PartitionKey]:
-        """The partitions whose leaders answer a ListOffsets request now (none within half
-        ``fetch_timeout``: none)."""
-        with anyio.move_on_after(self._timeout / 2):
+        """The partitions whose leaders answer a ListOffsets request now (none within
+        ``fetch_timeout``: none). The bound is the timeout, not less: after a long cut the
+        client connects and reads the metadata again first, and a probe cut shorter each time
+        would never see the end of it."""
+        with anyio.move_on_after(self._timeout):
             try:
                 return list(await self._fetcher.ends(partitions))
-            except AioClusterError:
-                pass
+            except AioClusterError as exc:
+                log.debug("member %s: its probe failed: %s", self._id, exc)
+                return []
+        log.debug("member %s: its probe had no answer within %gs", self._id, self._timeout)
         return []
 
     def _tell(self, marked: Mapping[PartitionKey, NoProgress]) -> None:
