@@ -210,6 +210,10 @@ async def run_cut(
                         what="the other member consumes them",
                     )
                     assert set(await marked(observer, group_name)) - {"stranger"} == {cut.id}
+                    # The application sees it, without waiting on the leaders it cannot reach.
+                    seen = await cut.statistics()
+                    assert list(seen.unreadable) == moving
+                    assert seen.unreadable_error
                     await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
                     # Still so at the end of the cut: the cut member keeps what it reads.
                     assert sorted(cut.claimed) == sorted(set(before[cut.id]) - set(moving))

@@ -529,10 +529,16 @@ class Member:
 
         claims, paused, processor = self.states.claims, self.states.paused, self.processor
         held = [key for key in self.states.held if key in claims]
-        ends = await self.fetcher.ends(sorted(claims))
+        marked = self.marker.marked
+        # The leaders of the partitions marked unreadable may not answer: their log ends are the
+        # last a fetch saw, so that the snapshot says what the member cannot read instead of
+        # waiting out a request timeout.
+        ends = await self.fetcher.ends(sorted(claims.keys() - marked.keys()))
+        for key in claims.keys() & marked.keys():
+            if (seen := self.fetcher.highwater(key)) is not None:
+                ends[key] = seen
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
-        marked = self.marker.marked
         return GroupStatistics(
             member_id=self.id,
             state=self.state,
