@@ -66,6 +66,7 @@ from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
 from .errors import TransactionClosedError as TransactionClosedError
+from .errors import UnreadableError as UnreadableError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
@@ -117,6 +118,7 @@ __all__ = [
     "Timing",
     "TopicPartition",
     "TransactionClosedError",
+    "UnreadableError",
     "ZooKeeperSecurity",
     "ZooKeeperTLS",
 ]

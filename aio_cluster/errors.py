@@ -34,6 +34,7 @@ reach a caller, an ``except`` of its parent catches it::
     │   ├── DeserializationError    the key or value deserializer refused a record
     │   └── ReadRefusedError        the partition's leader refused to let the member read it
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── UnreadableError             partitions this member could not read for fetch_timeout
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
@@ -71,6 +72,7 @@ __all__ = [
     "SkipRefusedError",
     "StrategyMismatchError",
     "TransactionClosedError",
+    "UnreadableError",
 ]
 
 
@@ -319,6 +321,30 @@ class ReadRefusedError(FetchError):
         super().__init__(topic, partition, offset, f"{reason}, refused by {where} ({error})")
         self.broker = broker
         self.error = error
+
+
+class UnreadableError(AioClusterError):
+    """This member made no progress reading partitions it owns for longer than
+    ``fetch_timeout`` (their leader does not answer, or answers each fetch with an error), and
+    marked them unreadable: the group gives them to members that can read them.
+
+    Not raised, since the member goes on with what it can read: given to
+    `RebalanceListener.on_partitions_unreadable` once per change of state, and its text is
+    ``statistics().unreadable_error`` (see docs/operating.md, "A member that cannot read
+    Kafka").
+
+    Attributes:
+        broker: the node id of the partitions' leader as the member knew it (None: unknown).
+        error: the last fetch error seen, or a timeout's description.
+        since: the last progress reading them (Unix seconds).
+    """
+
+    def __init__(self, member: str, broker: int | None, error: str, since: float) -> None:
+        where = "their leader" if broker is None else f"broker {broker}"
+        super().__init__(f"member {member} cannot read from {where}: {error}")
+        self.broker = broker
+        self.error = error
+        self.since = since
 
 
 class FetchStalledError(AioClusterError):

@@ -22,7 +22,7 @@ import pytest_asyncio
 from aiokafka import AIOKafkaProducer
 from test_network_faults import Log, Run
 
-from aio_cluster import ConsumerGroup, Record
+from aio_cluster import ConsumerGroup, RebalanceListener, Record, UnreadableError
 from aio_cluster.local import KafkaProxies, LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, marks_path
@@ -55,8 +55,23 @@ async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
         await observer.close()
 
 
+class Told(RebalanceListener[int]):
+    """What the listener of the cut member hears of what it cannot read."""
+
+    def __init__(self) -> None:
+        self.unreadable: list[tuple[list[int], UnreadableError]] = []
+
+    async def on_partitions_unreadable(self, partitions: list[int], error: UnreadableError) -> None:
+        self.unreadable.append((partitions, error))
+
+
 def member(
-    cluster: LocalCluster, group: str, topic: str, bootstrap: str, strategy: str = "sticky"
+    cluster: LocalCluster,
+    group: str,
+    topic: str,
+    bootstrap: str,
+    strategy: str = "sticky",
+    listener: RebalanceListener[int] | None = None,
 ) -> ConsumerGroup:
     return ConsumerGroup(
         group,
@@ -64,6 +79,7 @@ def member(
         [cluster.zookeeper],
         topic,
         strategy=strategy,
+        listener=listener,
         session_timeout=6.0,
         fetch_timeout=FETCH_TIMEOUT,
         loop_delay=0.1,
@@ -146,7 +162,8 @@ async def run_cut(
             await observer.create(
                 f"{marks_path(group_name)}/stranger", b"not a mark", makepath=True
             )
-        cut = member(cluster, group_name, topic, cut_proxies.bootstrap, strategy)
+        told = Told()
+        cut = member(cluster, group_name, topic, cut_proxies.bootstrap, strategy, told)
         other = member(
             cluster,
             group_name,
@@ -214,6 +231,9 @@ async def run_cut(
                     seen = await cut.statistics()
                     assert list(seen.unreadable) == moving
                     assert seen.unreadable_error
+                    # So does its listener, once per leader, with the typed error.
+                    assert sorted(p for ps, _error in told.unreadable for p in ps) == moving
+                    assert all(error.broker is not None for _ps, error in told.unreadable)
                     await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
                     # Still so at the end of the cut: the cut member keeps what it reads.
                     assert sorted(cut.claimed) == sorted(set(before[cut.id]) - set(moving))

@@ -295,6 +295,7 @@ class Member:
             member_id=self.id,
             fetch_timeout=timing.fetch_timeout,
             label=layout.label,
+            listener=listener,
         )
         self.handover = Handover(
             self.states,

@@ -26,11 +26,12 @@ from typing import Protocol
 import anyio
 
 from ...assign.marks import Mark
-from ...errors import AioClusterError, CoordinationError
+from ...errors import AioClusterError, CoordinationError, UnreadableError
 from ...kafka.progress import NoProgress
 from ...kafka.topics import PartitionKey, TopicKeys
 from ...zookeeper.client import NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import decode_mark, encode_mark
+from .listener import RebalanceListener
 
 __all__ = ["MarkReader", "Marker", "ProgressSource"]
 
@@ -85,6 +86,7 @@ class Marker:
         member_id: str,
         fetch_timeout: float,
         label: Callable[[PartitionKey], str] = str,
+        listener: RebalanceListener[PartitionKey] | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -95,6 +97,7 @@ class Marker:
         member_id: named in log messages.
         fetch_timeout: the member's ``fetch_timeout``.
         label: names a partition in log messages.
+        listener: told of the partitions newly marked (`on_partitions_unreadable`), if given.
         """
         self._zk = zk
         self._path = path
@@ -104,6 +107,7 @@ class Marker:
         self._id = member_id
         self._timeout = fetch_timeout
         self._label = label
+        self._listener = listener
         self.marked: dict[PartitionKey, NoProgress] = {}
         """The partitions this member says it cannot read now, and why."""
         self._written: tuple[Mark | None, int | None] = (None, None)
@@ -129,6 +133,7 @@ class Marker:
             self._probed = now
             for key in await self._probe(gone):
                 del marked[key]
+        new = sorted(marked.keys() - self.marked.keys())
         if marked.keys() != self.marked.keys():
             self._tell(marked)
         self.marked = marked
@@ -138,13 +143,41 @@ class Marker:
             marked, self._keys, reads=bool(owned - found.keys()), settle=self._timeout / 2
         )
         written, session = self._written
-        if _same(mark, written) and (mark is None or session == self._zk.session_id):
-            # Written already; no mark lives on past its session, so none needs deleting.
-            return
-        try:
-            await self._write(mark)
-        except CoordinationError as exc:
-            log.warning("member %s: its mark not written: %s", self._id, exc)
+        # Written already where the same; no mark lives on past its session, so none needs
+        # deleting in a new one.
+        if not _same(mark, written) or (mark is not None and session != self._zk.session_id):
+            try:
+                await self._write(mark)
+            except CoordinationError as exc:
+                log.warning("member %s: its mark not written: %s", self._id, exc)
+        if new and self._listener is not None:
+            await self._hear(self._listener, new, marked)
+
+    async def _hear(
+        self,
+        listener: RebalanceListener[PartitionKey],
+        new: list[PartitionKey],
+        marked: Mapping[PartitionKey, NoProgress],
+    ) -> None:
+        """Tell the listener of the partitions newly marked, one call per leader, bounded by
+        ``fetch_timeout``; a hook that raises is logged."""
+        by_broker: dict[int | None, list[PartitionKey]] = {}
+        for key in new:
+            by_broker.setdefault(marked[key].broker, []).append(key)
+        for broker, keys in by_broker.items():
+            latest = max((marked[key] for key in keys), key=lambda why: why.since)
+            error = UnreadableError(
+                self._id, broker, latest.error, min(marked[key].since for key in keys)
+            )
+            with anyio.move_on_after(self._timeout) as bound:
+                try:
+                    await listener.on_partitions_unreadable(keys, error)
+                except Exception as exc:
+                    log.warning("member %s: on_partitions_unreadable raised %r", self._id, exc)
+            if bound.cancelled_caught:
+                log.warning(
+                    "member %s: on_partitions_unreadable took over %gs", self._id, self._timeout
+                )
 
     async def _probe(self, partitions: list[PartitionKey]) -> list[PartitionKey]:
         """The partitions whose leaders answer a ListOffsets request now (none within
