@@ -252,8 +252,9 @@ def bench(session: nox.Session) -> None:
     time against a Kafka group, settling at scale (partitions moved, ZooKeeper requests), the CPU
     of a ZooKeeper call, one member's memory over 200 partitions, the local cluster's start and
     stop with one and three nodes of each, process() against its ideal and the async for loop,
-    what OpenTelemetry costs both, the dashboard's refresh and page at 10,000 partitions, and what
-    exactly-once pipelines cost against at-least-once ones."""
+    what OpenTelemetry costs both, the dashboard's refresh and page at 10,000 partitions, what
+    exactly-once pipelines cost against at-least-once ones, and what an idle group costs
+    ZooKeeper."""
     session.install("-e", ".[bench,otel,dashboard,examples]", "opentelemetry-sdk")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
@@ -266,6 +267,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/deploy.py")
     session.run("python", "benchmarks/dashboard.py")
     session.run("python", "benchmarks/exactly_once.py")
+    session.run("python", "benchmarks/idle.py")
 
 
 @nox.session

@@ -15,13 +15,15 @@ layers)::
     telemetry            otel/                         spans and metrics through OpenTelemetry
     the configuration    config                        the options, checked, as value objects
     the servers          zookeeper/, kafka/            the only code that speaks each server
-    pure logic, helpers  assign/, net/                 strategies and targets; addresses, TLS
+    pure logic, helpers  assign/, net/, concurrency    strategies and targets; addresses, TLS;
+                                                       concurrent calls in anyio task groups
 
 Module map (one line per module or folder; each folder's docstring maps its own modules)::
 
     __main__.py     ``python -m aio_cluster``: the aio-cluster command
     assign/         who should own what: the pure strategies and the published sticky target
     cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
+    concurrency.py  the one way to wait and cancel: task groups; the tasks that outlive a call
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
     control/        an operator's pauses and skips of a running group: the model, its store
     dashboard/      the live web dashboard of the groups (the ``dashboard`` extra)
@@ -45,7 +47,9 @@ from .config import Timing as Timing
 from .config import ZooKeeperSecurity as ZooKeeperSecurity
 from .errors import AccessDeniedError as AccessDeniedError
 from .errors import AioClusterError as AioClusterError
+from .errors import AttemptTimeoutError as AttemptTimeoutError
 from .errors import AuthenticationError as AuthenticationError
+from .errors import BackgroundEndedError as BackgroundEndedError
 from .errors import BrokerError as BrokerError
 from .errors import ConfigurationError as ConfigurationError
 from .errors import ControlConflictError as ControlConflictError
@@ -57,15 +61,18 @@ from .errors import DeserializationError as DeserializationError
 from .errors import FetchError as FetchError
 from .errors import FetchStalledError as FetchStalledError
 from .errors import GroupClosedError as GroupClosedError
+from .errors import HandlerCancelledError as HandlerCancelledError
 from .errors import LocalClusterError as LocalClusterError
 from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
+from .errors import OutputRefusedError as OutputRefusedError
 from .errors import ProducerFencedError as ProducerFencedError
 from .errors import ReadRefusedError as ReadRefusedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
 from .errors import TransactionClosedError as TransactionClosedError
+from .errors import TransactionDeniedError as TransactionDeniedError
 from .errors import UnreadableError as UnreadableError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
@@ -82,7 +89,9 @@ from .zookeeper.security import ZooKeeperTLS as ZooKeeperTLS
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
+    "BackgroundEndedError",
     "Batch",
     "BrokerError",
     "ConfigurationError",
@@ -99,12 +108,14 @@ __all__ = [
     "GroupClosedError",
     "GroupState",
     "GroupStatistics",
+    "HandlerCancelledError",
     "KafkaOptions",
     "LocalClusterError",
     "MemberReplacedError",
     "Membership",
     "NotOwnedError",
     "Output",
+    "OutputRefusedError",
     "PartitionStatistics",
     "Processing",
     "ProducerFencedError",
@@ -118,6 +129,7 @@ __all__ = [
     "Timing",
     "TopicPartition",
     "TransactionClosedError",
+    "TransactionDeniedError",
     "UnreadableError",
     "ZooKeeperSecurity",
     "ZooKeeperTLS",

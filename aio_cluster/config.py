@@ -13,6 +13,7 @@ the object is made: before any connection.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -57,6 +58,11 @@ def _number(value: object) -> bool:
 def _positive(label: str, value: object) -> None:
     if not (_number(value) and cast(float, value) > 0):
         raise ConfigurationError(f"{label} must be positive, not {value!r}")
+
+
+def _finite_positive(label: str, value: object) -> None:
+    if not (_number(value) and math.isfinite(cast(float, value)) and cast(float, value) > 0):
+        raise ConfigurationError(f"{label} must be a positive number of seconds, not {value!r}")
 
 
 def _not_negative(label: str, value: object) -> None:
@@ -121,6 +127,12 @@ class Timing:
         loop_delay: the pause after a fetch that failed (Kafka unreachable) before the next
             try; new claims or a close end it early. May be 0. A fetch that finds no record
             is not followed by a pause: it waited ``max_wait`` at the broker already.
+        stuck_after: how long one handler of ``process()`` / ``process_bulk()`` (an attempt,
+            retries apart) or one batch body of ``async for`` (from its hand-out to its end)
+            may run before the member counts as stuck: named in ``statistics().stuck``, the
+            metrics, ``aio-cluster describe``, the dashboard, and ``aio-cluster check``'s
+            ``stuck`` verdict, and logged once. Nothing is cancelled for it (that is
+            ``attempt_timeout``'s part); it only makes a hang visible.
     """
 
     session_timeout: float = 10.0
@@ -132,6 +144,7 @@ class Timing:
     commit_interval: float = 1.0
     metadata_interval: float = 5.0
     loop_delay: float = 1.0
+    stuck_after: float = 60.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -351,6 +364,12 @@ class Processing:
             with ``"stop"``, where a record an operator skips (``aio-cluster skip``) goes.
         max_records: records taken and not finished beyond which no batch is taken (the fetch
             waits): with ``max_bytes`` per claimed partition, the memory bound.
+        attempt_timeout: the most seconds one attempt of the handler may run (with
+            ``process_bulk()``, one call of it); one running longer is cancelled and counts as
+            a failed attempt (an [AttemptTimeoutError][aio_cluster.AttemptTimeoutError]): it is
+            retried with the back-off, then ``on_failure`` decides. None (the default): no
+            bound, so that a handler that never returns holds its key and its partition's
+            stored offset until a handover or the close cancels it.
     """
 
     concurrency: int = 100
@@ -362,9 +381,12 @@ class Processing:
     on_failure: OnFailure = "stop"
     dead_letter_topic: str | None = None
     max_records: int = 10_000
+    attempt_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _count("concurrency", self.concurrency)
+        if self.attempt_timeout is not None:
+            _finite_positive("attempt_timeout", self.attempt_timeout)
         _count("attempts", self.attempts)
         _count("max_records", self.max_records)
         for label in ("retry_initial", "retry_max", "retry_jitter"):
@@ -419,6 +441,7 @@ class Options(TypedDict, total=False):
     commit_interval: float
     metadata_interval: float
     loop_delay: float
+    stuck_after: float
     max_bytes: int
     max_buffered_bytes: int | None
     max_wait: float
@@ -452,6 +475,7 @@ class ProcessOptions(TypedDict, total=False):
     on_failure: OnFailure
     dead_letter_topic: str | None
     max_records: int
+    attempt_timeout: float | None
 
 
 Config = TypeVar("Config", Timing, Fetching, Membership, ZooKeeperSecurity, Processing)

@@ -10,6 +10,7 @@ reach a caller, an ``except`` of its parent catches it::
 
     AioClusterError                 root; ``retriable`` says whether trying again may help
     ├── ConfigurationError          bad input: an argument, an environment variable, a topic name
+    │   └── TransactionDeniedError  exactly once: Kafka's ACLs refuse the transactional ids or group
     ├── LocalClusterError           the local ZooKeeper + Kafka could not be started or stopped
     ├── CoordinationError           ZooKeeper did not do what was asked (retriable)
     │   ├── CoordinationTimeout     a ZooKeeper call took longer than its bound
@@ -27,6 +28,7 @@ reach a caller, an ``except`` of its parent catches it::
     ├── AuthenticationError         a server refused the TLS handshake or the credentials
     ├── AccessDeniedError           ZooKeeper refused a change: the node's ACL does not grant it
     ├── GroupClosedError            the ConsumerGroup was used after close()
+    ├── HandlerCancelledError       a handler raised CancelledError nobody asked for: it failed
     ├── IllegalTransition           internal: a partition state change it does not allow (a bug)
     ├── BrokerError                 Kafka did not answer as expected (retriable)
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
@@ -35,7 +37,10 @@ reach a caller, an ``except`` of its parent catches it::
     │   └── ReadRefusedError        the partition's leader refused to let the member read it
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
     ├── UnreadableError             partitions this member could not read for fetch_timeout
+    ├── BackgroundEndedError        a background loop of the member ended unasked: it failed
+    ├── AttemptTimeoutError         a handler's attempt ran past attempt_timeout: it was cancelled
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
+    ├── OutputRefusedError          exactly once: Kafka refused an output; its input is uncommitted
     └── TransactionClosedError      exactly once: an Output used after its batch or record ended
 """
 
@@ -46,7 +51,9 @@ from collections.abc import Mapping
 __all__ = [
     "AccessDeniedError",
     "AioClusterError",
+    "AttemptTimeoutError",
     "AuthenticationError",
+    "BackgroundEndedError",
     "BadVersionError",
     "BrokerError",
     "ConfigurationError",
@@ -59,6 +66,7 @@ __all__ = [
     "FetchError",
     "FetchStalledError",
     "GroupClosedError",
+    "HandlerCancelledError",
     "IllegalTransition",
     "LocalClusterError",
     "MemberReplacedError",
@@ -66,12 +74,14 @@ __all__ = [
     "NodeExistsError",
     "NotOwnedError",
     "OffsetsOutOfRange",
+    "OutputRefusedError",
     "ProducerFencedError",
     "ReadRefusedError",
     "SessionLostError",
     "SkipRefusedError",
     "StrategyMismatchError",
     "TransactionClosedError",
+    "TransactionDeniedError",
     "UnreadableError",
 ]
 
@@ -88,6 +98,14 @@ class AioClusterError(Exception):
 
 class ConfigurationError(AioClusterError, ValueError):
     """An argument, environment variable or name was not valid; the message names it."""
+
+
+class TransactionDeniedError(ConfigurationError):
+    """Exactly once (``exactly_once=True``): Kafka's ACLs do not grant this member's principal
+    what the mode needs: ``Write`` and ``Describe`` on the partitions' transactional ids (the
+    prefix ``aio-cluster.<group>.``), or ``Read`` and ``Describe`` on the group (its offsets
+    commit in the transactions). Not retriable: grant them (the message names which), then
+    start the member again."""
 
 
 class LocalClusterError(AioClusterError):
@@ -208,6 +226,13 @@ class AccessDeniedError(AioClusterError):
 
 class GroupClosedError(AioClusterError):
     """The ConsumerGroup was used after it was closed."""
+
+
+class HandlerCancelledError(AioClusterError):
+    """A handler of ``process()`` or ``process_bulk()`` raised ``CancelledError`` while nothing
+    cancelled it (a library's cancellation leaking out of it, say): the attempt failed, and is
+    retried and meets ``on_failure`` like any failure, rather than ending the call quietly or
+    counting its records as finished. The ``CancelledError`` is its ``__cause__``."""
 
 
 class IllegalTransition(AioClusterError):
@@ -356,6 +381,38 @@ class FetchStalledError(AioClusterError):
     """
 
 
+class BackgroundEndedError(AioClusterError):
+    """A background loop of the member (its rebalances, offset stores, metadata checks, mirror,
+    liveness or controls) ended although the member was not closing: it returned, or a
+    cancellation nobody asked for ended it (one escaping a library's ``gather()``, say). A loop
+    that ends is never taken for a normal end: the member fails with this error, which the
+    iteration and ``process()`` raise, and leaves the group, so that its partitions go to the
+    others. The cancellation, if one ended it, is the ``__cause__``.
+
+    Attributes:
+        loop: the name of the loop that ended (``"rebalances"``, ``"liveness"``, ...).
+    """
+
+    def __init__(self, message: str, loop: str) -> None:
+        super().__init__(message)
+        self.loop = loop
+
+
+class AttemptTimeoutError(AioClusterError, TimeoutError):
+    """One attempt of a ``process()`` handler (of a ``process_bulk()`` call) ran longer than
+    ``attempt_timeout`` and was cancelled. It is the attempt's failure: retried with the
+    back-off, then handed to ``on_failure`` (a dead letter's ``aio-cluster.dlt.error.type``
+    names it; ``"raise"`` ends the call with it).
+
+    Attributes:
+        timeout: the bound it ran past, in seconds.
+    """
+
+    def __init__(self, message: str, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
 class ProducerFencedError(AioClusterError):
     """Exactly once (``exactly_once=True``): a newer owner of the partition initialised its
     transactional producer, which fenced this member's: this member's transaction of the
@@ -372,6 +429,36 @@ class ProducerFencedError(AioClusterError):
     def __init__(self, message: str, partition: int) -> None:
         super().__init__(message)
         self.partition = partition
+
+
+class OutputRefusedError(AioClusterError):
+    """Exactly once (``exactly_once=True``): Kafka refused a record an input's handler or batch
+    body sent (a record without a key to a compacted topic, one larger than the topic allows,
+    a topic the principal may not write): the transaction that carried it is aborted, so
+    neither that output nor the input's offset is committed. ``transactions()`` raises it; under
+    ``process_transactional()`` it is the record's error, an attempt that failed, for its
+    ``on_failure`` to decide.
+
+    Kafka refuses a whole record batch for one bad record, so outputs of other inputs may have
+    been refused with it: those are committed again on their own.
+
+    Attributes:
+        partition: the input partition's key (its id, for a member of one topic).
+        offset: the input's offset (a batch's first offset under ``transactions()``).
+        topic: the topic the refused output was sent to.
+        error: the broker's error, as aiokafka reported it.
+    """
+
+    retriable = False
+
+    def __init__(
+        self, message: str, partition: int, offset: int, topic: str, error: BaseException
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+        self.topic = topic
+        self.error = error
 
 
 class TransactionClosedError(AioClusterError):

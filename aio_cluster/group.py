@@ -45,7 +45,7 @@ from .config import (
     Timing,
     ZooKeeperSecurity,
 )
-from .errors import ConfigurationError
+from .errors import ConfigurationError, TransactionDeniedError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
 from .member.delivery.claims import Batch
@@ -465,10 +465,12 @@ class ConsumerGroup(Generic[PartitionT]):
             while (picked := await member.next_batch()) is not None:
                 claim, batch = picked
                 completed = False
+                body = member.stuck.body_started(claim.partition, batch[0].offset)
                 try:
                     yield self._names.name(claim.partition), batch
                     completed = True
                 finally:
+                    member.stuck.body_ended(body)
                     member.delivery.finish(claim, batch, completed=completed, commit=commit)
 
     async def process(
@@ -592,6 +594,11 @@ class ConsumerGroup(Generic[PartitionT]):
                 whose batch was to commit (its ZooKeeper session expired meanwhile, say): the
                 batch's output is dropped, the partition given up. Iterate again to go on with
                 the other partitions.
+            OutputRefusedError: Kafka refused an output of the batch for good: nothing of it is
+                committed, the partition is given up and its batch comes again.
+            TransactionDeniedError: Kafka's ACLs refuse this member's principal the
+                partitions' transactional ids or the group (also raised when the member
+                registers).
             FetchError, DeserializationError: as for `batches()`.
             AioClusterError: the member failed in the background (the cause is kept).
         """
@@ -608,10 +615,12 @@ class ConsumerGroup(Generic[PartitionT]):
                 claim, batch = picked
                 output = transactions.output(claim)
                 completed = False
+                body = member.stuck.body_started(claim.partition, batch[0].offset)
                 try:
                     yield self._names.name(claim.partition), batch, output
                     completed = True
                 finally:
+                    member.stuck.body_ended(body)
                     sends = output.close()
                     # Kept only when the batch still counts (no seek or handover overtook it).
                     finished = member.delivery.finish(
@@ -651,8 +660,12 @@ class ConsumerGroup(Generic[PartitionT]):
                 `process()` refuses.
             TypeError: an unknown keyword argument.
             GroupClosedError: the member is closed.
+            TransactionDeniedError: Kafka's ACLs refuse this member's principal the
+                partitions' transactional ids or the group (also raised when the member
+                registers).
             AioClusterError: the member failed in the background.
-            Exception: the handler's error, with ``on_failure="raise"``.
+            Exception: the handler's error, with ``on_failure="raise"`` (an
+                `OutputRefusedError` when Kafka refused the record's output).
         """
         transactions = self._exactly_once("process_transactional()")
         check_handler(handler)
@@ -665,14 +678,27 @@ class ConsumerGroup(Generic[PartitionT]):
         member = self._member
         claims = member.states.claims
 
+        failed: list[Exception] = []
+
         async def commit_every() -> None:
             while True:
                 await anyio.sleep(commit_interval)
-                await transactions.commit(list(claims))
+                try:
+                    await transactions.commit(list(claims))
+                except TransactionDeniedError as exc:
+                    failed.append(exc)
+                    tasks.cancel_scope.cancel()
+                    return
 
+        # The errors are raised past the task group, which would wrap them (process() is its
+        # host): the documented error comes out as itself.
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(commit_every)
             try:
                 await member.process(transactions.handler(handler), policy)
+            except Exception as exc:
+                failed.append(exc)
             finally:
                 tasks.cancel_scope.cancel()
+        if failed:
+            raise failed[0]

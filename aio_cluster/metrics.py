@@ -46,6 +46,9 @@ partitions per topic are ``count by (group, topic) (aio_cluster_partition_end_of
     aio_cluster_rebalance_duration_seconds       histogram  how long each rebalance took
     aio_cluster_session_state{state=...}         gauge      1 for the ZooKeeper session's state
     aio_cluster_member_state{state=...}          gauge      1 for the member's lifecycle state
+    aio_cluster_partition_stuck                  gauge      1 while its handler or body is stuck
+    aio_cluster_oldest_running_seconds           gauge      age of the oldest handler or body
+    aio_cluster_stuck                            gauge      1 while a partition of it is stuck
 
 A member's counters start at 0 when it joins (its id is new each time), which Prometheus's
 ``rate()`` and ``increase()`` take as a counter reset. A closed member's series disappear.
@@ -358,3 +361,40 @@ class GroupMetrics(Collector):
         yield from (records, batches, rebalances, timeouts, unowned, durations, session, lifecycle)
         yield from (in_flight, oldest, retries, dead_letters, held, skips)
         yield from (unreadable, unreadable_for)
+        yield from self._stuck_families()
+
+    def _stuck_families(self) -> Iterator[Metric]:
+        """The series of handlers and batch bodies that run past ``stuck_after``."""
+        partition_stuck = GaugeMetricFamily(
+            "aio_cluster_partition_stuck",
+            "1 while the oldest handler or batch body of the partition has run past stuck_after.",
+            labels=_PARTITION,
+        )
+        running = GaugeMetricFamily(
+            "aio_cluster_oldest_running_seconds",
+            "Seconds the member's oldest handler or batch body has run (0 when none runs).",
+            labels=_MEMBER,
+        )
+        stuck = GaugeMetricFamily(
+            "aio_cluster_stuck",
+            "1 while a handler or batch body of the member has run past stuck_after.",
+            labels=_MEMBER,
+        )
+        for member in self._members:
+            snapshot = member.snapshot
+            if snapshot is None:
+                continue
+            group = member.group
+            who = [group.name, snapshot.member_id]
+            # Its claimed partitions, 0 or 1, and any stuck one it no longer claims (a handler
+            # that ignored its cancellation at a handover).
+            stuck_ones = set(snapshot.stuck)
+            for name in dict.fromkeys([*snapshot.claimed, *snapshot.stuck]):
+                topic, partition = (
+                    name if isinstance(name, TopicPartition) else (group.topics[0], name)
+                )
+                labels = [group.name, topic, str(partition), snapshot.member_id]
+                partition_stuck.add_metric(labels, 1 if name in stuck_ones else 0)
+            running.add_metric(who, snapshot.oldest_running or 0.0)
+            stuck.add_metric(who, 1 if snapshot.stuck else 0)
+        yield from (partition_stuck, running, stuck)

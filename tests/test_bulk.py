@@ -17,7 +17,7 @@ import aiosqlite
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from aio_cluster import ConfigurationError, ConsumerGroup, Record
+from aio_cluster import ConfigurationError, ConsumerGroup, HandlerCancelledError, Record
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -317,3 +317,118 @@ async def test_bad_arguments_are_refused_before_any_record_is_taken(
                 await group.process_bulk(given, **options)  # type: ignore[arg-type]
             assert named in str(raised.value)
     assert taken == []
+
+
+@pytest.mark.parametrize("api", ["process_bulk", "process"])
+async def test_a_handler_raising_cancelled_error_unasked_fails_its_attempt(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    producer: AIOKafkaProducer,
+    group_name: str,
+    api: str,
+) -> None:
+    """A ``CancelledError`` the handler raises when nobody cancelled it (a library's leaked
+    cancellation) is a failed attempt, retried like any: its records are not counted finished,
+    and the call goes on."""
+    topic = await make_topic(1)
+    count = 50
+    await send(producer, topic, [str(i).encode() for i in range(count)], keys=count)
+    handled: set[int] = set()
+    raised: list[int] = []
+
+    async def once(offsets: list[int]) -> None:
+        if not raised:
+            raised.append(offsets[0])
+            raise asyncio.CancelledError
+        handled.update(offsets)
+
+    async def records(batch: list[Record]) -> None:
+        await once([record.offset for record in batch])
+
+    async def record(one: Record) -> None:
+        await once([one.offset])
+
+    options: dict[str, Any] = {"concurrency": 10, "attempts": 2, "retry_initial": 0.01}
+    async with member(cluster, group_name, topic, commit_interval=0.2) as group:
+        if api == "process_bulk":
+            task = asyncio.create_task(group.process_bulk(records, size=10, linger=0.1, **options))
+        else:
+            task = asyncio.create_task(group.process(record, **options))
+        try:
+            await wait_until(lambda: len(handled) == count or task.done(), what="every record")
+            assert not task.done(), "the call goes on"
+            assert handled == set(range(count))
+            await wait_until(lambda: offset_is(group, count), what="stored to the end")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert raised == [0]
+
+
+async def test_a_bulk_handler_cancelled_unasked_for_good_meets_on_failure(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    topic = await make_topic(1)
+    await send(producer, topic, [str(i).encode() for i in range(10)], keys=10)
+
+    async def handler(records: list[Record]) -> None:
+        if any(record.offset == 5 for record in records):
+            raise asyncio.CancelledError
+
+    async with member(cluster, group_name, topic) as group:
+        with pytest.raises(HandlerCancelledError) as raised:
+            await asyncio.wait_for(
+                group.process_bulk(
+                    handler, size=10, linger=1.0, concurrency=10, attempts=1, on_failure="raise"
+                ),
+                60,
+            )
+        assert isinstance(raised.value.__cause__, asyncio.CancelledError)
+        stored = await group.offset(0)
+        assert stored is None or stored <= 5, "never past the record whose call was cancelled"
+
+
+async def test_a_call_over_two_partitions_lets_go_of_the_one_handed_over(
+    cluster: LocalCluster, make_topic: MakeTopic, producer: AIOKafkaProducer, group_name: str
+) -> None:
+    """A record whose partition is handed over (its batch given up after ``rebalance_timeout``)
+    leaves the user's handler before the next owner claims the partition: the call is cancelled,
+    and the records still waiting in it run again in a call of their own."""
+    topic = await make_topic(2)
+    for partition in (0, 1):
+        await producer.send_and_wait(
+            topic, key=b"k", value=str(partition).encode(), partition=partition
+        )
+    inside: set[int] = set()
+    calls: list[list[int]] = []
+    released = asyncio.Event()
+
+    async def handler(records: list[Record]) -> None:
+        partitions = [record.partition for record in records]
+        calls.append(partitions)
+        inside.update(partitions)
+        try:
+            if len(calls) == 1:
+                await released.wait()
+        finally:
+            inside.difference_update(partitions)
+
+    first = member(cluster, group_name, topic, rebalance_timeout=1.0, commit_interval=0.2)
+    async with (
+        first,
+        bulk(first, handler, size=2, linger=5.0, concurrency=2, attempts=1),
+    ):
+        await wait_until(lambda: sorted(inside) == [0, 1], what="one call over both partitions")
+        async with member(cluster, group_name, topic) as second:
+            await wait_until(lambda: len(second.claimed) == 1, what="a partition handed over")
+            (moved,) = second.claimed
+            assert moved not in inside, "no record of a partition handed over in the handler"
+            kept = 1 - moved
+            await wait_until(lambda: [kept] in calls[1:], what="the record kept run again alone")
+            await wait_until(lambda: offset_is_of(first, kept, 1), what="the record kept stored")
+        released.set()
+
+
+async def offset_is_of(group: ConsumerGroup, partition: int, offset: int) -> bool:
+    return await group.offset(partition) == offset

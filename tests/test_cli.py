@@ -111,7 +111,18 @@ async def test_describe_json_lag_is_log_end_minus_committed(
     assert code == 0, err
     rows = json.loads(out)
     assert [set(row) for row in rows] == [
-        {"topic", "partition", "owner", "committed", "end", "lag", "paused", "stopped", "skip"}
+        {
+            "topic",
+            "partition",
+            "owner",
+            "committed",
+            "end",
+            "lag",
+            "paused",
+            "stopped",
+            "skip",
+            "stuck",
+        }
     ] * 2
     ends = await end_offsets(cluster, group.topic, 2)
     stored = await stored_offsets(zk, GroupLayout(group.name, group.topic), 2)

@@ -144,3 +144,19 @@ async def test_the_group_takes_either_spelling() -> None:
     await old.close()
     assert warned[0].filename == __file__, "the warning points at the ConsumerGroup call"
     assert old._member.settings.fetching.max_wait == 0.02
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "5", True])
+def test_attempt_timeout_must_be_a_positive_number_of_seconds(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="attempt_timeout must be a positive number"):
+        Processing(attempt_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_attempt_timeout_is_unbounded_by_default() -> None:
+    assert Processing().attempt_timeout is None
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, "60", None])
+def test_stuck_after_must_be_positive(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="stuck_after must be positive"):
+        Timing(stuck_after=bad)  # type: ignore[arg-type]

@@ -178,3 +178,30 @@ async def test_a_pause_holds_when_its_owner_is_killed_and_the_partition_moves(
         for worker in workers:
             worker.kill()
             await worker.reap()
+
+
+async def test_a_resume_written_after_the_session_expired_is_read_by_the_next_session(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    producer: AIOKafkaProducer,
+    make_topic: MakeTopic,
+    group_name: str,
+) -> None:
+    """The controls are read again when a new session starts, not on a timer: the watches went
+    with the old session, and nothing else changes in ZooKeeper after the resume."""
+    topic = await make_topic(2)
+    store = ControlStore(zk, group_name)
+    await store.pause([(topic, 0)], "test@host")
+    seen = Seen()
+    group = member(cluster, group_name, topic, session_timeout=4.0)
+    async with load(producer, topic), consuming(group, seen, "async for"):
+        await wait_until(lambda: seen.of(1, since=0) > 0, what="partition 1 flowing")
+        assert seen.of(0, since=0) == 0
+        old = group._member.zk.session_id
+        password = group._member.zk.session_password
+        assert old is not None
+        assert password is not None
+        await cluster.expire_session(old, password)
+        assert [p.partition for p in await store.resume([(topic, 0)], "test@host")] == [0]
+        await wait_until(lambda: seen.of(0, since=0) > 0, what="partition 0 read once resumed")
+        assert group._member.zk.session_id not in (None, old)

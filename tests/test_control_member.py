@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from aio_cluster import ConsumerGroup, Record
 from aio_cluster.control.model import format_at
@@ -21,8 +23,8 @@ from aio_cluster.member.controls import SKIPPED_BY
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
-from conftest import MakeTopic
-from support import member, stored_offsets, wait_until
+from conftest import MakeTopic, Produce
+from support import fresh, member, stored_offsets, topic_known, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -238,3 +240,41 @@ async def test_a_skip_moves_a_stopped_partition_past_its_poison_record(
 
 async def _stored_is(zk: ZooKeeper, layout: GroupLayout, offset: int) -> bool:
     return (await stored_offsets(zk, layout, 1)).get(0) == offset
+
+
+async def test_a_pause_is_obeyed_from_a_members_first_batch(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+) -> None:
+    topic = await make_topic(2)
+    counts = await produce(topic, 60)
+    await ControlStore(zk, group_name).pause([(topic, 0)], "test@host")
+    seen = Seen()
+    async with consuming(member(cluster, group_name, topic), seen, "async for"):
+        await wait_until(lambda: seen.of(1, since=0) == counts[1], what="partition 1 read")
+    assert seen.of(0, since=0) == 0, "the pause held from the member's first batch"
+
+
+async def test_a_pause_is_obeyed_on_a_topic_a_pattern_member_meets(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    admin: AIOKafkaAdminClient,
+    produce: Produce,
+    group_name: str,
+) -> None:
+    base = fresh("met")
+    topic = f"{base}.new"
+    await ControlStore(zk, group_name).pause([(topic, 0)], "test@host")
+    seen = Seen()
+    group = member(
+        cluster, group_name, re.compile(re.escape(base) + r"\..*"), metadata_interval=0.2
+    )
+    async with consuming(group, seen, "async for"):
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+        await wait_until(lambda: topic_known(admin, topic), what=f"the broker knows {topic}")
+        counts = await produce(topic, 60)
+        await wait_until(lambda: seen.of(1, since=0) == counts[1], what="partition 1 read")
+    assert seen.of(0, since=0) == 0, "the pause held from the topic's first batch"

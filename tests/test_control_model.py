@@ -21,7 +21,7 @@ from aio_cluster.control.model import (
     format_at,
 )
 from aio_cluster.errors import CoordinationError
-from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.layout import PARTITION_ID_MAX, GroupLayout, partition_named
 
 
 def test_each_control_reads_back_as_written() -> None:
@@ -52,6 +52,10 @@ def test_a_skip_goes_to_its_offset_or_past_the_record_it_is_stopped_on() -> None
         b'{"by":7,"at":1}',
         b'{"by":"a","at":"yesterday"}',
         b'{"by":"a","at":true}',
+        b'{"by":"a","at":NaN}',
+        b'{"by":"a","at":1e999}',
+        b'{"by":"a","at":1e300}',
+        b'{"by":"a","at":-1}',
     ],
 )
 def test_a_pause_that_is_not_one_is_refused(data: bytes) -> None:
@@ -66,6 +70,8 @@ def test_a_pause_that_is_not_one_is_refused(data: bytes) -> None:
         b'{"to":-1,"stopped_on":null,"by":"a","at":1}',
         b'{"to":true,"stopped_on":null,"by":"a","at":1}',
         b'{"to":"5","stopped_on":null,"by":"a","at":1}',
+        b'{"to":9223372036854775808,"stopped_on":null,"by":"a","at":1}',
+        b'{"to":5,"stopped_on":null,"by":"a","at":Infinity}',
     ],
 )
 def test_a_skip_without_a_place_to_go_is_refused(data: bytes) -> None:
@@ -93,3 +99,31 @@ def test_the_control_nodes_sit_beside_the_group_nodes() -> None:
     assert layout.paused_node(2) == "/consumers/g/control/paused/t/2"
     assert layout.skip_node(2) == "/consumers/g/control/skips/t/2"
     assert layout.stopped_node(2) == "/consumers/g/control/stopped/t/2"
+
+
+@pytest.mark.parametrize("name", ["0", "1", "42", str(PARTITION_ID_MAX)])
+def test_a_partition_node_is_named_by_its_number_in_ascii_digits(name: str) -> None:
+    assert partition_named(name) == int(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "²",
+        "\u0661",
+        "\u0660",
+        "01",
+        "00",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1_0",
+        "p1",
+        "2147483648",
+        "9" * 5000,
+    ],
+)
+def test_any_other_node_name_is_no_partition(name: str) -> None:
+    assert partition_named(name) is None

@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
 
 from aio_cluster.control.model import Stopped
 from aio_cluster.control.store import UNREADABLE_BY, ControlStore
@@ -154,3 +156,112 @@ async def test_the_dashboard_shows_the_other_controls_and_names_the_node(
     assert f"control node {layout.paused_node(1)} is unreadable" in page
     warned = [r for r in caplog.records if layout.paused_node(1) in r.getMessage()]
     assert len(warned) == 1, "one warning for the node, not one per look"
+
+
+STRAY_NAMES = ["²", "\u0661", "01", "-1", " 1", "2147483648", "9" * 20, "p1"]
+"""Control node names no writer of ours makes: ``"²"`` passes `str.isdigit()` and `int()`
+refuses it; ``"\u0661"`` (ARABIC-INDIC DIGIT ONE) and ``"01"`` read as 1 by `int()`;
+``"2147483648"`` is past Kafka's last partition id (a member's key of it would name another
+topic's partition 0)."""
+
+
+async def test_a_node_named_as_no_partition_fails_no_member_nor_describe_nor_the_dashboard(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    producer: AIOKafkaProducer,
+    make_topic: MakeTopic,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    seen = Seen()
+    group = member(cluster, group_name, topic)
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.controls")
+    strays = [
+        f"{parent}/{name}" for parent in (layout.paused, layout.skips) for name in STRAY_NAMES
+    ]
+    strays.append(f"{layout.paused.rsplit('/', 1)[0]}/no topic!")
+    # A skip whose time is none (JSON's 1e999 reads as infinity, which no clock shows).
+    bad_time = layout.skip_node(1)
+    async with load(producer, topic), consuming(group, seen, "async for"):
+        await wait_until(lambda: seen.of(0, since=0) > 0 and seen.of(1, since=0) > 0)
+        for path in strays:
+            await zk.create(path, GARBAGE, makepath=True)
+        await zk.create(bad_time, b'{"to":5,"stopped_on":null,"by":"x","at":1e999}')
+
+        def warned() -> bool:
+            messages = " ".join(
+                r.getMessage() for r in caplog.records if r.name == "aio_cluster.member.controls"
+            )
+            return all(path in messages for path in strays if "no topic!" not in path)
+
+        await wait_until(warned, what="the member naming every stray node")
+        since = time.monotonic()
+        await wait_until(
+            lambda: seen.of(0, since=since) > 0 and seen.of(1, since=since) > 0,
+            what="both partitions read on",
+        )
+        statistics = await group.statistics()
+        assert list(statistics.operator_paused) == []
+        assert statistics.skips_applied == 0, "the skip with no time is left as it is"
+
+        code, out, err = await run(cluster, "describe", group_name)
+        assert code == 0, err
+        text = " ".join(out.split())
+        for path in [*strays, bad_time]:
+            assert f"control node {path} is unreadable" in text, path
+        assert "no partition is named so: members ignore it" in text
+        assert "not a time" in text
+
+        dashboard = dashboard_of(cluster, group_name)
+        async with (
+            dashboard,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=dashboard.app), base_url="http://dashboard"
+            ) as client,
+        ):
+            await dashboard.watcher.next_refresh()
+            page = (await client.get(f"/groups/{group_name}")).text
+        assert f"control node {layout.paused}/\u0661 is unreadable" in page
+    members = [r.getMessage() for r in caplog.records if r.name == "aio_cluster.member.controls"]
+    assert len([m for m in members if f"{layout.paused}/²" in m]) == 1, "named once, not per look"
+
+
+async def test_a_control_node_a_stranger_locked_fails_no_member(
+    cluster: LocalCluster,
+    producer: AIOKafkaProducer,
+    make_topic: MakeTopic,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stranger's node under the controls whose ACL lets the member read nothing: the member
+    reads on (it does not wait for good on controls it cannot read) and says why, once."""
+    topic = await make_topic(2)
+    layout = GroupLayout(group_name, topic)
+    stranger = KazooClient(hosts=cluster.zookeeper)
+    await asyncio.to_thread(stranger.start)
+    try:
+        await asyncio.to_thread(stranger.ensure_path, layout.paused.rsplit("/", 1)[0])
+        locked = [make_digest_acl("stranger", "secret", all=True)]
+        await asyncio.to_thread(stranger.create, layout.paused, b"", locked)
+    finally:
+        await asyncio.to_thread(stranger.stop)
+        stranger.close()  # its socket pair too
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.controls")
+    seen = Seen()
+    async with (
+        load(producer, topic),
+        consuming(member(cluster, group_name, topic), seen, "async for"),
+    ):
+        await wait_until(
+            lambda: seen.of(0, since=0) > 0 and seen.of(1, since=0) > 0, what="both partitions read"
+        )
+        code, out, err = await run(cluster, "describe", group_name)
+        assert code == 0, err
+        assert f"control node {layout.paused} is unreadable" in " ".join(out.split())
+    failures = [
+        r for r in caplog.records if "reading the group's controls failed" in r.getMessage()
+    ]
+    assert len(failures) == 1, "said once"
+    assert layout.paused in failures[0].getMessage()

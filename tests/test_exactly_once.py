@@ -13,8 +13,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from aio_cluster import (
     ConfigurationError,
@@ -414,3 +414,119 @@ async def test_commit_goes_through_a_transaction_and_zookeeper_follows(
         _partition, batch, _output = await within(anext(batches), 30, "a batch")
         assert batch[0].offset == 4, "the next claim starts at the committed offset"
         await again.close()
+
+
+async def test_process_transactional_raises_the_documented_error_unwrapped(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    """The handler's error with on_failure="raise" comes out as itself, not inside the
+    ExceptionGroup of the task group process_transactional() runs its commits in."""
+    source = await make_topic(1)
+    await produce(source, 3)
+
+    async def handler(record: Record, output: Output) -> None:
+        raise BodyFailed(record.offset)
+
+    async with member(cluster, group_name, source, exactly_once=True) as group:
+        with pytest.raises(BodyFailed):
+            await within(
+                group.process_transactional(handler, attempts=1, on_failure="raise"),
+                30,
+                "process_transactional()'s end",
+            )
+
+
+async def test_zookeeper_never_runs_ahead_of_kafka_past_markers_and_aborted_records(
+    cluster: LocalCluster, make_topic: MakeTopic, zk: ZooKeeper, group_name: str
+) -> None:
+    """Once the member handled the input, an aborted transaction comes (records and a marker,
+    nothing a read_committed reader sees): the member steps over it, and the offset past it is
+    committed in Kafka before ZooKeeper holds it (before, the step set ZooKeeper's pending
+    offset directly, ahead of Kafka's)."""
+    source, sink = await make_topic(1), await make_topic(1)
+    writer = AIOKafkaProducer(
+        bootstrap_servers=cluster.bootstrap, transactional_id=f"{group_name}-writer"
+    )
+    layout = GroupLayout(group_name, source)
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, record.value, key=record.key)
+
+    async def offsets() -> tuple[int | None, int | None]:
+        stored = (await stored_offsets(zk, layout, 1)).get(0)
+        return stored, (await kafka_offsets(cluster, group_name, source, 1)).get(PartitionKey(0))
+
+    await writer.start()
+    try:
+        async with writer.transaction():
+            for i in range(5):
+                await writer.send(source, str(i).encode(), key=f"k{i}".encode(), partition=0)
+        async with member(cluster, group_name, source, exactly_once=True) as group:
+            processing = asyncio.create_task(group.process_transactional(handler))
+            handled = (await ends(cluster, source, 1))[0]
+
+            async def caught_up() -> bool:
+                assert not processing.done(), processing
+                stored, _kafka = await offsets()
+                return stored is not None and stored >= handled - 1
+
+            await wait_until(caught_up, what="the input handled")
+            await writer.begin_transaction()
+            for i in range(5, 8):
+                await writer.send(source, str(i).encode(), key=f"k{i}".encode(), partition=0)
+            await writer.abort_transaction()
+            aborted = (await ends(cluster, source, 1))[0]
+
+            async def stepped() -> bool:
+                stored, _kafka = await offsets()
+                return stored is not None and stored >= aborted - 1
+
+            await wait_until(stepped, what="ZooKeeper's offset past the aborted records")
+            stored, kafka = await offsets()
+            assert kafka is not None
+            assert stored is not None
+            assert kafka >= stored, f"ZooKeeper ran ahead of Kafka: {stored} > {kafka}"
+            await group.close()
+            await within(processing, 30, "process_transactional()'s end")
+    finally:
+        await writer.stop()
+
+
+async def test_zookeeper_follows_kafka_after_an_out_of_range_restart(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    make_topic: MakeTopic,
+    produce: Produce,
+    zk: ZooKeeper,
+    group_name: str,
+) -> None:
+    """The group committed offset 10 and closed; then the records up to the end are deleted
+    (retention): the next member's position is out of range and it restarts at the earliest
+    offset, 20. That offset is committed in Kafka before ZooKeeper holds it (before, it was
+    stored in ZooKeeper at once, and Kafka stayed at 10 while nothing more came)."""
+    source, sink = await make_topic(1), await make_topic(1)
+    await produce(source, 10)
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, record.value, key=record.key)
+
+    layout = GroupLayout(group_name, source)
+
+    async def run_until(offset: int) -> None:
+        async with member(cluster, group_name, source, exactly_once=True) as group:
+            processing = asyncio.create_task(group.process_transactional(handler))
+
+            async def stored() -> bool:
+                assert not processing.done(), processing
+                return (await stored_offsets(zk, layout, 1)).get(0) == offset
+
+            await wait_until(stored, what=f"ZooKeeper's offset at {offset}")
+            kafka = await kafka_offsets(cluster, group_name, source, 1)
+            assert kafka[PartitionKey(0)] == offset, "ZooKeeper ran ahead of Kafka"
+            await group.close()
+            await within(processing, 30, "process_transactional()'s end")
+
+    await run_until(10)
+    await produce(source, 10, start=10)
+    await admin.delete_records({TopicPartition(source, 0): RecordsToDelete(20)})
+    await run_until(20)

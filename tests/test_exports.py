@@ -95,7 +95,12 @@ LAYERS: dict[str, set[str]] = {
         *("control", "dashboard"),
     },
     "errors": set(),
+    "concurrency": set(),
 }
+# The one way to wait and cancel (concurrency.py, which imports nothing of the package): every
+# part runs its concurrent calls through it.
+for _allowed in LAYERS.values():
+    _allowed.add("concurrency")
 # Inside member/: three machines, each a subpackage, and the modules above them that join them
 # (member.py, controls.py, ...: "member" here); the group protocol and the processing engine
 # stand side by side on the delivery, and neither imports the other.

@@ -72,6 +72,11 @@ SIMULATED: dict[Seam, Callable[[pytest.MonkeyPatch], None]] = {
 }
 
 
+FETCHER_USES = [seam for seam in Seam if seam is not Seam.PRODUCER_STOP]
+"""The uses a consuming member meets (the producers' one, met only by a stop cut short:
+tests/test_exactly_once_producers.py)."""
+
+
 @pytest.fixture(autouse=True)
 def warned_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no use warned about in this process."""
@@ -111,6 +116,7 @@ async def test_every_use_fits_the_installed_aiokafka(
         ("_check_backoff", object()),
         ("_check_task", object()),
         ("_check_client", object()),
+        ("_check_producer", object()),
     ],
 )
 def test_a_check_refuses_an_object_without_its_names(check: str, owner: object) -> None:
@@ -132,7 +138,7 @@ def test_a_metadata_version_the_reader_does_not_know_does_not_fit(
 
 @pytest.mark.seams
 @pytest.mark.asyncio
-@pytest.mark.parametrize("seam", list(Seam), ids=lambda seam: seam.name.lower())
+@pytest.mark.parametrize("seam", FETCHER_USES, ids=lambda seam: seam.name.lower())
 async def test_a_use_that_does_not_fit_is_warned_once_and_the_member_consumes(
     seam: Seam,
     cluster: LocalCluster,

@@ -51,6 +51,7 @@ def test_lag_is_log_end_minus_committed_or_minus_earliest_where_nothing_is_commi
         "paused",
         "stopped",
         "skip",
+        "stuck",
         "unreadable",
     ]
 

@@ -189,6 +189,10 @@ async def test_grants_name_an_operation_and_a_resource(sasl_cluster: LocalCluste
         await sasl_cluster.grant("reader", "Read")
     with pytest.raises(ConfigurationError, match="Reed"):
         await sasl_cluster.grant("reader", "Reed", topic="t")
+    with pytest.raises(ConfigurationError, match=r"a cluster has no ACL operations \['Read'\]"):
+        await sasl_cluster.grant("reader", "Read", "Describe", cluster=True)
+    with pytest.raises(ConfigurationError, match="a group has no ACL operations"):
+        await sasl_cluster.grant("reader", "Read", "Write", topic="t", group="g")
     with pytest.raises(ConfigurationError, match="password"):
         await sasl_cluster.add_user("reader", "has,comma")
 

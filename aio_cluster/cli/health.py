@@ -15,6 +15,9 @@ moved between the first and the last sample of the window. The rules, tried in t
               names the member, the broker and the error
     stopped   ``on_failure="stop"`` stopped it on a record (in the last       error
               sample): the finding names the record and its error
+    stuck     a handler or batch body of it has run past its member's       error
+              ``stuck_after`` (in the last sample): the finding names the
+              member, for how long, and the record
     paused    an operator's pause (``aio-cluster pause``) holds in the last   warning
               sample: the finding names who paused it and when
     stalled   the committed offset never moved, the lag above the threshold  error
@@ -39,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..assign.marks import Mark
-from ..control.model import Pause, Stopped, format_at
+from ..control.model import Pause, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -54,6 +57,8 @@ __all__ = [
     "pause_text",
     "stopped_json",
     "stopped_text",
+    "stuck_json",
+    "stuck_text",
     "unreadable_json",
     "unreadable_text",
     "verdict",
@@ -75,6 +80,7 @@ class Status(enum.Enum):
     UNOWNED = "unowned"
     UNREADABLE = "unreadable"
     STOPPED = "stopped"
+    STUCK = "stuck"
     PAUSED = "paused"
     STALLED = "stalled"
     LAGGING = "lagging"
@@ -91,6 +97,9 @@ class Sample:
         lag: the log end minus the committed offset (or minus the earliest retained one).
         paused: the operator's pause of the partition, None when it flows.
         stopped: the record ``on_failure="stop"`` stopped the partition on, None when none.
+        stuck: the handler or batch body of the partition that has run past its member's
+            ``stuck_after``, None when none.
+        stuck_for: how long that one had run when the sample was taken (seconds).
         unreadable: the owner's mark, where it names this partition (its owner cannot read
             it); None otherwise.
     """
@@ -100,6 +109,8 @@ class Sample:
     lag: int
     paused: Pause | None = None
     stopped: Stopped | None = None
+    stuck: Stuck | None = None
+    stuck_for: float = 0.0
     unreadable: Mark | None = None
 
 
@@ -144,6 +155,9 @@ class PartitionHealth:
             "lag": self.last.lag,
             "paused": None if self.last.paused is None else pause_json(self.last.paused),
             "stopped": None if self.last.stopped is None else stopped_json(self.last.stopped),
+            "stuck": None
+            if self.last.stuck is None
+            else stuck_json(self.last.stuck, self.last.stuck_for),
             "unreadable": None
             if self.last.unreadable is None
             else unreadable_json(self.last.owner, self.last.unreadable, self.topic, self.partition),
@@ -151,7 +165,8 @@ class PartitionHealth:
 
     def detail(self) -> str:
         """What the status holds beyond its name, for people: the record a stopped partition
-        is stopped on, who paused a paused one; "" for the other statuses."""
+        is stopped on, who paused a paused one, which member a stuck one is stuck in and for
+        how long; "" for the other statuses."""
         if self.status is Status.STOPPED and self.last.stopped is not None:
             return stopped_text(self.last.stopped)
         if self.status is Status.PAUSED and self.last.paused is not None:
@@ -160,6 +175,8 @@ class PartitionHealth:
             return unreadable_text(
                 self.last.owner, self.last.unreadable, self.topic, self.partition
             )
+        if self.status is Status.STUCK and self.last.stuck is not None:
+            return stuck_text(self.last.stuck, self.last.stuck_for)
         return ""
 
 
@@ -210,6 +227,24 @@ def stopped_text(stopped: Stopped) -> str:
     return f"stopped on offset {stopped.offset} ({stopped.error})"
 
 
+def stuck_json(stuck: Stuck, seconds: float) -> dict[str, object]:
+    """A stuck mark in the command's JSON: the member, what runs, its record, since when and for
+    how long (seconds, when the look was taken)."""
+    return {
+        "member": stuck.member,
+        "kind": stuck.kind,
+        "offset": stuck.offset,
+        "since": format_at(stuck.since),
+        "seconds": round(seconds, 1),
+    }
+
+
+def stuck_text(stuck: Stuck, seconds: float) -> str:
+    """``stuck for 95s in member m-1 (the handler of offset 42)``."""
+    what = "handler of offset" if stuck.kind == "handler" else "loop body of the batch at offset"
+    return f"stuck for {seconds:.0f}s in member {stuck.member} (the {what} {stuck.offset})"
+
+
 def judge(
     topic: str, partition: int, samples: Sequence[Sample], thresholds: Thresholds
 ) -> PartitionHealth:
@@ -236,6 +271,8 @@ def judge(
         found.append((Status.UNREADABLE, Severity.ERROR))
     if last.stopped is not None:
         found.append((Status.STOPPED, Severity.ERROR))
+    if last.stuck is not None:
+        found.append((Status.STUCK, Severity.ERROR))
     if last.paused is not None:
         found.append((Status.PAUSED, Severity.WARNING))
     if not any(s.paused is not None or s.stopped is not None for s in samples):

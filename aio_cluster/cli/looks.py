@@ -8,7 +8,9 @@ them is computed in `aio_cluster.cli.plans`.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from ..control.store import ControlStore
@@ -99,7 +101,8 @@ async def look(
     keeps one across looks (the dashboard), so that such a node is warned of once, not at every
     look."""
     members = await survey.read_members(zk, group)
-    controls = await (store or ControlStore(zk, group)).read()
+    store = store or ControlStore(zk, group)
+    controls = await store.read()
     shown = (
         list(dict.fromkeys(topics))
         if topics
@@ -130,7 +133,25 @@ async def look(
             for p, value in sorted(stored.items())
             if isinstance(value, Unreadable)
         ]
+    rows, unreadable = await _with_stuck(store, rows)
+    notes += [unreadable_note(path, why) for path, why in sorted(unreadable.items())]
     return members, rows, notes
+
+
+async def _with_stuck(
+    store: ControlStore, rows: list[LagRow]
+) -> tuple[list[LagRow], dict[str, str]]:
+    """``rows`` with the stuck marks of their partitions (how long each has run counted by this
+    machine's clock against the member's), and the stuck nodes that could not be read."""
+    stuck, unreadable = await store.read_stuck()
+    now = time.time()
+    marked = []
+    for row in rows:
+        mark = stuck.get((row.topic, row.partition))
+        marked.append(
+            row if mark is None else replace(row, stuck=mark, stuck_for=max(now - mark.since, 0))
+        )
+    return marked, unreadable
 
 
 def by_partition(found: Mapping[TopicPartition, T]) -> dict[int, T]:

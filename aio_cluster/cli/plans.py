@@ -10,16 +10,18 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..assign.marks import Mark
-from ..control.model import Controls, Pause, Skip, Stopped, format_at
+from ..control.model import Controls, Pause, Skip, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
-from ..zookeeper.layout import Registration, check_name
+from ..zookeeper.layout import Registration, partition_named
 from .health import (
     Sample,
     pause_json,
     pause_text,
     stopped_json,
     stopped_text,
+    stuck_json,
+    stuck_text,
     unreadable_json,
     unreadable_text,
 )
@@ -47,7 +49,6 @@ __all__ = [
     "skip_json",
     "skip_text",
     "subscription_text",
-    "topic_name",
     "unreadable_note",
 ]
 
@@ -76,6 +77,9 @@ class LagRow:
     (`aio_cluster.control`): its pause, the record ``on_failure="stop"`` stopped it on, a skip
     its owner has not applied yet; None where there is none. ``unreadable`` is the owner's mark
     where it names the partition (the owner cannot read it: see docs/operating.md).
+    its owner has not applied yet; None where there is none. ``stuck`` is a handler or batch
+    body of the partition that has run past its member's ``stuck_after`` (its mark in
+    ZooKeeper), and ``stuck_for`` how long it had run at the look.
     """
 
     topic: str
@@ -87,6 +91,8 @@ class LagRow:
     paused: Pause | None = None
     stopped: Stopped | None = None
     skip: Skip | None = None
+    stuck: Stuck | None = None
+    stuck_for: float = 0.0
     unreadable: Mark | None = None
 
     def as_json(self) -> dict[str, object]:
@@ -101,6 +107,7 @@ class LagRow:
             "paused": None if self.paused is None else pause_json(self.paused),
             "stopped": None if self.stopped is None else stopped_json(self.stopped),
             "skip": None if self.skip is None else skip_json(self.skip),
+            "stuck": None if self.stuck is None else stuck_json(self.stuck, self.stuck_for),
             "unreadable": None
             if self.unreadable is None
             else unreadable_json(self.owner, self.unreadable, self.topic, self.partition),
@@ -109,7 +116,14 @@ class LagRow:
     def sample(self) -> Sample:
         """The row as one sample of ``check``'s window."""
         return Sample(
-            self.owner, self.committed, self.lag, self.paused, self.stopped, self.unreadable
+            self.owner,
+            self.committed,
+            self.lag,
+            self.paused,
+            self.stopped,
+            self.stuck,
+            self.stuck_for,
+            self.unreadable,
         )
 
     def control_text(self) -> str:
@@ -124,6 +138,8 @@ class LagRow:
             shown.append(skip_text(self.skip))
         if self.unreadable is not None:
             shown.append(unreadable_text(self.owner, self.unreadable, self.topic, self.partition))
+        if self.stuck is not None:
+            shown.append(stuck_text(self.stuck, self.stuck_for))
         return "; ".join(shown)
 
 
@@ -173,7 +189,7 @@ def lag_rows(
                 held.paused.get(key),
                 held.stopped.get(key),
                 held.skips.get(key),
-                mark,
+                unreadable=mark,
             )
         )
     return rows
@@ -187,22 +203,19 @@ _UNREADABLE_MEANS = {
 """What an unreadable control node does, by the kind of node (its parent's parent)."""
 
 
+_STRAY_MEANS = "no partition is named so: members ignore it; delete the node"
+"""What a control node named as no topic or partition is (`partition_named`) does."""
+
+
 def unreadable_note(path: str, why: str) -> str:
     """The note ``describe``, ``check`` and the dashboard show for a control node that cannot be
     read (``why``: what was wrong): the node is named, and what it still does."""
-    kind = path.split("/")[-3] if path.count("/") >= 3 else ""
-    means = _UNREADABLE_MEANS.get(kind)
+    parts = path.split("/")
+    if partition_named(parts[-1]) is None:
+        means: str | None = _STRAY_MEANS
+    else:
+        means = _UNREADABLE_MEANS.get(parts[-3] if len(parts) > 3 else "")
     return f"control node {path} is unreadable, left out: {why}" + (f" ({means})" if means else "")
-
-
-def topic_name(name: str) -> bool:
-    """Whether ``name`` can be a topic (Kafka's rule): a subscription's or a ZooKeeper node's
-    name that cannot is no topic to look up."""
-    try:
-        check_name("topic", name)
-    except ConfigurationError:
-        return False
-    return True
 
 
 def may_read(info: Registration | None, topic: str) -> bool:

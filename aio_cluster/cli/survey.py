@@ -37,8 +37,10 @@ from ..zookeeper.layout import (
     member_path,
     offsets_path,
     owners_path,
+    partition_named,
+    topic_name,
 )
-from .plans import Stored, Unreadable, topic_name
+from .plans import Stored, Unreadable
 
 __all__ = [
     "RESET_FENCE_DATA",
@@ -121,7 +123,7 @@ without waiting for each answer."""
 async def _read_nodes(zk: ZooKeeper, parent: str) -> dict[int, tuple[bytes, Stat]]:
     """partition -> the data and stat of each numbered child of ``parent`` (those gone meanwhile
     left out), read `_IN_FLIGHT` at a time."""
-    names = [name for name in await _children(zk, parent) if name.isdigit()]
+    names = [name for name in await _children(zk, parent) if partition_named(name) is not None]
     found: dict[int, tuple[bytes, Stat]] = {}
 
     failed: list[Exception] = []

@@ -22,19 +22,27 @@ __all__ = [
     "Pause",
     "Skip",
     "Stopped",
+    "Stuck",
     "decode_event",
     "decode_pause",
     "decode_skip",
     "decode_stopped",
+    "decode_stuck",
     "encode_event",
     "encode_pause",
     "encode_skip",
     "encode_stopped",
+    "encode_stuck",
     "format_at",
 ]
 
 Key = tuple[str, int]
 """A partition: its topic and number."""
+
+StuckKind = Literal["handler", "body"]
+"""What runs past ``stuck_after``: a handler of ``process()``, or a batch body of ``async for``."""
+
+_STUCK_KINDS: dict[str, StuckKind] = {kind: kind for kind in get_args(StuckKind)}
 
 Action = Literal["pause", "resume", "skip-requested", "skipped"]
 """What a history entry records."""
@@ -84,6 +92,29 @@ class Stopped:
     offset: int
     error: str
     at: float
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A partition whose oldest handler (``kind="handler"``, of ``process()`` or
+    ``process_bulk()``) or batch body (``kind="body"``, of ``async for``) has run past the
+    member's ``stuck_after``: published by that member while it runs, on its session.
+
+    Attributes:
+        topic: the partition's topic.
+        partition: the partition.
+        member: the member it runs in.
+        kind: ``"handler"`` or ``"body"``.
+        offset: the record the handler runs for; the first record of the body's batch.
+        since: when it started (Unix seconds, the member's clock).
+    """
+
+    topic: str
+    partition: int
+    member: str
+    kind: StuckKind
+    offset: int
+    since: float
 
 
 @dataclass(frozen=True)
@@ -138,16 +169,28 @@ def _text(kind: str, where: str, doc: Mapping[str, object], name: str) -> str:
     return value
 
 
-def _number(kind: str, where: str, doc: Mapping[str, object], name: str) -> float:
+_LAST_TIME = 253402300799.0
+"""The last second `format_at` can write (the end of year 9999)."""
+
+_LAST_OFFSET = 2**63 - 1
+"""The largest offset Kafka has (an int64): a skip to one past it could not be fetched."""
+
+
+def _time(kind: str, where: str, doc: Mapping[str, object], name: str) -> float:
+    """A time `format_at` can write: JSON's ``NaN``, ``Infinity`` or ``1e300`` is none."""
     value = doc.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not a number")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= _LAST_TIME
+    ):
+        raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not a time")
     return float(value)
 
 
 def _offset(kind: str, where: str, doc: Mapping[str, object], name: str) -> int:
     value = doc.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _LAST_OFFSET:
         raise CoordinationError(f"{kind} {where}: {name!r} is {value!r}, not an offset")
     return value
 
@@ -173,7 +216,7 @@ def decode_pause(topic: str, partition: int, data: bytes) -> Pause:
         topic,
         partition,
         by=_text("pause", where, doc, "by"),
-        at=_number("pause", where, doc, "at"),
+        at=_time("pause", where, doc, "at"),
     )
 
 
@@ -198,7 +241,7 @@ def decode_skip(topic: str, partition: int, data: bytes) -> Skip:
         to_offset=_optional_offset("skip", where, doc, "to"),
         stopped_on=_optional_offset("skip", where, doc, "stopped_on"),
         by=_text("skip", where, doc, "by"),
-        at=_number("skip", where, doc, "at"),
+        at=_time("skip", where, doc, "at"),
     )
     if skip.target is None:
         raise CoordinationError(f"skip {where} names neither 'to' nor 'stopped_on'")
@@ -231,7 +274,41 @@ def decode_stopped(topic: str, partition: int, data: bytes) -> Stopped:
         member=_text("stop", where, doc, "member"),
         offset=_offset("stop", where, doc, "offset"),
         error=_text("stop", where, doc, "error"),
-        at=_number("stop", where, doc, "at"),
+        at=_time("stop", where, doc, "at"),
+    )
+
+
+def encode_stuck(stuck: Stuck) -> bytes:
+    """A stuck node's data."""
+    return _dump(
+        {
+            "member": stuck.member,
+            "kind": stuck.kind,
+            "offset": stuck.offset,
+            "since": stuck.since,
+        }
+    )
+
+
+def decode_stuck(topic: str, partition: int, data: bytes) -> Stuck:
+    """Read a stuck node of ``topic``/``partition``.
+
+    Raises:
+        CoordinationError: the data is not a stuck mark.
+    """
+    where = f"{topic}/{partition}"
+    doc = _load("stuck mark", where, data)
+    text = _text("stuck mark", where, doc, "kind")
+    kind = _STUCK_KINDS.get(text)
+    if kind is None:
+        raise CoordinationError(f"stuck mark {where}: unknown kind {text!r}")
+    return Stuck(
+        topic,
+        partition,
+        member=_text("stuck mark", where, doc, "member"),
+        kind=kind,
+        offset=_offset("stuck mark", where, doc, "offset"),
+        since=_time("stuck mark", where, doc, "since"),
     )
 
 
@@ -261,7 +338,7 @@ def decode_event(where: str, data: bytes) -> ControlEvent:
     if action is None:
         raise CoordinationError(f"history entry {where}: unknown action {text!r}")
     return ControlEvent(
-        at=_number("history entry", where, doc, "at"),
+        at=_time("history entry", where, doc, "at"),
         by=_text("history entry", where, doc, "by"),
         action=action,
         topic=_text("history entry", where, doc, "topic"),

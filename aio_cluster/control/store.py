@@ -10,14 +10,18 @@ owner (and the stop) it read. So of two operators racing, the loser changes noth
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+import anyio
+from anyio.abc import TaskGroup
+
 from ..errors import (
+    AccessDeniedError,
     BadVersionError,
     ConfigurationError,
     ControlConflictError,
@@ -32,9 +36,12 @@ from ..zookeeper.layout import (
     check_name,
     decode_offset,
     history_path,
+    partition_named,
     paused_path,
     skips_path,
     stopped_path,
+    stuck_path,
+    topic_name,
 )
 from .model import (
     Action,
@@ -44,14 +51,17 @@ from .model import (
     Pause,
     Skip,
     Stopped,
+    Stuck,
     decode_event,
     decode_pause,
     decode_skip,
     decode_stopped,
+    decode_stuck,
     encode_event,
     encode_pause,
     encode_skip,
     encode_stopped,
+    encode_stuck,
     format_at,
 )
 
@@ -63,6 +73,28 @@ HISTORY_KEPT = 100
 """How many history entries a group keeps: the newest."""
 
 T = TypeVar("T")
+
+
+async def _together(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """The results of ``calls``, run at once (kazoo sends them on its one connection without
+    waiting for each answer), in their order. The first failure cancels the others and is
+    raised as itself, not in an exception group."""
+    results: dict[int, T] = {}
+    failed: list[Exception] = []
+
+    async def run(index: int, call: Callable[[], Awaitable[T]], group: TaskGroup) -> None:
+        try:
+            results[index] = await call()
+        except Exception as exc:
+            failed.append(exc)
+            group.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        for index, call in enumerate(calls):
+            group.start_soon(run, index, call, group)
+    if failed:
+        raise failed[0]
+    return [results[index] for index in range(len(calls))]
 
 
 def _checked(partitions: Sequence[tuple[str, int]]) -> list[Key]:
@@ -116,11 +148,9 @@ class ControlStore:
             CoordinationError: ZooKeeper could not be read.
         """
         unreadable: dict[str, str] = {}
-        paused, skips, stopped = await asyncio.gather(
-            self._read_all(paused_path(self.group), decode_pause, unreadable),
-            self._read_all(skips_path(self.group), decode_skip, unreadable),
-            self._read_all(stopped_path(self.group), decode_stopped, unreadable),
-        )
+        paused = await self._read_all(paused_path(self.group), decode_pause, unreadable)
+        skips = await self._read_all(skips_path(self.group), decode_skip, unreadable)
+        stopped = await self._read_all(stopped_path(self.group), decode_stopped, unreadable)
         for path, why in unreadable.items():
             if self._warned.get(path) != why:
                 log.warning("control node %s left out: %s", path, why)
@@ -133,22 +163,51 @@ class ControlStore:
         decode: Callable[[str, int, bytes], T],
         unreadable: dict[str, str],
     ) -> dict[Key, T]:
-        """The decoded nodes under ``parent`` by partition; the undecodable ones go to
-        ``unreadable``."""
+        """The decoded nodes under ``parent`` by partition; the undecodable ones, and those
+        whose ACL lets this session read nothing, go to ``unreadable``."""
         found: dict[Key, T] = {}
-        for topic in sorted(await self._children(parent)):
-            names = await self._children(f"{parent}/{topic}")
-            partitions = sorted(int(name) for name in names if name.isdigit())
+        for topic in sorted(await self._listed(parent, unreadable)):
+            if not topic_name(topic):
+                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
+                continue
+            partitions: list[int] = []
+            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
+                partition = partition_named(name)
+                if partition is None:
+                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
+                else:
+                    partitions.append(partition)
+            partitions.sort()
             paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
-            datas = await asyncio.gather(*(self._get(path) for path in paths))
+            datas = await _together(
+                [functools.partial(self._readable, path, unreadable) for path in paths]
+            )
             for partition, path, got in zip(partitions, paths, datas, strict=True):
                 if got is None:
-                    continue  # deleted meanwhile
+                    continue  # deleted meanwhile, or not readable
                 try:
                     found[(topic, partition)] = decode(topic, partition, got[0])
                 except CoordinationError as exc:
                     unreadable[path] = str(exc)
         return found
+
+    async def _listed(self, path: str, unreadable: dict[str, str]) -> list[str]:
+        """The children of ``path``; none where it is missing or its ACL refuses the list
+        (then named in ``unreadable``)."""
+        try:
+            return await self._children(path)
+        except AccessDeniedError as exc:
+            unreadable[path] = str(exc)
+            return []
+
+    async def _readable(self, path: str, unreadable: dict[str, str]) -> tuple[bytes, Stat] | None:
+        """The node at ``path``; None where it is gone or its ACL refuses the read (then named
+        in ``unreadable``)."""
+        try:
+            return await self._get(path)
+        except AccessDeniedError as exc:
+            unreadable[path] = str(exc)
+            return None
 
     async def _children(self, path: str) -> list[str]:
         try:
@@ -175,8 +234,8 @@ class ControlStore:
         """
         keys = _checked(partitions)
         now = time.time()
-        stats = await asyncio.gather(
-            *(self._zk.exists(self._layout(topic).paused_node(p)) for topic, p in keys)
+        stats = await _together(
+            [functools.partial(self._zk.exists, self._layout(t).paused_node(p)) for t, p in keys]
         )
         pauses = [
             Pause(topic, p, by, now)
@@ -208,8 +267,8 @@ class ControlStore:
         """
         keys = _checked(partitions)
         now = time.time()
-        nodes = await asyncio.gather(
-            *(self._get(self._layout(topic).paused_node(p)) for topic, p in keys)
+        nodes = await _together(
+            [functools.partial(self._get, self._layout(t).paused_node(p)) for t, p in keys]
         )
         lifted: list[tuple[Pause, str, int]] = [
             (*_lifted(topic, p, got[0], now), got[1].version)
@@ -250,11 +309,16 @@ class ControlStore:
             raise ConfigurationError(f"offset {to_offset!r} to skip to is not an offset")
         layout = self._layout(topic)
         where = f"{topic}/{partition}"
-        owner, pending, stop, stored = await asyncio.gather(
-            self._get(layout.owner(partition)),
-            self._get(layout.skip_node(partition)),
-            self._get(layout.stopped_node(partition)),
-            self._get(layout.offset(partition)),
+        owner, pending, stop, stored = await _together(
+            [
+                functools.partial(self._get, path)
+                for path in (
+                    layout.owner(partition),
+                    layout.skip_node(partition),
+                    layout.stopped_node(partition),
+                    layout.offset(partition),
+                )
+            ]
         )
         if pending is not None:
             old = decode_skip(topic, partition, pending[0])
@@ -305,7 +369,7 @@ class ControlStore:
         is logged and left out)."""
         names = sorted(await self._children(history_path(self.group)))[-limit:] if limit > 0 else []
         paths = [f"{history_path(self.group)}/{name}" for name in reversed(names)]
-        datas = await asyncio.gather(*(self._get(path) for path in paths))
+        datas = await _together([functools.partial(self._get, path) for path in paths])
         events: list[ControlEvent] = []
         for path, got in zip(paths, datas, strict=True):
             if got is None:
@@ -349,6 +413,32 @@ class ControlStore:
         """Remove a partition's stop, if it was published."""
         with contextlib.suppress(NoNodeError):
             await self._zk.delete(self._layout(topic).stopped_node(partition))
+
+    async def publish_stuck(self, stuck: Stuck) -> None:
+        """Publish that a partition's handler or batch body runs past ``stuck_after``: an
+        ephemeral node of this session, replaced if the partition was published stuck before."""
+        layout = self._layout(stuck.topic)
+        path = layout.stuck_node(stuck.partition)
+        await self._zk.ensure_path(layout.stuck)
+        with contextlib.suppress(NoNodeError):
+            await self._zk.delete(path)
+        await self._zk.create(path, encode_stuck(stuck), ephemeral=True)
+
+    async def clear_stuck(self, topic: str, partition: int) -> None:
+        """Remove a partition's stuck mark, if it was published."""
+        with contextlib.suppress(NoNodeError):
+            await self._zk.delete(self._layout(topic).stuck_node(partition))
+
+    async def read_stuck(self) -> tuple[dict[Key, Stuck], dict[str, str]]:
+        """The group's stuck partitions, as they are now, and the stuck nodes that could not be
+        read (their path -> what was wrong).
+
+        Raises:
+            CoordinationError: ZooKeeper could not be read.
+        """
+        unreadable: dict[str, str] = {}
+        found = await self._read_all(stuck_path(self.group), decode_stuck, unreadable)
+        return found, unreadable
 
     async def _parents(self, paths: Sequence[str]) -> None:
         for path in {history_path(self.group), *paths}:

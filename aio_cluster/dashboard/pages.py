@@ -11,9 +11,9 @@ import html
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlencode
 
-from ..cli.health import Severity, Status, unreadable_text
+from ..cli.health import Severity, Status, stuck_text, unreadable_text
 from ..cli.plans import LagRow, PlanRow, Unreadable
-from ..control.model import format_at
+from ..control.model import Stuck, format_at
 from . import charts
 from .controls import ControlPlan
 from .history import UNOWNED, GroupHistory, LagPoint, Reachability
@@ -181,7 +181,8 @@ def _members_html(history: GroupHistory) -> str:
         member = str(m["member"])
         link = f"?{urlencode({'owner': member})}"
         rows.append(
-            f'<tr data-member="{_e(member)}"><td><a href="{_e(link)}">{_e(member)}</a></td>'
+            f'<tr data-member="{_e(member)}"><td><a href="{_e(link)}">{_e(member)}</a>'
+            f"{_member_stuck(history, member)}</td>"
             f"<td>{_e(m['name'] or '-')}</td><td>{_e(m['host'] or '-')}</td>"
             f"<td>{_e(m['strategy'] or '-')}</td>"
             f'<td class="n claimed">{_e(m["partitions"])}</td>'
@@ -266,6 +267,29 @@ def _when(by: str, at: float) -> str:
     return f'by {_e(by)} at <time title="{format_at(at)}">{_clock(at)}</time>'
 
 
+def _stuck_badge(stuck: Stuck, seconds: float) -> str:
+    """A partition whose handler or batch body has run past its member's ``stuck_after``: how
+    long, in which member, on which record."""
+    return (
+        f'<span class="badge stuck" title="{_e(stuck_text(stuck, seconds))}">stuck '
+        f'{seconds:.0f}s</span> <span class="record">{_e(stuck.kind)} of offset '
+        f"{stuck.offset:,} ({_e(stuck.member)})</span>"
+    )
+
+
+def _member_stuck(history: GroupHistory, member: str) -> str:
+    """A badge beside a member one of whose handlers or batch bodies has run past its
+    ``stuck_after``: the longest, and how many partitions ("" when none)."""
+    mine = [row for row in history.rows if row.stuck is not None and row.stuck.member == member]
+    if not mine:
+        return ""
+    longest = max(row.stuck_for for row in mine)
+    return (
+        f' <span class="badge stuck" title="{len(mine)} partition(s) stuck">stuck '
+        f"{longest:.0f}s</span>"
+    )
+
+
 def _controls_html(row: LagRow, writes: bool) -> str:
     """A partition's operator controls: its paused badge (who, when), the record it is stopped
     on, a skip pending; and, where writes are allowed, the buttons that plan a change."""
@@ -283,6 +307,8 @@ def _controls_html(row: LagRow, writes: bool) -> str:
             f'title="{_e(stopped.error)}">on offset {stopped.offset:,}: {_e(error)} '
             f"({_e(stopped.member)}, at {_clock(stopped.at)})</span>"
         )
+    if row.stuck is not None:
+        shown.append(_stuck_badge(row.stuck, row.stuck_for))
     if skip is not None:
         shown.append(
             f'<span class="badge skip">skip to {skip.target} pending</span> '

@@ -45,6 +45,7 @@ from typing import Any
 import anyio
 from aiokafka.protocol.fetch import FetchRequest
 
+from ..concurrency import background, detached, gather, settled
 from .seams import Actions, actions_hook, fetch_fields
 
 __all__ = ["FetchSession", "FetchSessions", "Partitions", "Stage", "Wire"]
@@ -312,10 +313,14 @@ class FetchSessions:
                 # Once closed, nothing is learned from an answer: a send cancelled with its
                 # fetch ends with it, and none outlives the client's closing.
                 return await send(node_id, request, **options)
-            sending = asyncio.ensure_future(send(node_id, request, **options))
+
+            async def send_it() -> Any:
+                return await send(node_id, request, **options)
+
+            sending = background(send_it(), name="fetch session send")
             self._sends[sending] = request
             sending.add_done_callback(functools.partial(self._settled, request))
-            return await asyncio.shield(sending)
+            return await detached(sending)
 
         return sent
 
@@ -346,20 +351,19 @@ class FetchSessions:
         self._closed = True
         for session in self._sessions.values():
             session.close()
+        # In a task group (see aio_cluster.concurrency): cut short by the bound, asyncio's
+        # gather, when a closing request finished anyway, raised a CancelledError that the
+        # bound let through, and the consumer's stop after it never ran.
         with anyio.move_on_after(timeout) as scope:
-            openings = [
+            await settled(
                 sending
                 for sending, request in self._sends.items()
                 if request.wire is not None and request.wire is request.session.opening
-            ]
-            if openings:
-                await asyncio.wait(openings)
-            await asyncio.gather(
-                *(
-                    self._close_one(node, wire)
-                    for node, session in self._sessions.items()
-                    if (wire := session.closing()) is not None
-                )
+            )
+            await gather(
+                functools.partial(self._close_one, node, wire)
+                for node, session in self._sessions.items()
+                if (wire := session.closing()) is not None
             )
         if scope.cancelled_caught:
             log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
@@ -369,12 +373,13 @@ class FetchSessions:
         for the session requests sent before `close()` to end, then cancel those still out,
         before the client closes: a shielded send that outlived the client could open a
         connection nobody closes (aiokafka's connecting is safe to cancel)."""
-        if not self._sends:
-            return
-        _done, pending = await asyncio.wait(list(self._sends), timeout=timeout)
+        sends = list(self._sends)
+        with anyio.move_on_after(timeout):
+            await settled(sends)
+        pending = [sending for sending in sends if not sending.done()]
         for sending in pending:
             sending.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await settled(pending)
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:

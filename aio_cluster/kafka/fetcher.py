@@ -816,29 +816,24 @@ class Fetcher:
         """
         for tp in tps:
             self._consumer.seek(tp, before[self._key(tp)])
-        probes = {
-            tp: asyncio.ensure_future(self._consumer.getmany(tp, timeout_ms=_PROBE_MS))
-            for tp in tps
-        }
-        try:
-            await asyncio.wait(probes.values(), return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            for probe in probes.values():
-                # One still waiting for the broker has taken no record yet: safe to cancel.
-                probe.cancel()
-            await asyncio.gather(*probes.values(), return_exceptions=True)
         fetched: dict[Any, list[Any]] = {}
         failed: list[tuple[Any, KafkaError]] = []
-        for tp, probe in probes.items():
-            if probe.cancelled():
-                continue
-            error = probe.exception()
-            if isinstance(error, _UNREADABLE):
-                failed.append((tp, error))
-            elif error is None:
-                fetched.update(probe.result())
-            else:
-                self._consumer.seek(tp, before[self._key(tp)])  # a passing error: read it again
+        async with anyio.create_task_group() as probing:
+
+            async def probe(tp: Any) -> None:
+                try:
+                    fetched.update(await self._consumer.getmany(tp, timeout_ms=_PROBE_MS))
+                    return
+                except _UNREADABLE as unreadable:
+                    failed.append((tp, unreadable))
+                except Exception:
+                    self._consumer.seek(tp, before[self._key(tp)])  # a passing error: again
+                # The first failure ends the probes: one still waiting for the broker has taken
+                # no record yet, safe to cancel.
+                probing.cancel_scope.cancel()
+
+            for tp in tps:
+                probing.start_soon(probe, tp)
         if not failed:
             return fetched
         failed.sort(key=lambda item: self._key(item[0]))

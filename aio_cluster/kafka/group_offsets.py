@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +10,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ..concurrency import gather
 from ..errors import BrokerError
 from .diagnosis import connect_failure, named
 from .options import KafkaOptions, parse_bootstrap
@@ -122,8 +123,10 @@ class KafkaGroupOffsets:
         asked = sorted(partitions)
         tps = [self._tp(key) for key in asked]
         try:
+            # In a task group (see aio_cluster.concurrency): cut short by the bound, asyncio's
+            # gather raised a CancelledError that the bound let through.
             with anyio.fail_after(timeout):
-                found = await asyncio.gather(*(self._consumer.committed(tp) for tp in tps))
+                found = await gather(functools.partial(self._consumer.committed, tp) for tp in tps)
         except TimeoutError:
             raise BrokerError(
                 f"Kafka did not tell the offsets of group {self.group!r} within {timeout:g} s"

@@ -10,8 +10,8 @@ connection, so the [OffsetReader][aio_cluster.kafka.offset_reader.OffsetReader] 
 
 from __future__ import annotations
 
-import asyncio
 import collections
+import functools
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -27,6 +27,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.offset import OffsetRequest
 
+from ..concurrency import settle
 from ..errors import BrokerError
 
 __all__ = ["EARLIEST", "LATEST", "Found", "ListOffsets", "known"]
@@ -98,7 +99,7 @@ class ListOffsets:
                                 await self._refresh({tp.topic for tp in timestamps})
                             except BrokerError as failed:
                                 last = KafkaError(str(failed))
-                    await asyncio.sleep(backoff)
+                    await anyio.sleep(backoff)
         except TimeoutError:
             raise BrokerError(
                 f"offset request failed: no answer within {self._timeout:g} s"
@@ -122,17 +123,18 @@ class ListOffsets:
             if leader == -1:
                 raise LeaderNotAvailableError(_name(tp.topic, tp.partition) + " has no leader")
             by_leader[leader][tp.topic].append((tp.partition, timestamp))
-        answers = await asyncio.gather(
-            *(self._offsets_from(node, asked) for node, asked in by_leader.items()),
-            return_exceptions=True,
+        # In a task group (see aio_cluster.concurrency): cut short by `ask`'s bound, asyncio's
+        # gather raised a CancelledError that the bound let through.
+        answers = await settle(
+            functools.partial(self._offsets_from, node, asked) for node, asked in by_leader.items()
         )
-        failures = [answer for answer in answers if isinstance(answer, BaseException)]
+        failures = [answer for answer in answers if isinstance(answer, Exception)]
         if failures:
             stale = [f for f in failures if getattr(f, "invalid_metadata", False)]
             raise (stale or failures)[0]
         found: dict[Any, Found] = {}
         for answer in answers:
-            assert not isinstance(answer, BaseException)
+            assert not isinstance(answer, Exception)
             found.update(answer)
         return found
 

@@ -29,6 +29,7 @@ answers by `TopicPartition`, in the same round trips as for one topic.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
@@ -42,6 +43,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
+from ..concurrency import gather
 from ..errors import BrokerError, ConfigurationError
 from .diagnosis import connect_failure
 from .list_offsets import EARLIEST, LATEST, ListOffsets, known
@@ -401,9 +403,9 @@ class OffsetReader:
         tps = await self._tracked(wanted)
         if not tps:
             return {}
-        first, last = await asyncio.gather(
-            self._list.ask(dict.fromkeys(tps, EARLIEST)),
-            self._list.ask(dict.fromkeys(tps, LATEST)),
+        first, last = await gather(
+            functools.partial(self._list.ask, dict.fromkeys(tps, timestamp))
+            for timestamp in (EARLIEST, LATEST)
         )
         return {TopicPartition(*tp): (known(first, tp), known(last, tp)) for tp in tps}
 

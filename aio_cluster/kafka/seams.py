@@ -38,6 +38,12 @@ Each use, its private names, what it is for, and what serves without it:
   `CompactMetadata`'s update). Without it: a stall is told by log ends that stay ahead of
   fetches that come back empty.
 
+- `PRODUCER_STOP`: ``AIOKafkaProducer._sender`` and ``Sender.close()``. A producer's stop cut
+  short by a cancellation finished later (aiokafka's ``stop()`` marks the producer closed first,
+  so calling it again does nothing): the sender routine ended, then the connections closed.
+  Without it: only the connections are closed (``AIOKafkaProducer.client.close()``, public); the
+  sender routine may be left waiting.
+
 A `Seams` is one fetcher's view: what fits the aiokafka it runs with, less what that fetcher
 switched off after its fetch routine died in code of ours (see `aio_cluster.kafka.fetcher`).
 """
@@ -58,7 +64,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
-__all__ = ["DEFAULT_RETRY_BACKOFF", "Seam", "Seams", "answered_versions", "misfit"]
+__all__ = ["DEFAULT_RETRY_BACKOFF", "Seam", "Seams", "answered_versions", "finish_stop", "misfit"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,7 @@ class Seam(enum.Enum):
     DROP_PAUSED = "dropping what was fetched of held partitions"
     RETRY_BACKOFF = "the client's retry backoff"
     FETCH_TASK = "watching aiokafka's background tasks"
+    PRODUCER_STOP = "finishing a producer's stop cut short"
 
 
 FALLBACK = {
@@ -90,6 +97,7 @@ FALLBACK = {
     Seam.DROP_PAUSED: "a held partition is sought to its position instead",
     Seam.RETRY_BACKOFF: f"a {DEFAULT_RETRY_BACKOFF:g} s pause between tries",
     Seam.FETCH_TASK: "a stall is told by log ends that stay ahead of empty fetches",
+    Seam.PRODUCER_STOP: "only the producer's connections are closed",
 }
 """What serves when a use does not fit."""
 
@@ -225,6 +233,13 @@ def _check_task(consumer: Any) -> str | None:
     return None
 
 
+def _check_producer(producer: Any) -> str | None:
+    sender = getattr(producer, "_sender", None)
+    if sender is None:
+        return "AIOKafkaProducer has no _sender"
+    return _takes(type(sender).close) or _takes(type(producer.client).close)
+
+
 class Seams:
     """What one fetcher may use of aiokafka's private names (see the module).
 
@@ -331,6 +346,14 @@ class Seams:
         if self.fits(Seam.FETCH_TASK, lambda: _check_task(consumer)):
             return (consumer._fetcher.error_future, consumer._client._sync_task)
         return ()
+
+
+async def finish_stop(seams: Seams, producer: Any) -> None:
+    """Finish the stop of a producer whose ``stop()`` was cut short: its sender routine ended
+    (`PRODUCER_STOP`), its connections closed (public). Both may be done already."""
+    if seams.fits(Seam.PRODUCER_STOP, lambda: _check_producer(producer)):
+        await producer._sender.close()
+    await producer.client.close()
 
 
 def _failed(task: asyncio.Future[Any] | None) -> bool:

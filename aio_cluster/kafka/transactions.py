@@ -9,9 +9,16 @@ returned, the offset committed for the partition in Kafka is final: no older own
 again.
 
 One transaction carries the output of a stretch of input records and the offset after them
-(`PartitionProducer.commit()`: begin, the sends in order, ``TxnOffsetCommit`` for the group's
-name, end): a reader with ``isolation_level="read_committed"`` sees the output exactly when
-the offset moved past its input.
+(`PartitionProducer.commit()`: begin, the sends in order, each send's outcome, ``TxnOffsetCommit``
+for the group's name, end): a reader with ``isolation_level="read_committed"`` sees the output
+exactly when the offset moved past its input.
+
+Each send's outcome is known before the end: aiokafka 0.14 ends a transaction as committed even
+when the broker refused one of its record batches (its commit waits for the batches without
+looking at how they ended), which would commit the input's offset without its output. A refused
+send aborts the transaction instead (`PartitionProducer.commit()` returns the `Refusals`). Such a
+producer cannot write that output partition again (aiokafka counted the refused batch's sequence
+numbers, the broker did not): only a new producer of the id, started with the next claim, can.
 """
 
 from __future__ import annotations
@@ -25,23 +32,46 @@ from typing import Any
 import anyio
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import (
+    GroupAuthorizationFailedError,
     InvalidProducerEpoch,
     KafkaError,
     ProducerFenced,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from ..errors import BrokerError, ProducerFencedError
+from ..errors import (
+    BrokerError,
+    ConfigurationError,
+    ProducerFencedError,
+    TransactionDeniedError,
+)
 from .diagnosis import named
 from .options import KafkaOptions, parse_bootstrap
+from .seams import Seams, finish_stop
 
-__all__ = ["PartitionProducer", "Send", "transactional_id"]
+__all__ = [
+    "MAX_REQUEST_SIZE",
+    "PartitionProducer",
+    "Refusals",
+    "Send",
+    "denial",
+    "denied_message",
+    "transactional_id",
+]
 
 log = logging.getLogger(__name__)
 
-_FENCING = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
-"""The errors that mean another producer of the same ``transactional.id`` took over (or this
-one may not use it): nothing this producer sends can commit any more."""
+MAX_REQUEST_SIZE = 1_048_576
+"""The producers' bound on one request, in bytes (aiokafka's default, set explicitly): a record
+larger than it cannot be sent."""
+
+_SEAMS = Seams()
+"""The producers' view of aiokafka's private names (`finish_stop()` is their one use)."""
+
+_FENCING = (ProducerFenced, InvalidProducerEpoch)
+"""The errors that mean another producer of the same ``transactional.id`` took over: nothing
+this producer sends can commit any more."""
 
 
 def transactional_id(group: str, topic: str, partition: int) -> str:
@@ -58,6 +88,12 @@ class Send:
     key: bytes | None = None
     headers: Sequence[tuple[str, bytes]] | None = None
     partition: int | None = None
+
+
+Refusals = list[tuple[int, "Send", BaseException]]
+"""The sends Kafka refused in a transaction: ``(input offset, send, the broker's error)`` each,
+in the order they were sent (Kafka refuses a record batch whole: the innocent outputs that
+shared a batch with a bad one are among them)."""
 
 
 class PartitionProducer:
@@ -94,16 +130,22 @@ class PartitionProducer:
             transactional_id=self.id,
             enable_idempotence=True,
             linger_ms=0,
+            max_request_size=MAX_REQUEST_SIZE,
             **KafkaOptions(options or {}),
         )
         self.fenced = False
         """True once Kafka said a newer producer of the id took over."""
+        self.stopped = False
+        """True once the producer's stop completed: its sender routine and connections are
+        gone."""
+        self._stopping = False
 
     async def start(self) -> None:
         """Connect and initialise the id: this fences the previous owner's producer.
 
         Raises:
             ProducerFencedError: a newer producer of the id took over meanwhile.
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id.
             BrokerError: Kafka did not answer within the timeout.
         """
         try:
@@ -116,11 +158,46 @@ class PartitionProducer:
                 raise
             raise translated from exc
 
-    async def commit(self, sends: Sequence[Send], offset: int) -> None:
-        """One transaction: ``sends`` in their order, and ``offset`` as the group's next offset
-        of the input partition.
+    async def check(self, send: Send) -> None:
+        """Refuse a send that could never be written, before it is kept: a record larger than
+        `MAX_REQUEST_SIZE`, or a partition the topic lacks (as far as the producer's metadata
+        knows the topic).
 
         Raises:
+            ConfigurationError: the send cannot be written.
+            BrokerError: the topic's partitions could not be learned within the timeout.
+        """
+        headers = list(send.headers) if send.headers is not None else []
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(send.key, send.value, headers)
+        if size > MAX_REQUEST_SIZE:
+            raise ConfigurationError(
+                f"a record of {size} bytes to {send.topic} is larger than the producer's "
+                f"request bound ({MAX_REQUEST_SIZE} bytes)"
+            )
+        if send.partition is None:
+            return
+        try:
+            with anyio.fail_after(self._timeout):
+                partitions = await self._producer.partitions_for(send.topic)
+        except Exception as exc:
+            raise BrokerError(f"the partitions of {send.topic} are unknown: {named(exc)}") from exc
+        if send.partition not in partitions:
+            raise ConfigurationError(
+                f"{send.topic} has no partition {send.partition} (it has {len(partitions)})"
+            )
+
+    async def commit(self, sends: Sequence[tuple[int, Send]], offset: int) -> Refusals:
+        """One transaction: ``sends`` (each with the offset of the input it came from) in their
+        order, and ``offset`` as the group's next offset of the input partition.
+
+        Returns:
+            The sends Kafka refused, when it did: the transaction is then aborted, and the
+            producer cannot write to their partitions again (see the module): `stop()` it.
+            Empty when the transaction committed.
+
+        Raises:
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
+                or the group: nothing was committed.
             ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
                 nothing this producer sends can be.
             BrokerError: the transaction failed otherwise, or took longer than the timeout; its
@@ -129,10 +206,11 @@ class PartitionProducer:
         """
         producer = self._producer
         futures: list[asyncio.Future[Any]] = []
+        failures: Refusals = []
         try:
             with anyio.fail_after(self._timeout):
                 await producer.begin_transaction()
-                for send in sends:
+                for _offset, send in sends:
                     futures.append(
                         await producer.send(
                             send.topic,
@@ -142,19 +220,30 @@ class PartitionProducer:
                             headers=list(send.headers) if send.headers is not None else None,
                         )
                     )
-                await producer.send_offsets_to_transaction({self.source: offset}, self.group)
-                await producer.commit_transaction()
-                # Delivered before the end: a failed send fails the commit first.
-                await asyncio.gather(*futures)
+                for (source, send), future in zip(sends, futures, strict=True):
+                    error = await _outcome(future)
+                    if error is None:
+                        continue
+                    if isinstance(error, _FENCING):
+                        raise error
+                    failures.append((source, send, error))
+                if not failures:
+                    await producer.send_offsets_to_transaction({self.source: offset}, self.group)
+                    await producer.commit_transaction()
         except BaseException as exc:
             for future in futures:
                 # Their errors are the commit's: retrieved, so none is reported as lost.
                 future.add_done_callback(_retrieved)
+            # Aborted whatever ended it, a cancellation too: a transaction left open holds
+            # read_committed readers of its outputs back until the broker times it out.
+            await self._abort()
             translated = self._translated(exc, "commit")
             if translated is exc:
                 raise
-            await self._abort()
             raise translated from exc
+        if failures:
+            await self._abort()
+        return failures
 
     async def _abort(self) -> None:
         """Abort the failed transaction, as far as the producer still can (a fenced one
@@ -167,17 +256,36 @@ class PartitionProducer:
             log.debug("transactional producer %r: aborting failed: %r", self.id, exc)
 
     async def stop(self) -> None:
-        """Close the producer (a transaction left open is aborted by the next owner's start).
-        Never raises."""
+        """Close the producer (a transaction left open is aborted by the next owner's start),
+        shielded from anyio's cancellations. A stop cut short all the same (a cancellation from
+        outside anyio, or the timeout) leaves `stopped` False: call it again to finish it.
+        Never raises but a cancellation."""
+        if self.stopped:
+            return
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-                await self._producer.stop()
+                if self._stopping:
+                    # aiokafka's stop() marked the producer closed before it was cut short:
+                    # calling it again would do nothing.
+                    await finish_stop(_SEAMS, self._producer)
+                else:
+                    self._stopping = True
+                    await self._producer.stop()
+                self.stopped = True
         except Exception as exc:
             # A fenced or broken producer may fail to stop: it is gone all the same.
             log.debug("transactional producer %r: stopping failed: %r", self.id, exc)
+            self.stopped = True
 
     def _translated(self, exc: BaseException, what: str) -> BaseException:
         """Kafka's error as the package's (a cancellation stays what it is)."""
+        denied = denial(exc)
+        if denied is not None:
+            return TransactionDeniedError(
+                denied_message(denied, self.id, self.group)
+                + f" ({what} of the producer of {self.source.topic} "
+                f"partition {self.source.partition})"
+            )
         if isinstance(exc, _FENCING) or _fenced_inside(exc):
             self.fenced = True
             return ProducerFencedError(
@@ -194,6 +302,22 @@ class PartitionProducer:
         return exc
 
 
+async def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
+    """How a send ended, once it did: None when Kafka wrote it, else the broker's error. Waits
+    without cancelling aiokafka's future when the wait is cancelled (aiokafka settles it itself).
+
+    Raises:
+        KafkaError: the send was cancelled (its producer is closing): its outcome is unknown.
+    """
+    if not future.done():
+        ended = anyio.Event()
+        future.add_done_callback(lambda _: ended.set())
+        await ended.wait()
+    if future.cancelled():
+        raise KafkaError("the send was cancelled: the producer is closing")
+    return future.exception()
+
+
 def _retrieved(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -201,11 +325,37 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 
 def _fenced_inside(exc: BaseException) -> bool:
     """Whether a fencing error is the cause of ``exc`` (aiokafka wraps some)."""
-    seen = exc.__cause__ or exc.__context__
+    return _inside(exc.__cause__ or exc.__context__, _FENCING) is not None
+
+
+def denial(exc: BaseException) -> BaseException | None:
+    """Kafka's refusal by its ACLs of the transactional id or of the group, when that is
+    ``exc`` or its cause (aiokafka wraps some); None otherwise."""
+    return _inside(exc, (TransactionalIdAuthorizationFailed, GroupAuthorizationFailedError))
+
+
+def denied_message(denied: BaseException, transactional_id: str, group: str) -> str:
+    """What Kafka's ACLs refused (`denial()`), and what to grant."""
+    if isinstance(denied, TransactionalIdAuthorizationFailed):
+        return (
+            f"Kafka's ACLs refuse this principal the transactional id {transactional_id!r}: "
+            f"grant Write and Describe on the transactional ids prefixed "
+            f"'aio-cluster.{group}.'"
+        )
+    return (
+        f"Kafka's ACLs refuse this principal the group {group!r}, whose offsets commit in the "
+        "transactions: grant Read and Describe on the group"
+    )
+
+
+def _inside(
+    seen: BaseException | None, kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The first of ``seen`` and its causes (5 deep) that is one of ``kinds``."""
     depth = 0
-    while seen is not None and depth < 5:
-        if isinstance(seen, _FENCING):
-            return True
+    while seen is not None and depth < 6:
+        if isinstance(seen, kinds):
+            return seen
         seen = seen.__cause__ or seen.__context__
         depth += 1
-    return False
+    return None

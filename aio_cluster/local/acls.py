@@ -19,13 +19,19 @@ from .security import SASL_MECHANISM
 
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
 ACLS = "org.apache.kafka.tools.AclCommand"
-OPERATIONS = frozenset(
-    {
-        *("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction"),
-        *("DescribeConfigs", "AlterConfigs", "IdempotentWrite", "CreateTokens", "DescribeTokens"),
-    }
-)
-"""The operations an ACL may allow, as Kafka names them."""
+_CONFIGS = ("DescribeConfigs", "AlterConfigs")
+OPERATIONS: dict[str, frozenset[str]] = {
+    "topic": frozenset(
+        {"All", "Read", "Write", "Create", "Delete", "Describe", "Alter", *_CONFIGS}
+    ),
+    "group": frozenset({"All", "Read", "Describe", "Delete"}),
+    "transactional_id": frozenset({"All", "Write", "Describe"}),
+    "cluster": frozenset(
+        {"All", "Create", "ClusterAction", "IdempotentWrite", "Alter", "Describe", *_CONFIGS}
+    ),
+}
+"""The operations an ACL may allow on each kind of resource, as Kafka names them (its tool
+refuses the others, printing its whole usage text)."""
 _PLAIN = re.compile(r"[A-Za-z0-9._@-]+")
 """What a user name or password may hold here: the tools' own syntax uses ``,[]=`` and spaces."""
 
@@ -60,31 +66,32 @@ def acl_arguments(
     ``operations`` on each resource named.
 
     Raises:
-        ConfigurationError: no operation or no resource, an operation Kafka does not know, or a
-            user name outside letters, digits and ``._@-``.
+        ConfigurationError: no operation or no resource, an operation a resource named does
+            not have, or a user name outside letters, digits and ``._@-``.
     """
     _check_plain("user name", user)
     if not operations:
         raise ConfigurationError("name at least one operation, e.g. 'Read'")
-    unknown = sorted(set(operations) - OPERATIONS)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown ACL operations {unknown}; Kafka's are {sorted(OPERATIONS)}"
-        )
-    resources: list[str] = []
-    for option, name in (
-        ("--topic", topic),
-        ("--group", group),
-        ("--transactional-id", transactional_id),
-    ):
-        if name is not None:
-            resources += [option, name]
-    if cluster:
-        resources.append("--cluster")
+    named = {
+        "topic": [] if topic is None else ["--topic", topic],
+        "group": [] if group is None else ["--group", group],
+        "transactional_id": (
+            [] if transactional_id is None else ["--transactional-id", transactional_id]
+        ),
+        "cluster": ["--cluster"] if cluster else [],
+    }
+    resources = [argument for arguments in named.values() for argument in arguments]
     if not resources:
         raise ConfigurationError(
             "name a resource: topic=, group=, transactional_id= or cluster=True"
         )
+    for kind, arguments in named.items():
+        missing = sorted(set(operations) - OPERATIONS[kind])
+        if arguments and missing:
+            raise ConfigurationError(
+                f"a {kind.replace('_', ' ')} has no ACL operations {missing}; Kafka's for it "
+                f"are {sorted(OPERATIONS[kind])}"
+            )
     return [
         *(["--add"] if add else ["--remove", "--force"]),
         *("--allow-principal", f"User:{user}"),

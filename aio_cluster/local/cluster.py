@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import secrets
 import shutil
@@ -17,6 +18,7 @@ from typing import Literal
 
 import anyio
 
+from ..concurrency import settle
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
@@ -58,6 +60,10 @@ class LocalCluster:
 
     The broker does not create topics on first use (``auto.create.topics.enable=false``): a test of
     an unknown topic sees it unknown. Create topics with an admin client.
+
+    With ``kafka_proxies``, `kafka_proxies()` puts one client's Kafka traffic through a
+    `FaultProxy` per broker; with ``sasl``, `add_user()`, `grant()` and `revoke()` make a second
+    user and set what Kafka's authorizer lets it do.
     """
 
     def __init__(
@@ -408,19 +414,28 @@ class LocalCluster:
             password: its password, of the same characters; None makes a random one.
 
         Returns:
-            The connection options of that user: `kafka_options` with its name and password.
+            The connection options of that user: `kafka_options` with its name and password,
+            once the brokers let it in.
 
         Raises:
             ConfigurationError: the name or password holds other characters.
-            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool failed (the message quotes its output).
+            LocalClusterError: the cluster was not started by this object with ``sasl=True``,
+                Kafka's tool failed (the message quotes its output), or the brokers did not let
+                the user in within ``startup_timeout``.
         """
         password = secrets.token_urlsafe(24) if password is None else password
         arguments = acls.user_arguments(name, password)
+        deadline = self._deadline()
         await self._kafka_tool(acls.CONFIGS, arguments)
-        return KafkaOptions(
+        options = KafkaOptions(
             {**self.kafka_options, "sasl_plain_username": name, "sasl_plain_password": password}
         )
+        # The brokers learn the credential from the metadata log a moment later: until then they
+        # refuse the user, which a test would take for the failure it looks for.
+        probe = functools.partial(probes.kafka_answers, options=options)
+        if not await probes.wait_answering(probe, self._bootstrap, deadline):
+            raise LocalClusterError(f"Kafka refused the new user {name!r} for too long")
+        return options
 
     async def grant(
         self,
@@ -448,9 +463,10 @@ class LocalCluster:
             prefixed: the names are prefixes: every resource whose name starts so.
 
         Raises:
-            ConfigurationError: no operation or resource, or an unknown operation.
+            ConfigurationError: no operation or resource, or an operation a resource named does
+                not have (``Read`` on the cluster, ``Write`` on a group, ...).
             LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool refused (an operation a resource does not have: its output says).
+                Kafka's tool failed (the message quotes the end of its output).
         """
         await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, True)
 
@@ -468,9 +484,10 @@ class LocalCluster:
         a moment after the call returns.
 
         Raises:
-            ConfigurationError: no operation or resource, or an unknown operation.
+            ConfigurationError: no operation or resource, or an operation a resource named does
+                not have.
             LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool failed.
+                Kafka's tool failed (the message quotes the end of its output).
         """
         await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, False)
 
@@ -723,7 +740,10 @@ class LocalCluster:
 
 
 async def _stop(nodes: Sequence[process.Child]) -> None:
-    await asyncio.gather(*(node.stop() for node in nodes))
+    """Stop the nodes together; once all ended, raise the first failure (if any)."""
+    for result in await settle(node.stop for node in nodes):
+        if isinstance(result, Exception):
+            raise result
 
 
 async def _start(nodes: Sequence[process.Child], deadline: float) -> None:

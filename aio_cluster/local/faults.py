@@ -43,6 +43,7 @@ from types import TracebackType
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 
+from ..concurrency import background
 from ..errors import ConfigurationError
 from ..net.addresses import parse_servers
 
@@ -149,7 +150,7 @@ class FaultProxy:
         if self._runner is not None:
             raise RuntimeError("the proxy is started already")
         self._listening = asyncio.get_running_loop().create_future()
-        self._runner = asyncio.create_task(self._serve(), name=f"fault proxy to {self._target}")
+        self._runner = background(self._serve(), name=f"fault proxy to {self._target}")
         try:
             await self._listening
         except BaseException:

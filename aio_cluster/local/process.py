@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import anyio
 
+from ..concurrency import background, outlasting
 from ..errors import LocalClusterError
 from . import config, probes
 
@@ -180,16 +181,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 async def shielded(cleanup: Coroutine[Any, Any, None]) -> None:
     """Run ``cleanup`` to its end even when the caller is cancelled meanwhile (Ctrl-C must not
     leave servers behind), then let the cancellation go on."""
-    task = asyncio.ensure_future(cleanup)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    task.result()
+    await outlasting(background(cleanup, name="local cluster cleanup"))
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

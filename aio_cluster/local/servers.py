@@ -4,14 +4,14 @@ them stoppable and restartable on its own port with its own data."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import itertools
 import logging
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
+from ..concurrency import settle
 from ..errors import LocalClusterError
 from . import config, jars, probes, process
 from .security import Security
@@ -144,18 +144,19 @@ class JavaServers:
         for node in self.zookeepers:
             await node.spawn()
         try:
-            await _all(storage_format.run(deadline) for storage_format in formats)
+            await _all(functools.partial(f.run, deadline) for f in formats)
         finally:
-            await asyncio.gather(*(storage_format.stop() for storage_format in formats))
+            await _all(f.stop for f in formats)
         for node in self.brokers:
             await node.spawn()
-        await _all(node.wait_ready(deadline) for node in [*self.zookeepers, *self.brokers])
+        nodes = [*self.zookeepers, *self.brokers]
+        await _all(functools.partial(node.wait_ready, deadline) for node in nodes)
         if len(self.brokers) > 1:
             await self._wait_registered(deadline)
 
     async def stop(self) -> None:
         """Stop every JVM; safe to repeat."""
-        await asyncio.gather(*(node.stop() for node in [*self.brokers, *self.zookeepers]))
+        await _all(node.stop for node in [*self.brokers, *self.zookeepers])
 
     def _zookeeper(self, index: int, classpath: Path) -> process.Child:
         ensemble = len(self._ports.zookeeper) > 1
@@ -267,8 +268,9 @@ class JavaServers:
             raise LocalClusterError(f"the {count} Kafka nodes did not all join in time")
 
 
-async def _all(waits: Iterable[Awaitable[None]]) -> None:
-    """Await all concurrently; once all ended, raise the first failure (if any)."""
-    for result in await asyncio.gather(*waits, return_exceptions=True):
-        if isinstance(result, BaseException):
+async def _all(calls: Iterable[Callable[[], Awaitable[None]]]) -> None:
+    """Run all concurrently; once all ended, raise the first failure (if any): a node that fails
+    to stop (or start) leaves the others to finish theirs."""
+    for result in await settle(calls):
+        if isinstance(result, Exception):
             raise result

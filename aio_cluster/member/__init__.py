@@ -6,7 +6,8 @@ pure strategies (`aio_cluster.assign`); nothing below it imports it.
 Three machines, each a subpackage, under the modules that join them; each imports only what
 stands below it (``tests/test_exports.py`` checks it)::
 
-    the member     member.py, controls.py, exactly_once.py, naming.py, statistics.py, lifecycle.py
+    the member     member.py, controls.py, exactly_once.py, naming.py, statistics.py, lifecycle.py,
+                   stuck.py
     the protocol   protocol/: the group over ZooKeeper (registration, claims, rebalance, offsets)
     the engine     processing/: process() and process_bulk(), handlers at once, in key order
     the delivery   delivery/: the partitions' states, their batches fetched and handed out
@@ -24,4 +25,5 @@ Modules::
     processing/      the engine of process(): handlers at once, in key order, retried
     protocol/        the group protocol over ZooKeeper: registration, claims, rebalance
     statistics.py    GroupStatistics: an immutable snapshot of a member
+    stuck.py         StuckWatch: handlers and batch bodies past stuck_after, logged and published
 """

@@ -17,6 +17,21 @@ beyond the prefix keep their sends for a later transaction, so a transaction onl
 the output of inputs below the offset it commits. Only a committed offset becomes pending for
 ZooKeeper, which so never runs ahead of Kafka.
 
+A send Kafka refuses for good (a record without a key to a compacted topic, say) aborts its
+transaction (`aio_cluster.kafka.transactions.Refusals`) and gives the partition up as a failed
+commit does (below): neither the output nor the offset past its input is committed. Kafka refuses
+a record batch whole, so the refusal names every input whose output shared a batch with the bad
+one; the member remembers them (`_Refusal`). When they are handled again, each of them commits in
+a transaction of its own, which tells the bad one apart; an input refused alone, handled again
+with the same output, is a failed attempt of its record (`OutputRefusedError`), for its
+``on_failure`` to decide. ``transactions()`` raises the error instead.
+
+A commit under way is shielded from cancellations (closing `process_transactional()` cancels
+its commits' task): cut short, it would leave its transaction open, which holds
+``read_committed`` readers of its outputs back until the broker times it out (60 s) or the
+partition's next owner starts its producer. A commit that fails, or is cancelled all the same
+from outside anyio, is aborted.
+
 A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
 up: its claim is marked gone (`aio_cluster.member.delivery.partitions.PartitionStates.fenced_off`)
 and the next rebalance drops it. A commit that fails otherwise does the same, after which the
@@ -27,7 +42,6 @@ committed last.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,13 +52,23 @@ import anyio
 from ..errors import (
     BrokerError,
     ConfigurationError,
+    OutputRefusedError,
     ProducerFencedError,
     TransactionClosedError,
+    TransactionDeniedError,
 )
+from ..kafka.diagnosis import named
 from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.records import Record
 from ..kafka.topics import PartitionKey
-from ..kafka.transactions import PartitionProducer, Send
+from ..kafka.transactions import (
+    PartitionProducer,
+    Refusals,
+    Send,
+    denial,
+    denied_message,
+    transactional_id,
+)
 from .delivery.claims import Claim
 from .delivery.partitions import PartitionStates
 from .protocol.keyed_layout import KeyedLayout
@@ -69,17 +93,25 @@ class Output:
     refuses sends (`TransactionClosedError`).
     """
 
-    __slots__ = ("_closed", "_fenced", "_partition", "_sends")
+    __slots__ = ("_check", "_closed", "_fenced", "_partition", "_sends")
 
-    def __init__(self, fenced: Callable[[], bool], partition: int) -> None:
+    def __init__(
+        self,
+        fenced: Callable[[], bool],
+        partition: int,
+        check: Callable[[Send], Awaitable[None]] | None = None,
+    ) -> None:
         """Args:
         fenced: whether the input partition's producer is known to be fenced.
         partition: the input partition (named in the error).
+        check: refuses a send that could never be written (the producer's
+            `aio_cluster.kafka.transactions.PartitionProducer.check()`).
         """
         self._sends: list[Send] = []
         self._closed = False
         self._fenced = fenced
         self._partition = partition
+        self._check = check
 
     async def send(
         self,
@@ -106,8 +138,11 @@ class Output:
                 ended.
             ProducerFencedError: a newer owner took the input partition over: nothing sent
                 here will be committed.
-            ConfigurationError: the topic is not a non-empty string, or the value, key or
-                headers are not bytes.
+            ConfigurationError: the topic is not a non-empty string; the value, key or
+                headers are not bytes; the value and the key are both None; the partition is
+                not one of the topic's; the record is larger than the producer's request bound
+                (1 MiB).
+            BrokerError: with ``partition``, the topic's partitions could not be learned.
         """
         if self._closed:
             raise TransactionClosedError(
@@ -122,7 +157,10 @@ class Output:
         _check_send(topic, value, key, headers, partition)
         if headers is not None:
             headers = list(headers)
-        self._sends.append(Send(topic, value, key, headers, partition))
+        send = Send(topic, value, key, headers, partition)
+        if self._check is not None:
+            await self._check(send)
+        self._sends.append(send)
 
     def close(self) -> list[Send]:
         """End the Output: what it was sent, in order; it refuses sends from now on."""
@@ -139,8 +177,18 @@ class _Partition:
     kept: dict[int, list[Send]] = field(default_factory=dict)
     """Input offset -> the sends of the finished input (a batch's: its first offset) not yet
     committed."""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
     """Held by a commit and by the release: one transaction of the partition at a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """An input whose output Kafka refused."""
+
+    error: OutputRefusedError
+    sends: list[Send] | None
+    """What the input sent, when its output was refused alone; None when it shared a record
+    batch with others (a suspect: it commits alone next time, which tells)."""
 
 
 class Transactions:
@@ -180,7 +228,15 @@ class Transactions:
             brokers, layout.group, layout.keys, client_id=member_id, options=options
         )
         self._partitions: dict[PartitionKey, _Partition] = {}
-        self._starting = asyncio.Semaphore(STARTING)
+        self._refused: dict[PartitionKey, dict[int, _Refusal]] = {}
+        """Input offset -> the refusal of its output, per partition, until an offset past it
+        commits."""
+        self._starting = anyio.Semaphore(STARTING)
+
+    @property
+    def producers(self) -> int:
+        """How many producers the member holds: started, or not yet stopped for good."""
+        return len(self._partitions)
 
     async def start(self) -> None:
         """Connect the reader of the group's committed offsets.
@@ -191,14 +247,24 @@ class Transactions:
         await self._offsets.start()
 
     async def stop(self) -> None:
-        """Close every producer (their open transactions are aborted by the next owners) and
-        the offsets' reader. Never raises."""
-        partitions, self._partitions = self._partitions, {}
-        await asyncio.gather(*(entry.producer.stop() for entry in partitions.values()))
+        """Close every producer (their open transactions are aborted by the next owners),
+        finishing the stops cut short before, and the offsets' reader. Never raises."""
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as stopping:
+                for partition, entry in list(self._partitions.items()):
+                    stopping.start_soon(self._stop, partition, entry)
+        self._refused.clear()
         try:
             await self._offsets.stop()
         except Exception as exc:
             log.warning("member %s: closing the offsets' reader failed: %r", self._id, exc)
+
+    async def _stop(self, partition: PartitionKey, entry: _Partition) -> None:
+        """Stop a producer; it leaves the table once its stop completed (one cut short is
+        finished by the next `stop()` or `release()`)."""
+        await entry.producer.stop()
+        if entry.producer.stopped and self._partitions.get(partition) is entry:
+            del self._partitions[partition]
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -212,12 +278,20 @@ class Transactions:
 
         Raises:
             BrokerError: Kafka did not answer (the claim is not to be made).
+            TransactionDeniedError: Kafka's ACLs refuse this principal the partition's
+                transactional id, or the group.
         """
         topic, number = self._keys.split(partition)
         async with self._starting:
-            old = self._partitions.pop(partition, None)
+            old = self._partitions.get(partition)
             if old is not None:
-                await old.producer.stop()
+                await self._stop(partition, old)
+                if not old.producer.stopped:
+                    # Kept in the table until it stopped: the next try finishes its stop.
+                    raise BrokerError(
+                        f"the previous producer {old.producer.id!r} did not stop in time "
+                        "(trying again)"
+                    )
             producer = PartitionProducer(
                 self._brokers,
                 self._layout.group,
@@ -232,9 +306,15 @@ class Transactions:
                 raise BrokerError(f"{exc} (while starting: trying again)") from exc
         try:
             committed = await self._offsets.committed([partition], self._timeout)
-        except BaseException:
+        except BaseException as exc:
             await producer.stop()
-            raise
+            denied = denial(exc)
+            if denied is None:
+                raise
+            group = self._layout.group
+            raise TransactionDeniedError(
+                denied_message(denied, transactional_id(group, topic, number), group)
+            ) from exc
         self._partitions[partition] = _Partition(producer)
         start = committed.get(partition, stored)
         if stored is not None and start != stored:
@@ -255,16 +335,16 @@ class Transactions:
         if entry is None:
             return
         async with entry.lock:
-            if self._partitions.get(partition) is entry:
-                del self._partitions[partition]
-            await entry.producer.stop()
+            await self._stop(partition, entry)
 
     async def retire(self, claimed: Collection[PartitionKey]) -> None:
         """Stop the producers of partitions no longer claimed (their claims went with a lost
         session; a new owner's start has fenced them, or will)."""
         held = set(claimed)
         stale = [partition for partition in self._partitions if partition not in held]
-        await asyncio.gather(*(self.release(partition) for partition in stale))
+        async with anyio.create_task_group() as releasing:
+            for partition in stale:
+                releasing.start_soon(self.release, partition)
 
     # -- output ------------------------------------------------------------------------------
 
@@ -275,7 +355,8 @@ class Transactions:
         def fenced() -> bool:
             return claim.fenced or entry is None or entry.producer.fenced
 
-        return Output(fenced, self._keys.split(claim.partition).partition)
+        check = None if entry is None else entry.producer.check
+        return Output(fenced, self._keys.split(claim.partition).partition, check)
 
     def keep(self, claim: Claim, offset: int, sends: list[Send]) -> None:
         """The input at ``offset`` of ``claim`` finished having sent ``sends``: kept for the
@@ -300,9 +381,25 @@ class Transactions:
             finally:
                 sends = output.close()
             if claim is not None:
+                refused = self._refused_again(claim.partition, record.offset, sends)
+                if refused is not None:
+                    raise refused
                 self.keep(claim, record.offset, sends)
 
         return attempt
+
+    def _refused_again(
+        self, partition: PartitionKey, offset: int, sends: list[Send]
+    ) -> OutputRefusedError | None:
+        """The error of an input whose same output Kafka refused alone before; None when it
+        was not, or it now sends something else (the next commit tells)."""
+        refusal = self._refused.get(partition, {}).get(offset)
+        if refusal is None or refusal.sends is None or refusal.sends != sends:
+            return None
+        error = refusal.error
+        return OutputRefusedError(
+            f"{error}", error.partition, error.offset, error.topic, error.error
+        )
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -317,6 +414,8 @@ class Transactions:
 
         Raises:
             ProducerFencedError: with ``raising``, a partition's producer was fenced.
+            TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
+                or the group.
         """
         due = [p for p in partitions if self._due(p)]
         if not due:
@@ -353,24 +452,73 @@ class Transactions:
                 return
             kept = entry.kept
             below = sorted(o for o in kept if o < offset)
-            sends = [send for o in below for send in kept[o]]
-            try:
-                await entry.producer.commit(sends, offset)
-            except ProducerFencedError as exc:
-                self._give_up(claim, f"{exc}")
-                if raising:
+            refusals = self._refused.get(partition, {})
+            for inputs, end in _stretches(below, refusals, offset):
+                try:
+                    # A commit under way ends before a cancellation does (within the producer's
+                    # timeout): cut short, it would leave its transaction open (see the module).
+                    with anyio.CancelScope(shield=True):
+                        refused = await entry.producer.commit(
+                            [(o, send) for o in inputs for send in kept[o]], end
+                        )
+                except ProducerFencedError as exc:
+                    self._give_up(claim, f"{exc}")
+                    if raising:
+                        raise
+                    return
+                except TransactionDeniedError as exc:
+                    self._give_up(claim, f"{exc}")
                     raise
-                return
-            except BrokerError as exc:
-                self._give_up(claim, f"{exc}; reading it again from the offset committed last")
-                return
-            except BaseException:
-                # Cancelled mid-transaction: its outcome is unknown; the next claim knows.
-                self._give_up(claim, "a commit was cancelled")
-                raise
-            for o in below:
-                del kept[o]
-            self._states.committed(claim, offset)
+                except BrokerError as exc:
+                    self._give_up(claim, f"{exc}; reading it again from the offset committed last")
+                    return
+                except BaseException:
+                    # Cancelled from outside anyio mid-transaction (aborted as far as it could
+                    # be): its outcome is unknown; the next claim knows.
+                    self._give_up(claim, "a commit was cancelled")
+                    raise
+                if refused:
+                    error = self._refusal(claim, refused, kept, remember=not raising)
+                    self._give_up(
+                        claim, f"{error}; reading it again from the offset committed last"
+                    )
+                    if raising:
+                        raise error
+                    return
+                for o in inputs:
+                    del kept[o]
+                for o in [o for o in refusals if o < end]:
+                    del refusals[o]
+                self._states.committed(claim, end)
+
+    def _refusal(
+        self, claim: Claim, refused: Refusals, kept: Mapping[int, list[Send]], *, remember: bool
+    ) -> OutputRefusedError:
+        """The error of a refused transaction, naming its first refused output; with
+        ``remember``, the inputs whose outputs were refused are noted (see the module)."""
+        firsts: dict[int, OutputRefusedError] = {}
+        for offset, send, cause in refused:
+            if offset not in firsts:
+                firsts[offset] = self._refused_error(claim, offset, send.topic, cause)
+        if remember:
+            alone = len(firsts) == 1
+            refusals = self._refused.setdefault(claim.partition, {})
+            for offset, error in firsts.items():
+                refusals[offset] = _Refusal(error, list(kept[offset]) if alone else None)
+        return next(iter(firsts.values()))
+
+    def _refused_error(
+        self, claim: Claim, offset: int, topic: str, cause: BaseException
+    ) -> OutputRefusedError:
+        return OutputRefusedError(
+            f"Kafka refused the output of {self._layout.label(claim.partition)} offset {offset} "
+            f"to {topic}: {named(cause)}; its transaction is aborted, the input is not "
+            "committed",
+            self._keys.split(claim.partition).partition,
+            offset,
+            topic,
+            cause,
+        )
 
     def _give_up(self, claim: Claim, why: str) -> None:
         """The partition's transaction failed: its claim is given up (see the module)."""
@@ -401,6 +549,8 @@ def _check_send(
         raise ConfigurationError(f"value must be bytes or None, not {type(value).__name__}")
     if key is not None and not isinstance(key, raw):
         raise ConfigurationError(f"key must be bytes or None, not {type(key).__name__}")
+    if key is None and value is None:
+        raise ConfigurationError("a record needs a key or a value: both are None")
     if partition is not None and (
         not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
     ):
@@ -417,6 +567,28 @@ def _check_send(
             or not isinstance(header[1], raw)
         ):
             raise ConfigurationError(f"headers must be (str, bytes) pairs, not {header!r}")
+
+
+def _stretches(
+    below: Sequence[int], suspects: Collection[int], offset: int
+) -> list[tuple[list[int], int]]:
+    """The transactions a commit up to ``offset`` makes of the finished inputs ``below`` it:
+    ``(inputs, the offset committed)`` each, one for all when no input is a suspect; else each
+    suspect alone, the stretches between them together."""
+    stretches: list[list[int]] = []
+    run: list[int] = []
+    for o in below:
+        if o in suspects:
+            if run:
+                stretches.append(run)
+                run = []
+            stretches.append([o])
+        else:
+            run.append(o)
+    if run or not stretches:
+        stretches.append(run)
+    ends = [stretch[0] for stretch in stretches[1:]] + [offset]
+    return list(zip(stretches, ends, strict=True))
 
 
 def _gone(partition: int) -> Output:

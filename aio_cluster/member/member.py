@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -42,11 +43,13 @@ import anyio
 
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
+from ..concurrency import background, outlasting
 from ..config import Processing, Settings
 from ..errors import (
     AccessDeniedError,
     AioClusterError,
     AuthenticationError,
+    BackgroundEndedError,
     BrokerError,
     ConfigurationError,
     CoordinationError,
@@ -75,6 +78,7 @@ from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
 from .statistics import GroupStatistics, partition_statistics
+from .stuck import StuckWatch
 
 if TYPE_CHECKING:
     from ..otel.telemetry import Telemetry
@@ -100,16 +104,29 @@ def milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _refusal(exc: BaseException) -> AccessDeniedError | AuthenticationError | None:
-    """The refused credentials in ``exc`` (or in the exception group it is), if any: trying
-    again does not mend them, so the member stops with this error instead of retrying."""
-    if isinstance(exc, (AccessDeniedError, AuthenticationError)):
+def _refusal(
+    exc: BaseException,
+) -> AccessDeniedError | AuthenticationError | BackgroundEndedError | None:
+    """The refused credentials in ``exc`` (or in the exception group it is), or a background
+    loop that ended, if any: trying again does not mend either, so the member stops with this
+    error itself instead of retrying."""
+    if isinstance(exc, (AccessDeniedError, AuthenticationError, BackgroundEndedError)):
         return exc
     for inner in getattr(exc, "exceptions", ()):
         found = _refusal(inner)
         if found is not None:
             return found
     return None
+
+
+def _cancel_requested() -> bool:
+    """Whether someone asked to cancel the current task (``Task.cancelling()``, Python 3.11):
+    a ``CancelledError`` raised without a request (one escaping a ``gather()`` whose child was
+    cancelled) is nobody's. Before 3.11 that cannot be told, and every cancellation counts as
+    asked for."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cast(int, cancelling()) > 0
 
 
 @dataclass(frozen=True)
@@ -126,21 +143,6 @@ _WORK: ContextVar[_Work | None] = ContextVar("aio_cluster_member_work", default=
 
 async def _already_closing() -> None:
     """``close()`` from the closing itself (its listener's ``on_partitions_revoked``)."""
-
-
-async def _outlasting(task: asyncio.Task[None]) -> None:
-    """Wait for ``task``; a cancellation of the caller waits for it too, then goes on."""
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class Member:
@@ -319,6 +321,14 @@ class Member:
             topics=lambda: self.membership.topics,
             processor=lambda: self.processor,
         )
+        self.stuck = StuckWatch(
+            self.zk,
+            layout,
+            member_id=self.id,
+            stuck_after=timing.stuck_after,
+            handlers=self._handlers_running,
+        )
+        """What runs now, and which partitions are stuck (see `aio_cluster.member.stuck`)."""
         self.state = GroupState.NEW
         self.processor: Processor | None = None
         """The processor of the running (or the last) `process()` call."""
@@ -407,6 +417,11 @@ class Member:
             found.append((telemetry.metric_attributes(topic, partition), holder))
         return found
 
+    def _handlers_running(self) -> list[tuple[PartitionKey, int, float]]:
+        """The records in flight in ``process()`` now, for the stuck watch."""
+        processor = self.processor
+        return [] if processor is None or not processor.running else processor.running_since()
+
     # -- consuming ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -437,6 +452,8 @@ class Member:
             ConfigurationError: a bad handler, the consumed topic as dead-letter topic, or
                 `process()` or a batch iteration runs already.
             GroupClosedError: the member is closed.
+            AioClusterError: the member failed (in the background, or its fetching stalled),
+                also when that ended the call through the closing it started.
         """
         check_handler(handler)
         topic = policy.dead_letter_topic
@@ -472,6 +489,10 @@ class Member:
             await processor.run()
         finally:
             _WORK.reset(token)
+        if self._failure is not None:
+            # The member failed while the handlers ran: its closing ended them (the processor
+            # saw a close, not the failure), and the call must not end as if closed.
+            raise self._failure
 
     async def _close_from_handler(self) -> None:
         """``close()`` inside a handler: the handlers stop now, this one with them (its record
@@ -540,6 +561,7 @@ class Member:
                 ends[key] = seen
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
+        stuck, oldest = self.stuck.stuck(), self.stuck.oldest()
         return GroupStatistics(
             member_id=self.id,
             state=self.state,
@@ -563,6 +585,9 @@ class Member:
             else names(p for p in processor.failed_at if p in claims and p in paused),
             operator_paused=names(held),
             skips_applied=self.controls.applied,
+            oldest_running=oldest,
+            stuck=names(stuck),
+            stuck_for=oldest if stuck else None,
             unreadable=names(marked),
             unreadable_since=min((why.since for why in marked.values()), default=None),
             unreadable_error=max(marked.values(), key=lambda why: why.since).error
@@ -596,7 +621,7 @@ class Member:
             await self._start()
             if self.state is not GroupState.JOINING:
                 raise GroupClosedError(f"member {self.id} was closed while it joined")
-            self._life = asyncio.create_task(self._live(), name=f"aio-cluster {self.id}")
+            self._life = background(self._live(), name=f"aio-cluster {self.id}")
             await joined
         except BaseException:
             await self.close()
@@ -702,23 +727,46 @@ class Member:
 
     async def _background(self) -> None:
         """Every loop of the member, until the closing cancels them. A failure nobody foresaw,
-        or credentials the servers refused, must not pass silently: it fails the member, and
-        register() or the next batch raises it; a joined member leaves at once, so that its
-        partitions go to the others."""
+        credentials the servers refused, or a loop that ended unasked must not pass silently: it
+        fails the member, and register() or the next batch raises it; a joined member leaves at
+        once, so that its partitions go to the others."""
         joined = self._joined
         assert joined is not None
         timing = self.settings.timing
         try:
             async with anyio.create_task_group() as loops:
-                loops.start_soon(self.membership.run, joined, self.handover, self._fail)
-                loops.start_soon(self._every, timing.commit_interval, self._store_all)
+                scope = loops.cancel_scope
                 loops.start_soon(
-                    self._every, timing.metadata_interval, self.membership.check_partitions
+                    self._kept,
+                    scope,
+                    "rebalances",
+                    functools.partial(self.membership.run, joined, self.handover, self._fail),
                 )
-                loops.start_soon(self.mirror.run, self.states.claims)
-                loops.start_soon(self.liveness.run)
-                loops.start_soon(self.marker.run)
-                loops.start_soon(self.controls.run)
+                loops.start_soon(
+                    self._kept,
+                    scope,
+                    "offset stores",
+                    functools.partial(self._every, timing.commit_interval, self._store_all),
+                )
+                loops.start_soon(
+                    self._kept,
+                    scope,
+                    "metadata checks",
+                    functools.partial(
+                        self._every, timing.metadata_interval, self.membership.check_partitions
+                    ),
+                )
+                if self.mirror.enabled:
+                    loops.start_soon(
+                        self._kept,
+                        scope,
+                        "Kafka mirror",
+                        functools.partial(self.mirror.run, self.states.claims),
+                    )
+                loops.start_soon(self._kept, scope, "liveness", self.liveness.run)
+                loops.start_soon(self._kept, scope, "controls", self.controls.run)
+                loops.start_soon(self._kept, scope, "stuck watch", self.stuck.run)
+                loops.start_soon(self._kept, scope, "marks", self.marker.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:
@@ -732,6 +780,47 @@ class Member:
             else:
                 # It holds claims it can no longer rebalance: they go to the others now.
                 self._give_up(error)
+
+    async def _kept(
+        self, loops: anyio.CancelScope, name: str, run: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Run one loop of the background, whose end is never taken for a normal one: a loop
+        that returns, or that a cancellation nobody asked for ends (one escaping a library's
+        ``gather()``, whose task group would otherwise end quietly), raises
+        [BackgroundEndedError][aio_cluster.BackgroundEndedError] naming it, which fails the
+        member (see `_background()`). A cancellation is asked for by the closing, by the loops'
+        scope (another loop failed), or by a cancel of the member's task; a loop that returns
+        after failing the member itself (the rebalances on an error no retry mends) or while
+        it closes ends as it is.
+
+        Raises:
+            BackgroundEndedError: the loop ended unasked.
+        """
+        try:
+            await run()
+        except asyncio.CancelledError as exc:
+            if self._closing.is_set() or loops.cancel_called or _cancel_requested():
+                raise
+            log.error("member %s: its %s loop was cancelled, unasked", self.id, name)
+            raise BackgroundEndedError(
+                f"member {self.id}: its {name} loop was cancelled, and no one asked for it",
+                name,
+            ) from exc
+        if self._closing.is_set() or self._has_failed():
+            return
+        log.error("member %s: its %s loop ended", self.id, name)
+        raise BackgroundEndedError(f"member {self.id}: its {name} loop ended", name)
+
+    def _has_failed(self) -> bool:
+        """Whether the member failed already: its failure set, or its join refused."""
+        joined = self._joined
+        refused = (
+            joined is not None
+            and joined.done()
+            and not joined.cancelled()
+            and joined.exception() is not None
+        )
+        return self._failure is not None or refused
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -761,7 +850,7 @@ class Member:
             self.mirror.stop,
             *([] if self.transactions is None else [self.transactions.stop]),
         ]
-        # A task group, not asyncio.gather(): cut short by the bound, a gather whose client
+        # A task group, not asyncio's gather(): cut short by the bound, a gather whose client
         # finished its shielded closing anyway raises a CancelledError that is not the bound's,
         # which the bound's scope lets through (Python < 3.13), ending the member's task with
         # the clients half closed and close() raising CancelledError to a caller nobody
@@ -823,7 +912,7 @@ class Member:
                 GroupClosedError(f"member {self.id} was closed while it joined")
             )
         if self._life is None:
-            self._life = asyncio.create_task(self._live(), name=f"aio-cluster {self.id}")
+            self._life = background(self._live(), name=f"aio-cluster {self.id}")
 
     async def close(self) -> None:
         """Leave the group (see the module); idempotent.
@@ -849,4 +938,4 @@ class Member:
             await work.close()
             return
         assert self._life is not None
-        await _outlasting(self._life)
+        await outlasting(self._life)

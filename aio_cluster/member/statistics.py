@@ -74,6 +74,13 @@ class GroupStatistics(Generic[PartitionT]):
         operator_paused: the claimed partitions an operator paused for the whole group
             (``aio-cluster pause``, the dashboard), sorted.
         skips_applied: operators' skips this member applied.
+        oldest_running: seconds the oldest handler of `process()` / `process_bulk()` (a record
+            from its first attempt until it finished) or batch body of ``async for`` (from its
+            hand-out until the body ended) has run; None when none runs.
+        stuck: the partitions whose oldest handler or batch body has run past ``stuck_after``,
+            sorted: each is published for ``aio-cluster describe`` and ``check`` (its ``stuck``
+            verdict) while it stays so.
+        stuck_for: ``oldest_running`` while any partition is stuck, else None.
         unreadable: the partitions this member marked unreadable in ZooKeeper (no progress
             reading them for longer than ``fetch_timeout``; see docs/operating.md), sorted: those
             the group can give to another member go there; it probes the rest until they read
@@ -103,6 +110,9 @@ class GroupStatistics(Generic[PartitionT]):
     stopped: tuple[PartitionT, ...] = ()
     operator_paused: tuple[PartitionT, ...] = ()
     skips_applied: int = 0
+    oldest_running: float | None = None
+    stuck: tuple[PartitionT, ...] = ()
+    stuck_for: float | None = None
     unreadable: tuple[PartitionT, ...] = ()
     unreadable_since: float | None = None
     unreadable_error: str | None = None

@@ -46,6 +46,10 @@ classic tools ignore it::
     /consumers/<group>/control/stopped/<topic>/<partition>  ephemeral (the owner's session), JSON
                                                             {"member","offset","error","at"}: the
                                                             record on_failure="stop" stopped on
+    /consumers/<group>/control/stuck/<topic>/<partition>    ephemeral (the member's session), JSON
+                                                            {"member","kind","offset","since"}:
+                                                            a handler or batch body running past
+                                                            stuck_after
     /consumers/<group>/control/history/entry-<seq>          persistent sequential, JSON: the last
                                                             100 control events
 
@@ -69,6 +73,7 @@ from ..assign.target import StickyTarget
 from ..errors import ConfigurationError, CoordinationError, CorruptOffsetError
 
 __all__ = [
+    "PARTITION_ID_MAX",
     "ROOT",
     "GroupLayout",
     "Registration",
@@ -93,10 +98,13 @@ __all__ = [
     "member_path",
     "offsets_path",
     "owners_path",
+    "partition_named",
     "paused_path",
     "roster_path",
     "skips_path",
     "stopped_path",
+    "stuck_path",
+    "topic_name",
 ]
 
 # Kafka's own rule for topic names; group names get the same so that every path stays one segment.
@@ -113,6 +121,38 @@ def check_name(kind: str, name: object) -> None:
         raise ConfigurationError(
             f"{kind} name {name!r} is not valid: use 1 to 249 of the characters A-Z a-z 0-9 . _ -"
         )
+
+
+def topic_name(name: str) -> bool:
+    """Whether ``name`` can be a topic (Kafka's rule): a subscription's or a ZooKeeper node's
+    name that cannot is no topic to look up."""
+    try:
+        check_name("topic", name)
+    except ConfigurationError:
+        return False
+    return True
+
+
+PARTITION_ID_MAX = 2**31 - 1
+"""The largest partition id Kafka has (an int32)."""
+
+
+def partition_named(name: str) -> int | None:
+    """The partition a numbered node stands for (an owner, offset or control node, named
+    ``str(partition)``), or None for a name no writer of ours makes, which the reader names as
+    unreadable and leaves out: anything but ASCII digits without a leading zero, up to
+    `PARTITION_ID_MAX`.
+
+    `str.isdigit()` is not the test: it takes ``"²"``, which `int()` refuses, and ``"\u0661"``
+    (ARABIC-INDIC DIGIT ONE), which `int()` reads as 1 (a pause that ``resume`` of partition 1,
+    deleting ``.../1``, would never lift); ``"01"`` would read as 1 the same way.
+    """
+    if not (0 < len(name) <= len(str(PARTITION_ID_MAX)) and name.isascii() and name.isdigit()):
+        return None
+    if name != "0" and name.startswith("0"):
+        return None
+    partition = int(name)
+    return partition if partition <= PARTITION_ID_MAX else None
 
 
 ROOT = "/consumers"
@@ -177,6 +217,12 @@ def skips_path(group: str) -> str:
 def stopped_path(group: str) -> str:
     """The parent of a group's stopped partitions: one child per topic, its partitions below."""
     return f"{control_path(group)}/stopped"
+
+
+def stuck_path(group: str) -> str:
+    """The parent of a group's stuck partitions (a handler or batch body running past
+    ``stuck_after``): one child per topic, its partitions below."""
+    return f"{control_path(group)}/stuck"
 
 
 def history_path(group: str) -> str:
@@ -254,6 +300,15 @@ class GroupLayout:
     def stopped(self) -> str:
         """The parent of this topic's partitions stopped by ``on_failure="stop"``."""
         return f"{stopped_path(self.group)}/{self.topic}"
+
+    @property
+    def stuck(self) -> str:
+        """The parent of this topic's stuck partitions."""
+        return f"{stuck_path(self.group)}/{self.topic}"
+
+    def stuck_node(self, partition: int) -> str:
+        """A partition's stuck mark: which member's handler or body runs past ``stuck_after``."""
+        return f"{self.stuck}/{partition}"
 
     def paused_node(self, partition: int) -> str:
         """A partition's operator pause."""

@@ -98,6 +98,10 @@ class PartitionStates:
         self._held: frozenset[PartitionKey] = frozenset()
         """Partitions an operator paused for the whole group, owned or not: the group's
         state in ZooKeeper, which the member follows (see `hold`)."""
+        self.controlled: Callable[[PartitionKey], bool] = lambda partition: True
+        """Whether the operator's controls of a partition were read: one whose were not is
+        neither fetched nor handed out, so that a pause is obeyed from the first batch (the
+        member's `aio_cluster.member.controls` sets it)."""
         self._inflight: dict[PartitionKey, tuple[Claim, Batch, int]] = {}
         """Partition -> the claim and batch whose body runs, and the offset of that batch's
         first record not yet finished (its first, or where a processor's progress got)."""
@@ -367,6 +371,7 @@ class PartitionStates:
             and p not in self._withheld
             and p not in self._paused
             and p not in self._held
+            and self.controlled(p)
             and (
                 not claim.buffered and (p not in self._inflight or (grows is not None and grows(p)))
                 if ahead is None
@@ -443,7 +448,8 @@ class PartitionStates:
         Past the log end (the topic was made again, or an offset was set by hand): as where none
         is stored, at the earliest or with ``trail`` at the log end. The new start becomes
         pending at once (unless a batch runs), so that neither the next owner nor the lag goes on
-        from an offset that is not.
+        from an offset that is not (exactly once: ready for the partition's next transaction,
+        which ZooKeeper follows).
 
         Returns:
             The new start, or None when the partition is not owned.
@@ -454,7 +460,7 @@ class PartitionStates:
         start = latest if trail and offset > latest else earliest
         claim.next_offset = start
         if partition not in self._inflight:
-            claim.pending = start
+            self._completed(claim, start)
         self._drop(claim)
         return start
 
@@ -462,13 +468,14 @@ class PartitionStates:
         """The fetcher reads ``partition`` from ``position`` next: when every record it returned
         was handed out and finished, the claim moves on there, past what follows them without
         being a record (transaction markers, aborted records, compaction gaps); that is pending
-        when everything before was committed. Nothing moves while records are buffered, a batch
-        runs, the partition is withheld or waits on a seek, or the position was not set for the
-        claim held now. The position is where the next fetch's records must start (see
-        `fetched`). A position the fetcher reached while it returned nothing (not right after
-        records it returned from where it was) is followed only once a fetch from the claim's
-        next offset reached it again: else records taken out of the fetcher and lost would be
-        passed (see `fetched`).
+        when everything before was committed (exactly once: ready for the partition's next
+        transaction when everything before completed, so that ZooKeeper follows Kafka there).
+        Nothing moves while records are buffered, a batch runs, the partition is withheld or
+        waits on a seek, or the position was not set for the claim held now. The position is
+        where the next fetch's records must start (see `fetched`). A position the fetcher
+        reached while it returned nothing (not right after records it returned from where it
+        was) is followed only once a fetch from the claim's next offset reached it again: else
+        records taken out of the fetcher and lost would be passed (see `fetched`).
 
         Returns:
             True when the claim moved on.
@@ -495,10 +502,12 @@ class PartitionStates:
         ):
             return False
         committed = claim.pending if claim.pending is not None else claim.stored
+        if self.transactional and claim.ready is not None:
+            committed = claim.ready  # completed, its transaction to come
         if committed is None:
             committed = claim.earliest  # nothing stored: the start needs no commit
         if committed == claim.next_offset and not claim.fenced:
-            claim.pending = position
+            self._completed(claim, position)
         claim.next_offset = position
         return True
 
@@ -553,6 +562,7 @@ class PartitionStates:
             partition not in self._withheld
             and partition not in self._paused
             and partition not in self._held
+            and self.controlled(partition)
         )
 
     def pick(self, grows: Grows | None = None) -> tuple[Claim, Batch] | None:

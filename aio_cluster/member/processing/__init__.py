@@ -8,6 +8,7 @@ dead letters) and the telemetry's types. It knows nothing of ZooKeeper or of the
 
 Modules::
 
+    bounds.py     bounded(): a handler's attempt cut at attempt_timeout
     bulk.py       BulkCalls: a bulk handler as process()'s per-record handler, calls split
     eager.py      resumed(): a coroutine stepped once by hand, then awaited as it was
     failures.py   Retries: a failed record's retries and its dead letter, for process()

@@ -16,13 +16,18 @@ record of a partition in a call.
 Every record in a call, gathering or running, holds one of the engine's ``concurrency`` slots:
 ``concurrency`` must be at least ``size``, and about ``concurrency // size`` calls run at once.
 
+With ``attempt_timeout`` each call of the handler is cut at the bound
+(`aio_cluster.member.processing.bounds`): a failed attempt of the call like any other.
+
 Failures: a call that raises runs again as a whole, up to the policy's ``attempts`` with its
 back-off (retries wait while ZooKeeper is silent). Once it failed for good it is split in halves,
 each run once, recursively, so that only a record that fails alone carries its error back to its
 run: the engine, told to make one attempt, applies the policy (``stop``, ``dead_letter``,
 ``raise``) to it alone, and the other records finish. A record whose run is cancelled (its
 partition handed over, the call of ``process()`` cancelled) leaves its call, unrun if the call
-had not started; a running call whose records all left is cancelled.
+had not started. A running call that a record left is cancelled, so that no record stays in the
+user's handler once its partition is handed over; the records still waiting in it run again in
+a call of their own (those a call of the handler returned with have finished).
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ from anyio.abc import TaskGroup
 from tenacity import AsyncRetrying, stop_after_attempt
 
 from ...config import Processing
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, HandlerCancelledError
 from ...kafka.records import Record
 from ..delivery.delivery import Delivery
+from .bounds import bounded
 from .failures import waits
-from .workers import Handler
+from .workers import Handler, cancelled_unasked
 
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
@@ -98,6 +104,10 @@ class _Seat:
     record: Record
     error: Exception | None = None
     """What the record failed with alone, once its call ended (None: it finished)."""
+    ran: bool = False
+    """True once a call of the handler returned with it: it finished."""
+    left: bool = False
+    """True once its run left the call (cancelled): it is not run again."""
 
 
 @dataclass(eq=False)
@@ -113,8 +123,8 @@ class _Call:
     waiting: int = 0
     """Records whose runs wait for it."""
     started: bool = False
-    """True once it took its last record: a started call whose records all left is cancelled
-    (an open one goes on gathering)."""
+    """True once it took its last record: a started call that a record left is cancelled (an
+    open one goes on gathering)."""
 
 
 class BulkCalls:
@@ -178,7 +188,10 @@ class BulkCalls:
             call.waiting -= 1
             if not call.started:
                 call.seats.remove(seat)  # its place is free for another record
-            elif call.waiting == 0:
+            else:
+                # Its record must not stay in the handler (its partition may be handed over):
+                # the call ends, and the records still waiting run again without it.
+                seat.left = True
                 call.scope.cancel()
             raise
         if seat.error is not None:
@@ -186,16 +199,33 @@ class BulkCalls:
 
     async def _run(self, call: _Call) -> None:
         """Wait until ``call`` is full or its linger passed, then run it (see the module)."""
+        settled = False
         try:
             with anyio.move_on_after(self._linger):
                 await call.full.wait()
             if self._open is call:
                 self._open = None
             call.started = True
-            with call.scope:
-                if call.seats:
-                    await self._settle(call.seats)
+            while not settled:
+                seats = [
+                    seat
+                    for seat in call.seats
+                    if not (seat.left or seat.ran or seat.error is not None)
+                ]
+                if not seats:
+                    break
+                call.scope = anyio.CancelScope()
+                with call.scope:  # cancelled when a record leaves: run the others again
+                    await self._settle(seats)
+                    settled = True
         finally:
+            if not settled:
+                # Cut short (process_bulk() ends): the records not run are not finished.
+                for seat in call.seats:
+                    if not seat.ran and seat.error is None:
+                        seat.error = HandlerCancelledError(
+                            "the bulk call ended before it finished this record"
+                        )
             call.done.set()
 
     async def _settle(self, seats: list[_Seat]) -> None:
@@ -252,10 +282,18 @@ class BulkCalls:
         self.calls += 1
         records = [seat.record for seat in seats]
         telemetry = self._telemetry
-        if telemetry is None or not telemetry.calls_watched:
-            await self._handler(records)
-        else:
-            await telemetry.handle_call(self._handler, records, attempt, retry_of)
+        try:
+            if telemetry is None or not telemetry.calls_watched:
+                await self._handler(records)
+            else:
+                await telemetry.handle_call(self._handler, records, attempt, retry_of)
+        except BaseException as exc:
+            failure = cancelled_unasked(exc)
+            if failure is None:
+                raise
+            raise failure from exc  # a failed attempt: never its records finished
+        for seat in seats:
+            seat.ran = True
 
     async def _going(self) -> None:
         """Wait until ZooKeeper was heard from: no retry starts while it is silent. Looked at
@@ -274,6 +312,11 @@ class BulkCalls:
             self._policy.attempts,
             last,
         )
+
+
+def _call_named(records: list[Record]) -> str:
+    partitions = sorted({record.partition for record in records})
+    return f"a call on {len(records)} records of partitions {partitions}"
 
 
 class ProcessingMember(Protocol):
@@ -305,9 +348,12 @@ async def run_bulk(
     check_bulk(handler, size, linger, policy)
     telemetry = member.telemetry
     failure: Exception | None = None
+    timeout = policy.attempt_timeout
     async with anyio.create_task_group() as tasks:
         calls = BulkCalls(
-            handler,
+            handler
+            if timeout is None
+            else bounded(handler, timeout, member_id=member.id, named=_call_named),
             policy,
             tasks,
             size=size,
@@ -322,7 +368,8 @@ async def run_bulk(
         if telemetry is not None:
             telemetry.per_record = False
         try:
-            await member.process(calls.handle, replace(policy, attempts=1))
+            # The bound is the calls': a record's run also waits for its call to fill.
+            await member.process(calls.handle, replace(policy, attempts=1, attempt_timeout=None))
         except Exception as exc:
             failure = exc  # raised as it is, not in the task group's exception group
         finally:

@@ -42,6 +42,7 @@ from ...kafka.topics import PartitionKey
 from ..delivery.claims import Batch, Claim
 from ..delivery.delivery import Delivery
 from ..delivery.finished import forget, note, noted
+from .bounds import bounded
 from .outcomes import Outcomes
 from .windows import Window
 from .workers import Handler, check_handler
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
 
 __all__ = ["Handler", "Processor", "check_handler"]
+
+
+def _record_named(record: Record) -> str:
+    return f"the record at offset {record.offset} of partition {record.partition}"
 
 
 class Processor(Outcomes):
@@ -75,6 +80,10 @@ class Processor(Outcomes):
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         telemetry: runs each handler attempt and dead letter in a span, if given.
         """
+        if policy.attempt_timeout is not None:
+            handler = bounded(
+                handler, policy.attempt_timeout, member_id=member_id, named=_record_named
+            )
         super().__init__(
             delivery,
             handler,
@@ -121,6 +130,15 @@ class Processor(Outcomes):
         """Seconds since the oldest record in flight started, or None when none is."""
         starts = [entry.started for w in self._all_windows() for entry in w.running]
         return time.monotonic() - min(starts) if starts else None
+
+    def running_since(self) -> list[tuple[PartitionKey, int, float]]:
+        """Each record in flight: its partition, its offset and when its first attempt started
+        (``time.monotonic()``): what the member's stuck watch looks at."""
+        return [
+            (window.partition, entry.record.offset, entry.started)
+            for window in self._all_windows()
+            for entry in window.running
+        ]
 
     def _all_windows(self) -> list[Window]:
         return [*self._windows.values(), *self._leaving]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from ...config import Processing
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, HandlerCancelledError
 from ...kafka.records import Record
 from ..delivery.delivery import Delivery
 from .eager import resumed
@@ -38,11 +39,32 @@ from .windows import Entry, Window
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
 
-__all__ = ["SLICE", "Handler", "Workers", "check_handler"]
+__all__ = ["SLICE", "Handler", "Workers", "cancelled_unasked", "check_handler"]
 
 
 Handler = Callable[[Record], Awaitable[object]]
 """``async def handler(record)``: what `process()` runs for every record."""
+
+
+def cancelled_unasked(exc: BaseException) -> HandlerCancelledError | None:
+    """``exc`` as the failure it is, when it is a ``CancelledError`` a handler raised while
+    nothing cancelled its task (no cancel scope around it cancelled, no ``Task.cancel()``
+    pending): a library's cancellation leaking out of the handler, say. None for anything
+    else, and for a cancellation that was asked for (it goes on up).
+
+    Taken for the cancellation of the worker, it would end the worker quietly and leave its
+    record unfinished, or count a bulk call's records as finished.
+    """
+    if not isinstance(exc, asyncio.CancelledError):
+        return None
+    if anyio.current_effective_deadline() == -math.inf:
+        return None
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+    if cancelling is not None and cancelling():
+        return None
+    error = HandlerCancelledError("the handler raised CancelledError, though nothing cancelled it")
+    error.__cause__ = exc
+    return error
 
 
 @dataclass(slots=True)
@@ -315,12 +337,13 @@ class Workers(ABC):
                             await resumed(steps, waiting_on)
                         finally:
                             self.give_slot()
-                except Exception as exc:
-                    self._failed(entry, exc)
+                except BaseException as exc:
+                    failure = exc if isinstance(exc, Exception) else cancelled_unasked(exc)
+                    if failure is None:
+                        self._interrupted(entry)
+                        raise
+                    self._failed(entry, failure)
                     return
-                except BaseException:
-                    self._interrupted(entry)
-                    raise
                 following = self._finished(entry)
                 started = None
                 # The entry finished: nothing holds it any more, so it serves the next record.
@@ -373,9 +396,13 @@ class Workers(ABC):
             except Exception as exc:
                 self._failed(entry, exc)
                 return False
-            except BaseException:
-                self._interrupted(entry)
-                raise
+            except BaseException as exc:
+                failure = cancelled_unasked(exc)
+                if failure is None:
+                    self._interrupted(entry)
+                    raise
+                self._failed(entry, failure)
+                return False
             running.discard(entry)
             if window.gone:
                 self._left(window)
@@ -486,6 +513,12 @@ class Workers(ABC):
         except Exception as exc:
             index = window.in_place
             started = _Started(seat.at, steps, None, exc)
+        except BaseException as exc:
+            failure = cancelled_unasked(exc)
+            if failure is None:
+                raise
+            index = window.in_place
+            started = _Started(seat.at, steps, None, failure)
         else:
             # A handler waits: `_run()` awaits the rest of it, and the run ends after it.
             index = window.in_place

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ...assign.marks import Mark, barred, settles_at
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
+from ...concurrency import gather
 from ...kafka.topics import PartitionKey, TopicKeys
 from ..delivery.claims import Claim
 from .marks import MarkReader
@@ -151,7 +153,7 @@ class Assignment:
                 members = await self._registration.check_in(self.request)
                 readers = self._readers(members, states)
         if self._follows_shares:
-            found = await asyncio.gather(*(self._share_of_topic(s) for s in states))
+            found = await gather(functools.partial(self._share_of_topic, s) for s in states)
             await self._registration.watch_predecessors(
                 {p for s in states if (p := predecessor(self._id, readers[s.name]))},
                 self.request,
@@ -198,8 +200,9 @@ class Assignment:
         if settles is not None:
             # A mark bars its member once settled: look again then.
             asyncio.get_running_loop().call_later((settles - now_ms) / 1000 + 0.05, self.request)
-        return await asyncio.gather(
-            *(self._target_of_topic(s, readers[s.name], graces, marks, turns) for s in states)
+        return await gather(
+            functools.partial(self._target_of_topic, s, readers[s.name], graces, marks, turns)
+            for s in states
         )
 
     async def _share_of_topic(self, state: TopicState) -> tuple[set[PartitionKey], bool]:

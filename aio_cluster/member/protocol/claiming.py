@@ -39,12 +39,14 @@ once more, and an old claim of the same epoch would pass its check.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 
 import anyio
 
+from ...concurrency import settle
 from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
 from ...zookeeper.client import (
@@ -201,13 +203,11 @@ class ClaimNodes:
         # below marks the others again.
         stray = sorted(self._doubtful.difference(claimed))
         self._doubtful.clear()
-        results = await asyncio.gather(
-            *(self._delete_stray(p) for p in stray), return_exceptions=True
-        )
+        results = await settle(functools.partial(self._delete_stray, p) for p in stray)
         failed = [
             (partition, result)
             for partition, result in zip(stray, results, strict=True)
-            if isinstance(result, BaseException)
+            if isinstance(result, Exception)
         ]
         self._doubtful.update(partition for partition, _result in failed)
         if failed:
@@ -340,14 +340,20 @@ class ClaimNodes:
     async def _wait_changed(self, node: WatchedNode, bound: float, newer: asyncio.Event) -> bool:
         """Wait for an owner node to change or go (or the session's state to change: look
         again); False on time-out or when ``newer`` is set."""
-        changed = asyncio.ensure_future(node.changed())
-        interrupted = asyncio.ensure_future(newer.wait())
-        try:
-            await asyncio.wait(
-                {changed, interrupted}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for waiter in (changed, interrupted):
-                waiter.cancel()
-            await asyncio.gather(changed, interrupted, return_exceptions=True)
-        return changed.done() and not changed.cancelled() and changed.exception() is None
+        changed = False
+        with anyio.move_on_after(bound):
+            async with anyio.create_task_group() as waiting:
+
+                async def on_change() -> None:
+                    nonlocal changed
+                    await node.changed()
+                    changed = True
+                    waiting.cancel_scope.cancel()
+
+                async def on_newer() -> None:
+                    await newer.wait()
+                    waiting.cancel_scope.cancel()
+
+                waiting.start_soon(on_change)
+                waiting.start_soon(on_newer)
+        return changed

@@ -84,6 +84,12 @@ class KafkaMirror:
         else:
             self._seen.difference_update(partitions)
 
+    @property
+    def enabled(self) -> bool:
+        """Whether it mirrors at all (``kafka_offsets`` is not ``"off"``): else `run()` has
+        nothing to do."""
+        return self._kafka is not None
+
     async def run(self, claims: Mapping[PartitionKey, Claim]) -> None:
         """Mirror what ZooKeeper stores, as it is stored; runs until cancelled."""
         if self._kafka is None:

@@ -15,11 +15,13 @@ only once the notes of the claim before it were read (`Offsets.read_notes()`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 
 import anyio
 
+from ...concurrency import gather
 from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
 from ...zookeeper.client import (
@@ -165,7 +167,7 @@ class Offsets:
     async def _still_ours(self, claims: list[Claim]) -> list[Claim]:
         """The claims that still hold: their owner node of this session at its version, their
         fence at their epoch. The others are marked ``fenced``, and are never written again."""
-        held = await asyncio.gather(*(self._holds(claim) for claim in claims))
+        held = await gather(functools.partial(self._holds, claim) for claim in claims)
         gone = [claim for claim, holds in zip(claims, held, strict=True) if not holds]
         if gone:
             partitions = self._states.fenced_off(gone)
@@ -192,10 +194,11 @@ class Offsets:
 
     def _notes_due(self, partitions: list[PartitionKey], due: list[Claim]) -> list[Claim]:
         """Of ``partitions``, the owned claims not in ``due`` whose note is not stored yet:
-        their offset is written again with it (see `_offset()`)."""
+        their offset is written again with it (see `_offset()`). None exactly once: a note is
+        never stored there (see `_note_ops()`)."""
         claims = self._states.claims
         found: list[Claim] = []
-        if not finished.anything_noted():
+        if self._states.transactional or not finished.anything_noted():
             return found
         for partition in dict.fromkeys(partitions):
             claim = claims.get(partition)
@@ -263,7 +266,9 @@ class Offsets:
         Returns:
             The offsets noted, when a note is written.
         """
-        known = finished.noted(claim)
+        # Exactly once, what finished beyond the prefix has its output kept in memory, not
+        # committed: a next claim (with the mode or without) must handle it again.
+        known = None if self._states.transactional else finished.noted(claim)
         if known is None and not self._notes:
             return None  # the common case: nothing noted, nothing to delete
         path = self._layout.note(claim.partition)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from ...assign.strategies import Strategy
+from ...concurrency import gather, settle
 from ...errors import (
     AioClusterError,
     BrokerError,
@@ -239,7 +241,7 @@ class Rebalancer:
                     kept = await handover.revoke(leaving)
                 leaving = [p for p in leaving if p not in kept]
                 with self._step("release"):
-                    await asyncio.gather(*(self._release_node(p) for p in leaving))
+                    await gather(functools.partial(self._release_node, p) for p in leaving)
             finally:
                 handover.released(leaving)
         before = set(self._claims)
@@ -274,11 +276,9 @@ class Rebalancer:
 
     async def _claim_all(self, partitions: list[PartitionKey], epoch: int) -> bool:
         """Claim partitions concurrently; False when any could not be claimed in time."""
-        results = await asyncio.gather(
-            *(self._claim(partition, epoch) for partition in partitions), return_exceptions=True
-        )
+        results = await settle(functools.partial(self._claim, p, epoch) for p in partitions)
         for result in results:
-            if isinstance(result, BaseException):
+            if isinstance(result, Exception):
                 raise result
         return all(results)
 
@@ -331,8 +331,11 @@ class Rebalancer:
         release them and delete the registration."""
         async with self.lock:
             await handover.give_up(sorted(self._claims))
-            # All at once: with many partitions, one round trip instead of one per claim.
-            await asyncio.gather(*(self._release_node(p) for p in list(self._claims)))
+            # All at once: with many partitions, one round trip instead of one per claim. In a
+            # task group (see aio_cluster.concurrency): cut short by the closing's deadline,
+            # asyncio's gather, when a release finished anyway, raised a CancelledError the
+            # deadline let through, and close() raised it to a caller nobody cancelled.
+            await gather(functools.partial(self._release_node, p) for p in list(self._claims))
             await self._registration.delete()
 
     def lose(self) -> None:

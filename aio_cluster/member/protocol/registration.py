@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -24,6 +25,7 @@ from typing import TypeVar
 
 from ...assign.strategies import Strategy
 from ...assign.subscription import Subscription
+from ...concurrency import gather, settle
 from ...errors import (
     AioClusterError,
     CoordinationError,
@@ -118,7 +120,9 @@ class Registrar:
 
         async def nodes() -> Members:
             await self._zk.ensure_path(self._layout.root, shared=True)
-            await asyncio.gather(self._zk.ensure_path(self._layout.ids), also(), self._start())
+            ids = functools.partial(self._zk.ensure_path, self._layout.ids)
+            steps: list[Callable[[], Awaitable[object]]] = [ids, also, self._start]
+            await gather(steps)
             return await self.read_members(watch=None)
 
         # Refuse before registering, so that the group never sees this member.
@@ -341,13 +345,13 @@ class Registrar:
         known = {member: cached[member] for member in ids if member in cached}
         new = [member for member in ids if member not in known]
         # Concurrently: a member joining a large group reads every registration once.
-        read = await asyncio.gather(
-            *(self._zk.get(self._layout.member(member)) for member in new), return_exceptions=True
+        read = await settle(
+            functools.partial(self._zk.get, self._layout.member(member)) for member in new
         )
         for member, result in zip(new, read, strict=True):
             if isinstance(result, NoNodeError):
                 continue
-            if isinstance(result, BaseException):
+            if isinstance(result, Exception):
                 raise result
             data, stat = result
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Protocol
 from ...assign.marks import Mark
 from ...assign.shares import Share, share_changes, shares_of
 from ...assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
+from ...concurrency import gather, settle
 from ...errors import CoordinationError
 from ...zookeeper.client import (
     BadVersionError,
@@ -314,14 +316,12 @@ class TargetNode:
         """partition -> the member its claim node names, for the claimed ones: with no target
         to go on from, the next one starts from who owns what now, so nothing moves."""
         asked = sorted(partitions)
-        found = await asyncio.gather(
-            *(self._zk.get(self._layout.owner(p)) for p in asked), return_exceptions=True
-        )
+        found = await settle(functools.partial(self._zk.get, self._layout.owner(p)) for p in asked)
         owners = {}
         for partition, result in zip(asked, found, strict=True):
             if isinstance(result, NoNodeError):
                 continue
-            if isinstance(result, BaseException):
+            if isinstance(result, Exception):
                 raise result
             owners[partition] = result[0].decode(errors="replace")
         return owners
@@ -371,11 +371,8 @@ class TargetNode:
         """
         if not self._parents_made:
             parent = self._path.rsplit("/", 1)[0]
-            await asyncio.gather(
-                self._zk.ensure_path(parent),
-                self._zk.ensure_path(self._layout.shares),
-                self._zk.ensure_path(self._layout.roster),
-            )
+            paths = (parent, self._layout.shares, self._layout.roster)
+            await gather(functools.partial(self._zk.ensure_path, path) for path in paths)
             self._parents_made = True
         before: dict[str, Share | None]
         if shared is not None and self._doubted != node_version:

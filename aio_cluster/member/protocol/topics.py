@@ -14,13 +14,14 @@ until Kafka says again that it is gone, since releasing it would stop it for the
 
 from __future__ import annotations
 
-import asyncio
 import collections
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ...assign.subscription import Subscription
+from ...concurrency import gather, settle
 from ...errors import BrokerError, ConfigurationError
 from ...kafka.fetcher import Fetcher
 from ...kafka.topics import PartitionKey
@@ -133,13 +134,13 @@ class Topics:
         known) exist."""
         if states is None:
             states = list(self._topics.values())
-        await asyncio.gather(*(self._prepare_topic(state) for state in states))
+        await gather(functools.partial(self._prepare_topic, state) for state in states)
 
     async def _prepare_topic(self, state: TopicState) -> None:
         if not state.prepared:
             layout = state.layout
             paths = (layout.owners, layout.offsets, layout.fences)
-            await asyncio.gather(*(self._zk.ensure_path(path) for path in paths))
+            await gather(functools.partial(self._zk.ensure_path, path) for path in paths)
             state.prepared = True
 
     async def check_exists(self) -> None:
@@ -153,11 +154,9 @@ class Topics:
             # it, and asked together they share one metadata refresh (asked in turn, each refresh
             # would ask every topic before it again). The first failure in order is raised.
             states = list(self._topics.values())
-            found = await asyncio.gather(
-                *(self._partitions_of(state) for state in states), return_exceptions=True
-            )
+            found = await settle(functools.partial(self._partitions_of, s) for s in states)
             for state, partitions in zip(states, found, strict=True):
-                if isinstance(partitions, BaseException):
+                if isinstance(partitions, Exception):
                     raise partitions
                 state.partitions = partitions
 
@@ -248,7 +247,7 @@ class Topics:
             return False
         before = {t: p for t, p in (self._cluster or {}).items() if self._subscription.matches(t)}
         missing = sorted(set(before) - set(found))
-        again = await asyncio.gather(*(self._still_there(t, before[t]) for t in missing))
+        again = await gather(functools.partial(self._still_there, t, before[t]) for t in missing)
         found.update((t, p) for t, p in zip(missing, again, strict=True) if p is not None)
         self._cluster = found
         after = {t: p for t, p in found.items() if self._subscription.matches(t)}

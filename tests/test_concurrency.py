@@ -1,0 +1,165 @@
+"""The one way to wait and cancel (aio_cluster/concurrency.py), as pure logic: results come in
+order, the first failure comes out as itself (no ExceptionGroup) after its siblings ended,
+``settle`` keeps every outcome, ``settled`` waits for foreign futures without cancelling them, and
+a bound that cuts the calls short stays the bound's: a child that finishes after its cancellation
+(one that catches it, as aiokafka's ``AIOKafkaClient.close()`` does) no longer turns it into a
+bare CancelledError, which ``asyncio.gather`` did (seen on Python 3.10 to 3.13, anyio 4.16)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from aio_cluster.concurrency import background, detached, gather, outlasting, settle, settled
+
+from support import wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+async def stubborn(answer: asyncio.Future[int]) -> int:
+    """A call that finishes its request whatever cancels it, and returns its answer."""
+    while True:
+        try:
+            return await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if answer.done():
+                return answer.result()
+
+
+async def test_results_come_in_the_order_of_the_calls() -> None:
+    order: list[int] = []
+
+    async def value(n: int) -> int:
+        await anyio.sleep(0 if n else 0.01)
+        order.append(n)
+        return n
+
+    assert await gather([lambda n=n: value(n) for n in range(3)]) == [0, 1, 2]
+    assert order[-1] == 0, "the first call finished last"
+    assert await gather([]) == []
+
+
+async def test_the_first_failure_comes_out_as_itself_after_its_siblings_ended() -> None:
+    ended: list[str] = []
+
+    async def fails() -> int:
+        raise KeyError("x")
+
+    async def slow() -> int:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.append("slow")
+        return 1  # pragma: no cover - never reached
+
+    with pytest.raises(KeyError):
+        await gather([slow, fails])
+    assert ended == ["slow"], "the sibling was cancelled and had ended"
+
+
+async def test_settle_keeps_every_outcome_in_order() -> None:
+    failure = ValueError("no")
+
+    async def fails() -> int:
+        raise failure
+
+    async def one() -> int:
+        await anyio.lowlevel.checkpoint()
+        return 1
+
+    assert await settle([one, fails, one]) == [1, failure, 1]
+
+
+async def bounded_run(gathering: Callable[[asyncio.Future[int]], Awaitable[object]]) -> bool:
+    """Run ``gathering`` (a stubborn call beside a quick one) in a task of its own under a bound
+    that cuts it short; whether the task ended cancelled, though only its own bound was."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[int] = loop.create_future()
+    loop.call_later(0.05, answer.set_result, 7)
+
+    async def bounded() -> None:
+        with anyio.move_on_after(0.01) as bound:
+            await gathering(answer)
+        assert bound.cancelled_caught
+
+    task = asyncio.create_task(bounded())
+    await settled([task])
+    assert answer.result() == 7, "the stubborn call had its answer"
+    return task.cancelled()
+
+
+async def test_a_child_finishing_after_the_bound_leaves_the_bound_its_own() -> None:
+    """Cut short by a bound, the calls end inside it: ``move_on_after`` returns, the caller is
+    not cancelled."""
+
+    async def gathering(answer: asyncio.Future[int]) -> object:
+        return await gather([lambda: stubborn(answer), anyio.lowlevel.checkpoint])
+
+    assert not await bounded_run(gathering)
+
+
+async def test_asyncio_gather_leaked_the_cancellation_there() -> None:
+    """The defect the helpers replace, shown on the same calls: the task holding the bound ends
+    cancelled."""
+
+    async def gathering(answer: asyncio.Future[int]) -> object:
+        return await asyncio.gather(stubborn(answer), anyio.lowlevel.checkpoint())
+
+    assert await bounded_run(gathering)
+
+
+async def test_settled_waits_for_futures_without_raising_or_cancelling_them() -> None:
+    loop = asyncio.get_running_loop()
+    failed: asyncio.Future[int] = loop.create_future()
+    pending: asyncio.Future[int] = loop.create_future()
+    failed.set_exception(OSError("gone"))
+    with anyio.move_on_after(0.01):
+        await settled([failed, pending])
+    assert not pending.cancelled(), "a bound on the waiter leaves the future alone"
+    loop.call_soon(pending.set_result, 1)
+    await settled([failed, pending])
+    assert pending.result() == 1
+    assert isinstance(failed.exception(), OSError)
+
+
+async def test_outlasting_waits_for_its_task_and_leaves_the_bound_its_own() -> None:
+    """A caller cut short by its bound waits for the task to end; the bound then catches its
+    own cancellation (the one the caller was given is raised again, not a bare one)."""
+    ended = anyio.Event()
+
+    async def work() -> int:
+        await ended.wait()
+        return 3
+
+    bounds: list[anyio.CancelScope] = []
+
+    async def bounded(task: asyncio.Task[int]) -> None:
+        with anyio.move_on_after(0.01) as bound:
+            bounds.append(bound)
+            await outlasting(task)
+        assert bound.cancelled_caught
+
+    task = background(work(), name="work")
+    caller = asyncio.create_task(bounded(task))
+    await wait_until(lambda: bool(bounds) and bounds[0].cancel_called, what="the bound passed")
+    assert not caller.done(), "the caller waits for the task"
+    ended.set()
+    await settled([caller])
+    assert not caller.cancelled()
+    assert caller.exception() is None
+    assert task.result() == 3
+
+
+async def test_detached_leaves_its_task_running_when_the_caller_is_cancelled() -> None:
+    answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = background(stubborn(answer), name="request")
+    with anyio.move_on_after(0.01):
+        await detached(task)
+    assert not task.done(), "the request goes on"
+    answer.set_result(5)
+    assert await detached(task) == 5

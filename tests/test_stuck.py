@@ -1,0 +1,167 @@
+"""A member stuck in a handler or a batch body that never ends, shown everywhere, against the real
+local ZooKeeper and Kafka: ``statistics()``, the metrics, ``aio-cluster describe`` and
+``check``'s ``stuck`` verdict naming the member and for how long; and a member where nothing
+hangs publishes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aio_cluster import ConsumerGroup, Record
+from aio_cluster.local import LocalCluster
+from aio_cluster.metrics import GroupMetrics
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.layout import stuck_path
+
+from conftest import MakeTopic, Produce
+from support import member, wait_until
+from test_cli import run
+
+pytestmark = pytest.mark.asyncio
+
+WINDOW = ("--window", "1s", "--samples", "2")
+
+
+async def stuck_nodes(zk: ZooKeeper, group: str, topic: str) -> list[str]:
+    try:
+        return sorted(await zk.get_children(f"{stuck_path(group)}/{topic}"))
+    except NoNodeError:
+        return []
+
+
+async def scraped(group: ConsumerGroup, name: str, **labels: str) -> float | None:
+    registry = CollectorRegistry()
+    metrics = GroupMetrics(group, registry=registry)
+    try:
+        await metrics.refresh()
+        return registry.get_sample_value(name, {"group": group.name, "member": group.id, **labels})
+    finally:
+        metrics.unregister()
+
+
+async def test_a_loop_body_that_hangs_is_stuck_in_statistics_metrics_describe_and_check(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    zk: ZooKeeper,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = await make_topic(partitions=1)
+    await produce(topic, 5)
+    release = asyncio.Event()
+    first: list[int] = []
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.stuck")
+    group = member(cluster, group_name, topic, stuck_after=1.0)
+
+    async def hang() -> None:
+        async for _partition, batch in group:
+            first.append(batch[0].offset)
+            await release.wait()  # the body that never ends, until the test lets it
+
+    async with group, anyio.create_task_group() as tasks:
+        tasks.start_soon(hang)
+        await wait_until(lambda: bool(first), what="a batch handed out")
+
+        async def stuck() -> bool:
+            return (await group.statistics()).stuck == (0,)
+
+        await wait_until(stuck, what="the partition stuck")
+        stats = await group.statistics()
+        assert stats.stuck_for is not None
+        assert stats.stuck_for >= 1.0
+        assert stats.oldest_running == stats.stuck_for
+        assert await scraped(group, "aio_cluster_stuck") == 1
+        assert await scraped(group, "aio_cluster_partition_stuck", topic=topic, partition="0") == 1
+        await wait_until(
+            lambda: any("past stuck_after" in m and group.id in m for m in caplog.messages),
+            what="the warning",
+        )
+
+        code, out, err = await run(cluster, "check", group_name, *WINDOW, "--json")
+        assert code == 2, (out, err)
+        (finding,) = json.loads(out)
+        assert finding["status"] == "stuck"
+        assert finding["stuck"]["member"] == group.id
+        assert finding["stuck"]["kind"] == "body"
+        assert finding["stuck"]["offset"] == 0
+        assert finding["stuck"]["seconds"] >= 1.0
+        code, out, err = await run(cluster, "check", group_name, *WINDOW)
+        assert code == 2, (out, err)
+        verdict = out.splitlines()[-1]
+        assert verdict.startswith(f"error: group {group_name}: {topic}/0 stuck for ")
+        assert f"in member {group.id} (the loop body of the batch at offset 0)" in verdict
+
+        code, out, err = await run(cluster, "describe", group_name, "--json")
+        assert code == 0, (out, err)
+        (row,) = json.loads(out)
+        assert row["stuck"]["member"] == group.id
+
+        release.set()
+
+        async def unstuck() -> bool:
+            stats = await group.statistics()
+            return stats.stuck == () and not await stuck_nodes(zk, group_name, topic)
+
+        await wait_until(unstuck, what="the mark removed once the body ended")
+        assert await scraped(group, "aio_cluster_stuck") == 0
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_handler_without_attempt_timeout_that_hangs_is_stuck(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str
+) -> None:
+    topic = await make_topic(partitions=1)
+    await produce(topic, 3)
+    release = asyncio.Event()
+
+    async def handler(record: Record) -> None:
+        if record.offset == 1:
+            await release.wait()
+
+    group = member(cluster, group_name, topic, stuck_after=1.0)
+    async with group, anyio.create_task_group() as tasks:
+        tasks.start_soon(group.process, handler)
+
+        async def stuck() -> bool:
+            return (await group.statistics()).stuck == (0,)
+
+        await wait_until(stuck, what="the partition stuck")
+        code, out, err = await run(cluster, "check", group_name, *WINDOW, "--json")
+        assert code == 2, (out, err)
+        (finding,) = json.loads(out)
+        assert finding["status"] == "stuck"
+        assert (finding["stuck"]["member"], finding["stuck"]["kind"]) == (group.id, "handler")
+        assert finding["stuck"]["offset"] == 1
+        release.set()
+
+        async def done() -> bool:
+            return (await group.statistics()).stuck == () and await group.offset(0) == 3
+
+        await wait_until(done, what="the handler returned")
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_member_where_nothing_hangs_publishes_nothing(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, group_name: str, zk: ZooKeeper
+) -> None:
+    topic = await make_topic(partitions=2)
+    await produce(topic, 20)
+    group = member(cluster, group_name, topic, stuck_after=0.5)
+    taken = 0
+    async with group:
+        with anyio.move_on_after(1.5):
+            async for _partition, batch in group:
+                taken += len(batch)
+        stats = await group.statistics()
+        assert stats.stuck == ()
+        assert stats.oldest_running is None
+        with pytest.raises(NoNodeError):
+            await zk.get_children(stuck_path(group_name))
+    assert taken == 20
