@@ -67,11 +67,13 @@ from .errors import MemberReplacedError as MemberReplacedError
 from .errors import NotOwnedError as NotOwnedError
 from .errors import OutputRefusedError as OutputRefusedError
 from .errors import ProducerFencedError as ProducerFencedError
+from .errors import ReadRefusedError as ReadRefusedError
 from .errors import SessionLostError as SessionLostError
 from .errors import SkipRefusedError as SkipRefusedError
 from .errors import StrategyMismatchError as StrategyMismatchError
 from .errors import TransactionClosedError as TransactionClosedError
 from .errors import TransactionDeniedError as TransactionDeniedError
+from .errors import UnreadableError as UnreadableError
 from .group import Batch as Batch
 from .group import ConsumerGroup as ConsumerGroup
 from .group import GroupState as GroupState
@@ -117,6 +119,7 @@ __all__ = [
     "PartitionStatistics",
     "Processing",
     "ProducerFencedError",
+    "ReadRefusedError",
     "RebalanceListener",
     "Record",
     "SessionLostError",
@@ -127,6 +130,7 @@ __all__ = [
     "TopicPartition",
     "TransactionClosedError",
     "TransactionDeniedError",
+    "UnreadableError",
     "ZooKeeperSecurity",
     "ZooKeeperTLS",
 ]

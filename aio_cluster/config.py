@@ -98,6 +98,13 @@ class Timing:
         session_timeout: the ZooKeeper session's timeout: how long after a member vanished
             (crash, network) its claims go and the group takes its partitions over. The server
             may clamp it to its own bounds.
+        fetch_timeout: how long a member may fail to fetch a partition it owns (every request
+            to its leader timed out or failed, or was refused) before it marks the partition
+            unreadable in ZooKeeper, so that the group gives it to a member that can read it.
+            The session keeps a member's claims alive against ZooKeeper's silence; this keeps
+            them alive against Kafka's. An empty answer to a long poll counts as progress, and
+            a partition the member does not fetch (paused, or its batches still busy) is not
+            measured. Nothing moves when no member can read the partition.
         request_timeout: the bound on each ZooKeeper request, the first connection included;
             one that takes longer raises [CoordinationTimeout][aio_cluster.CoordinationTimeout].
         claim_timeout: how long a claim waits for the partition's previous owner to release it;
@@ -129,6 +136,7 @@ class Timing:
     """
 
     session_timeout: float = 10.0
+    fetch_timeout: float = 30.0
     request_timeout: float = 10.0
     claim_timeout: float = 30.0
     rebalance_timeout: float = 60.0
@@ -425,6 +433,7 @@ class Options(TypedDict, total=False):
     there (``max_wait_ms`` is the deprecated `Fetching.max_wait` in milliseconds)."""
 
     session_timeout: float
+    fetch_timeout: float
     request_timeout: float
     claim_timeout: float
     rebalance_timeout: float

@@ -33,8 +33,10 @@ reach a caller, an ``except`` of its parent catches it::
     ├── BrokerError                 Kafka did not answer as expected (retriable)
     │   └── OffsetsOutOfRange       internal: positions the broker no longer holds
     ├── FetchError                  records of a partition cannot be read: retrying cannot mend it
-    │   └── DeserializationError    the key or value deserializer refused a record
+    │   ├── DeserializationError    the key or value deserializer refused a record
+    │   └── ReadRefusedError        the partition's leader refused to let the member read it
     ├── FetchStalledError           Kafka fetching kept dying: the member gave its partitions up
+    ├── UnreadableError             partitions this member could not read for fetch_timeout
     ├── BackgroundEndedError        a background loop of the member ended unasked: it failed
     ├── AttemptTimeoutError         a handler's attempt ran past attempt_timeout: it was cancelled
     ├── ProducerFencedError         exactly once: a newer owner fenced this partition's producer
@@ -74,11 +76,13 @@ __all__ = [
     "OffsetsOutOfRange",
     "OutputRefusedError",
     "ProducerFencedError",
+    "ReadRefusedError",
     "SessionLostError",
     "SkipRefusedError",
     "StrategyMismatchError",
     "TransactionClosedError",
     "TransactionDeniedError",
+    "UnreadableError",
 ]
 
 
@@ -310,6 +314,62 @@ class DeserializationError(FetchError):
         self.key = key
         self.value = value
         self.field = field
+
+
+class ReadRefusedError(FetchError):
+    """The leader of a partition refused to let this member read it (Kafka's
+    ``TOPIC_AUTHORIZATION_FAILED``: its principal lost the topic's Read ACL, its credentials were
+    rotated to another principal).
+
+    The iteration and `process()` raise it, as any `FetchError`; the member stays joined. A
+    member that keeps asking for the partition (iterating again) makes no progress reading it,
+    so after ``fetch_timeout`` it marks it unreadable and the group gives it to a member that
+    can read it (docs/operating.md, "A member that cannot read Kafka"); once the ACL is back it
+    reads on.
+
+    Attributes:
+        broker: the node id of the leader that refused (None: not known).
+        error: Kafka's error, by name.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        *,
+        broker: int | None,
+        error: str,
+    ) -> None:
+        where = "its leader" if broker is None else f"broker {broker}"
+        super().__init__(topic, partition, offset, f"{reason}, refused by {where} ({error})")
+        self.broker = broker
+        self.error = error
+
+
+class UnreadableError(AioClusterError):
+    """This member made no progress reading partitions it owns for longer than
+    ``fetch_timeout`` (their leader does not answer, or answers each fetch with an error), and
+    marked them unreadable: the group gives them to members that can read them.
+
+    Not raised, since the member goes on with what it can read: given to
+    `RebalanceListener.on_partitions_unreadable` once per change of state, and its text is
+    ``statistics().unreadable_error`` (see docs/operating.md, "A member that cannot read
+    Kafka").
+
+    Attributes:
+        broker: the node id of the partitions' leader as the member knew it (None: unknown).
+        error: the last fetch error seen, or a timeout's description.
+        since: the last progress reading them (Unix seconds).
+    """
+
+    def __init__(self, member: str, broker: int | None, error: str, since: float) -> None:
+        where = "their leader" if broker is None else f"broker {broker}"
+        super().__init__(f"member {member} cannot read from {where}: {error}")
+        self.broker = broker
+        self.error = error
+        self.since = since
 
 
 class FetchStalledError(AioClusterError):

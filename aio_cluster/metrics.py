@@ -32,6 +32,8 @@ partitions per topic are ``count by (group, topic) (aio_cluster_partition_end_of
     aio_cluster_partition_operator_paused        gauge      1 while an operator paused it
     aio_cluster_skips_applied_total              counter    operators' skips the member applied
     aio_cluster_claimed_partitions               gauge      how many partitions the member owns
+    aio_cluster_unreadable_partitions            gauge      partitions it marked unreadable
+    aio_cluster_unreadable_seconds               gauge      since when it cannot read them (0: none)
     aio_cluster_records_total                    counter    records handed out
     aio_cluster_batches_total                    counter    batches handed out
     aio_cluster_rebalances_total                 counter    rebalances finished
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,6 +249,16 @@ class GroupMetrics(Collector):
             "How many partitions the member owns.",
             labels=_MEMBER,
         )
+        unreadable = GaugeMetricFamily(
+            "aio_cluster_unreadable_partitions",
+            "Partitions the member marked unreadable (no progress for fetch_timeout).",
+            labels=_MEMBER,
+        )
+        unreadable_for = GaugeMetricFamily(
+            "aio_cluster_unreadable_seconds",
+            "Seconds since the member last read the partitions it marked (0 when none).",
+            labels=_MEMBER,
+        )
         records = CounterMetricFamily(
             "aio_cluster_records", "Records handed out by the member.", labels=_MEMBER
         )
@@ -300,6 +313,7 @@ class GroupMetrics(Collector):
             "1 for the member's lifecycle state, 0 for the others.",
             labels=(*_MEMBER, "state"),
         )
+        now = time.time()
         for member in self._members:
             snapshot = member.snapshot
             if snapshot is None:
@@ -323,6 +337,9 @@ class GroupMetrics(Collector):
                 paused.add_metric(labels, 1 if figures.paused else 0)
                 held.add_metric(labels, 1 if figures.operator_paused else 0)
             claimed.add_metric(who, len(snapshot.claimed))
+            unreadable.add_metric(who, len(snapshot.unreadable))
+            since = snapshot.unreadable_since
+            unreadable_for.add_metric(who, 0.0 if since is None else max(0.0, now - since))
             records.add_metric(who, snapshot.records)
             batches.add_metric(who, snapshot.batches)
             rebalances.add_metric(who, snapshot.rebalances)
@@ -343,6 +360,7 @@ class GroupMetrics(Collector):
         yield from (lag, stored, position, end, paused, claimed)
         yield from (records, batches, rebalances, timeouts, unowned, durations, session, lifecycle)
         yield from (in_flight, oldest, retries, dead_letters, held, skips)
+        yield from (unreadable, unreadable_for)
         yield from self._stuck_families()
 
     def _stuck_families(self) -> Iterator[Metric]:

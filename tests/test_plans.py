@@ -52,6 +52,7 @@ def test_lag_is_log_end_minus_committed_or_minus_earliest_where_nothing_is_commi
         "stopped",
         "skip",
         "stuck",
+        "unreadable",
     ]
 
 

@@ -56,6 +56,7 @@ def sticky(
     previous: Mapping[int, str],
     loads: Mapping[str, int] | None = None,
     away: Collection[str] = (),
+    barred: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, list[int]]:
     """A balanced assignment (sizes differing by at most one) that moves the fewest partitions.
 
@@ -78,6 +79,12 @@ def sticky(
     and is given nothing more: a leaver's or a new partition would sit idle with it. The members
     present share the rest, balanced among themselves.
 
+    A member ``barred`` from partitions (it cannot read them, see `aio_cluster.assign.marks`)
+    is given none of them and gives up those it holds; its share shrinks to what it may take,
+    and the members that may take more share the difference, fewest first. The partitions fewest
+    members may take are dealt first, so each goes where it may; should none be left below its
+    share that may take one, it goes to the one that may with the fewest.
+
     Args:
         partitions: the topic's partition ids (duplicates and order do not matter).
         members: the live members, oldest first; ties (equal holdings) go to the older member,
@@ -86,6 +93,7 @@ def sticky(
             partitions no longer in ``partitions`` are ignored.
         loads: member -> the partitions it holds of other topics (none: no other topics).
         away: those of ``members`` that are absent (ignored when every member is).
+        barred: member -> partitions it must not be given (none: no member is barred).
 
     Returns:
         Every member's sorted partitions.
@@ -117,16 +125,71 @@ def sticky(
         quota.update(
             (member, share + (1 if rank < extra else 0)) for rank, member in enumerate(present)
         )
+    bars = {m: set(ps) & set(wanted) for m, ps in (barred or {}).items() if m in held}
+    if any(bars.values()):
+        _bar(wanted, held, free, quota, bars, [m for m in by_holding if m not in away])
     for member in ordered:
         keep = quota[member]
         free.extend(held[member][keep:])
         del held[member][keep:]
     free.sort()
+    if any(bars.values()):
+        _deal_barred(free, held, quota, bars, ordered)
+        free = []
     for member in ordered:
         missing = quota[member] - len(held[member])
         held[member].extend(free[:missing])
         del free[:missing]
     return {member: sorted(owned) for member, owned in held.items()}
+
+
+def _bar(
+    wanted: list[int],
+    held: dict[str, list[int]],
+    free: list[int],
+    quota: dict[str, int],
+    bars: Mapping[str, set[int]],
+    takers: list[str],
+) -> None:
+    """`sticky()`'s bars: each barred member gives up what it may not hold, its quota shrinks to
+    what it may take, and ``takers`` (by rank) take up the difference, the fewest first."""
+    cap = {member: len(wanted) - len(bars.get(member, ())) for member in held}
+    deficit = 0
+    for member, owned in held.items():
+        barred_here = bars.get(member, set())
+        free.extend(p for p in owned if p in barred_here)
+        owned[:] = [p for p in owned if p not in barred_here]
+        if quota[member] > cap[member]:
+            deficit += quota[member] - cap[member]
+            quota[member] = cap[member]
+    while deficit:
+        open_ = [member for member in takers if quota[member] < cap[member]]
+        if not open_:
+            break
+        quota[min(open_, key=lambda member: quota[member])] += 1
+        deficit -= 1
+
+
+def _deal_barred(
+    free: list[int],
+    held: dict[str, list[int]],
+    quota: Mapping[str, int],
+    bars: Mapping[str, set[int]],
+    ordered: list[str],
+) -> None:
+    """Deal ``free`` among the members none of whom may take a partition it is barred from:
+    the partitions fewest members may take first, each to the first member (oldest first) below
+    its quota that may take it, else to the one that may with the fewest."""
+
+    def takers(partition: int) -> list[str]:
+        found = [m for m in ordered if partition not in bars.get(m, ())]
+        return found or ordered  # barred everywhere (never from the marks): anyone
+
+    for partition in sorted(free, key=lambda p: (len(takers(p)), p)):
+        may = takers(partition)
+        below = [m for m in may if len(held[m]) < quota[m]]
+        chosen = below[0] if below else min(may, key=lambda m: len(held[m]))
+        held[chosen].append(partition)
 
 
 class Strategy(str, enum.Enum):
@@ -161,10 +224,19 @@ _FUNCTIONS = {
 
 
 def assign(
-    strategy: Strategy, partitions: Collection[int], members: Collection[str]
+    strategy: Strategy,
+    partitions: Collection[int],
+    members: Collection[str],
+    barred: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, list[int]]:
     """Assign ``partitions`` to ``members`` with ``strategy``.
 
-    See [Strategy][aio_cluster.Strategy] for what each one does.
+    See [Strategy][aio_cluster.Strategy] for what each one does. With ``barred`` (member ->
+    partitions it cannot read, see `aio_cluster.assign.marks`), the strategy's assignment is
+    the start from which `sticky()` moves only what the bars (and the balance) need.
     """
-    return strategy.function(partitions, members)
+    found = strategy.function(partitions, members)
+    if not barred or not any(barred.values()):
+        return found
+    previous = {p: member for member, ps in found.items() for p in ps}
+    return sticky(partitions, sorted(set(members)), previous, barred=barred)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .marks import Mark, barred
 from .strategies import sticky
 
 __all__ = ["StickyTarget", "follows", "grace_ends", "leader", "next_target", "publishes"]
@@ -27,6 +28,9 @@ class StickyTarget:
             asked for one (copied from their registrations, so that any later leader knows it).
         absent: named member -> until when (Unix milliseconds) its partitions wait for it: a
             member in its grace, gone from the registrations but still counted in ``members``.
+        barred: member -> the partitions it was left out of because it marked them unreadable
+            while another member could read them (see `aio_cluster.assign.marks`): a change of
+            the marks makes a target that no longer fits.
     """
 
     version: int
@@ -34,6 +38,7 @@ class StickyTarget:
     owners: dict[int, str]
     graces: dict[str, float] = field(default_factory=dict)
     absent: dict[str, int] = field(default_factory=dict)
+    barred: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def present(self) -> tuple[str, ...]:
@@ -82,6 +87,8 @@ def next_target(
     graces: Mapping[str, float] | None = None,
     now_ms: int = 0,
     loads: Mapping[str, int] | None = None,
+    marks: Mapping[str, Mark] | None = None,
+    topic: str = "",
 ) -> StickyTarget | None:
     """The target to publish next, or None when the published one already fits.
 
@@ -107,6 +114,9 @@ def next_target(
             (needed only where a member has a grace).
         loads: member -> the partitions it holds of the group's other topics, so that the
             members' totals balance too (see `sticky()`).
+        marks: member -> what it marked unreadable (see `aio_cluster.assign.marks`): a member
+            is left out of the partitions of ``topic`` it cannot read while another can.
+        topic: the topic the target is of (its partitions are looked up in ``marks``).
     """
     live = tuple(dict.fromkeys(members))
     wanted = set(partitions)
@@ -119,6 +129,11 @@ def next_target(
         kept = _waiting(published, live, now_ms)
         granted.update((member, published.graces[member]) for member in kept)
         ordered += tuple(member for member in published.members if member in kept)
+    bars = {
+        member: tuple(sorted(ps & wanted))
+        for member, ps in barred(topic, marks or {}, live, now_ms).items()
+        if ps & wanted
+    }
     if (
         published is not None
         and published.members == ordered
@@ -126,14 +141,20 @@ def next_target(
         and set(published.owners.values()) <= set(ordered)
         and published.absent == kept
         and published.graces == granted
+        and published.barred == bars
     ):
         return None
     previous = dict(owned or {}) if published is None else published.owners
-    assigned = sticky(wanted, ordered, previous, loads, away=kept)
+    assigned = sticky(wanted, ordered, previous, loads, away=kept, barred=bars)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
     return StickyTarget(
-        version=version, members=ordered, owners=owners, graces=granted, absent=kept
+        version=version,
+        members=ordered,
+        owners=owners,
+        graces=granted,
+        absent=kept,
+        barred=bars,
     )
 
 

@@ -9,6 +9,10 @@ moved between the first and the last sample of the window. The rules, tried in t
     rewound   the committed offset went backwards between two samples        error
     unowned   no member owned the partition in any sample                    error
               (a warning where its lag is within the threshold)
+    unreadable  its owner marked it unreadable in the last sample (no         error
+              progress fetching it for ``fetch_timeout``; no other member
+              can read it either, or it would have moved): the finding
+              names the member, the broker and the error
     stopped   ``on_failure="stop"`` stopped it on a record (in the last       error
               sample): the finding names the record and its error
     stuck     a handler or batch body of it has run past its member's       error
@@ -37,6 +41,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..assign.marks import Mark
 from ..control.model import Pause, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 
@@ -54,6 +59,8 @@ __all__ = [
     "stopped_text",
     "stuck_json",
     "stuck_text",
+    "unreadable_json",
+    "unreadable_text",
     "verdict",
 ]
 
@@ -71,6 +78,7 @@ class Status(enum.Enum):
 
     REWOUND = "rewound"
     UNOWNED = "unowned"
+    UNREADABLE = "unreadable"
     STOPPED = "stopped"
     STUCK = "stuck"
     PAUSED = "paused"
@@ -92,6 +100,8 @@ class Sample:
         stuck: the handler or batch body of the partition that has run past its member's
             ``stuck_after``, None when none.
         stuck_for: how long that one had run when the sample was taken (seconds).
+        unreadable: the owner's mark, where it names this partition (its owner cannot read
+            it); None otherwise.
     """
 
     owner: str | None
@@ -101,6 +111,7 @@ class Sample:
     stopped: Stopped | None = None
     stuck: Stuck | None = None
     stuck_for: float = 0.0
+    unreadable: Mark | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,9 @@ class PartitionHealth:
             "stuck": None
             if self.last.stuck is None
             else stuck_json(self.last.stuck, self.last.stuck_for),
+            "unreadable": None
+            if self.last.unreadable is None
+            else unreadable_json(self.last.owner, self.last.unreadable, self.topic, self.partition),
         }
 
     def detail(self) -> str:
@@ -157,6 +171,10 @@ class PartitionHealth:
             return stopped_text(self.last.stopped)
         if self.status is Status.PAUSED and self.last.paused is not None:
             return pause_text(self.last.paused)
+        if self.status is Status.UNREADABLE and self.last.unreadable is not None:
+            return unreadable_text(
+                self.last.owner, self.last.unreadable, self.topic, self.partition
+            )
         if self.status is Status.STUCK and self.last.stuck is not None:
             return stuck_text(self.last.stuck, self.last.stuck_for)
         return ""
@@ -175,6 +193,28 @@ def stopped_json(stopped: Stopped) -> dict[str, object]:
         "error": stopped.error,
         "at": format_at(stopped.at),
     }
+
+
+def unreadable_json(
+    member: str | None, mark: Mark, topic: str, partition: int
+) -> dict[str, object]:
+    """A mark of one partition in the command's JSON: the member, since when (ISO 8601,
+    UTC), the leader it cannot read from and the error."""
+    return {
+        "member": member,
+        "since": format_at(mark.since / 1000),
+        "broker": mark.partitions.get(topic, {}).get(partition),
+        "error": mark.error,
+    }
+
+
+def unreadable_text(member: str | None, mark: Mark, topic: str, partition: int) -> str:
+    """``m1 cannot read it since 2026-08-01T12:00:00Z (broker 2, RequestTimedOutError)``."""
+    broker = mark.partitions.get(topic, {}).get(partition)
+    return (
+        f"{member} cannot read it since {format_at(mark.since / 1000)} "
+        f"(broker {'unknown' if broker is None else broker}, {mark.error})"
+    )
 
 
 def pause_text(pause: Pause) -> str:
@@ -227,6 +267,8 @@ def judge(
     if all(s.owner is None for s in samples):
         waiting = last.lag > thresholds.lag
         found.append((Status.UNOWNED, Severity.ERROR if waiting else Severity.WARNING))
+    if last.unreadable is not None:
+        found.append((Status.UNREADABLE, Severity.ERROR))
     if last.stopped is not None:
         found.append((Status.STOPPED, Severity.ERROR))
     if last.stuck is not None:

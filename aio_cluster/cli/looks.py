@@ -110,6 +110,8 @@ async def look(
     )
     rows: list[LagRow] = []
     notes = [unreadable_note(path, why) for path, why in sorted(controls.unreadable.items())]
+    marks, bad_marks = await survey.read_marks(zk, group)
+    notes += bad_marks
     for name in shown:
         layout = GroupLayout(group, name)
         try:
@@ -124,7 +126,7 @@ async def look(
         bounds = by_partition(await kafka.bounds({name: partitions}))
         stored = await survey.read_stored(zk, layout)
         owners = await survey.read_owners(zk, layout)
-        rows += lag_rows(name, owners, stored, bounds, controls)
+        rows += lag_rows(name, owners, stored, bounds, controls, marks)
         notes += [
             f"offset node {name}/{p} holds {value.data[:40]!r}, not an offset: repair it with "
             "reset-offsets"

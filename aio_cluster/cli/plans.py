@@ -9,6 +9,7 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..assign.marks import Mark
 from ..control.model import Controls, Pause, Skip, Stopped, Stuck, format_at
 from ..errors import ConfigurationError
 from ..member.statistics import lag
@@ -21,6 +22,8 @@ from .health import (
     stopped_text,
     stuck_json,
     stuck_text,
+    unreadable_json,
+    unreadable_text,
 )
 
 __all__ = [
@@ -72,6 +75,8 @@ class LagRow:
 
     ``paused``, ``stopped`` and ``skip`` are the operator's controls of the partition
     (`aio_cluster.control`): its pause, the record ``on_failure="stop"`` stopped it on, a skip
+    its owner has not applied yet; None where there is none. ``unreadable`` is the owner's mark
+    where it names the partition (the owner cannot read it: see docs/operating.md).
     its owner has not applied yet; None where there is none. ``stuck`` is a handler or batch
     body of the partition that has run past its member's ``stuck_after`` (its mark in
     ZooKeeper), and ``stuck_for`` how long it had run at the look.
@@ -88,6 +93,7 @@ class LagRow:
     skip: Skip | None = None
     stuck: Stuck | None = None
     stuck_for: float = 0.0
+    unreadable: Mark | None = None
 
     def as_json(self) -> dict[str, object]:
         """The object ``describe --json`` prints, with exactly these keys."""
@@ -102,6 +108,9 @@ class LagRow:
             "stopped": None if self.stopped is None else stopped_json(self.stopped),
             "skip": None if self.skip is None else skip_json(self.skip),
             "stuck": None if self.stuck is None else stuck_json(self.stuck, self.stuck_for),
+            "unreadable": None
+            if self.unreadable is None
+            else unreadable_json(self.owner, self.unreadable, self.topic, self.partition),
         }
 
     def sample(self) -> Sample:
@@ -114,6 +123,7 @@ class LagRow:
             self.stopped,
             self.stuck,
             self.stuck_for,
+            self.unreadable,
         )
 
     def control_text(self) -> str:
@@ -126,6 +136,8 @@ class LagRow:
             shown.append(stopped_text(self.stopped))
         if self.skip is not None:
             shown.append(skip_text(self.skip))
+        if self.unreadable is not None:
+            shown.append(unreadable_text(self.owner, self.unreadable, self.topic, self.partition))
         if self.stuck is not None:
             shown.append(stuck_text(self.stuck, self.stuck_for))
         return "; ".join(shown)
@@ -152,15 +164,20 @@ def lag_rows(
     stored: Mapping[int, Stored],
     bounds: Mapping[int, tuple[int, int]],
     controls: Controls | None = None,
+    marks: Mapping[str, Mark] | None = None,
 ) -> list[LagRow]:
     """One row per partition of ``bounds`` (partition -> (earliest, log end)), sorted, with the
-    group's ``controls`` of each."""
+    group's ``controls`` of each, and its owner's mark where it names the partition."""
     held = Controls() if controls is None else controls
     rows = []
     for partition, (earliest, end) in sorted(bounds.items()):
         value = stored.get(partition)
         committed = value if isinstance(value, int) else None
         key = (topic, partition)
+        owner = owners.get(partition)
+        mark = (marks or {}).get(owner or "")
+        if mark is not None and partition not in mark.partitions.get(topic, {}):
+            mark = None
         rows.append(
             LagRow(
                 topic,
@@ -172,6 +189,7 @@ def lag_rows(
                 held.paused.get(key),
                 held.stopped.get(key),
                 held.skips.get(key),
+                unreadable=mark,
             )
         )
     return rows

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 import anyio
 import anyio.abc
 
+from ..assign.marks import Mark
 from ..errors import ConfigurationError, CoordinationError
 from ..zookeeper.client import (
     BadVersionError,
@@ -27,10 +28,12 @@ from ..zookeeper.layout import (
     GroupLayout,
     Registration,
     check_name,
+    decode_mark,
     decode_offset,
     decode_registration,
     group_path,
     ids_path,
+    marks_path,
     member_path,
     offsets_path,
     owners_path,
@@ -44,6 +47,7 @@ __all__ = [
     "ensure_fences",
     "group_topics",
     "list_groups",
+    "read_marks",
     "read_members",
     "read_offset_nodes",
     "read_owners",
@@ -139,6 +143,24 @@ async def _read_nodes(zk: ZooKeeper, parent: str) -> dict[int, tuple[bytes, Stat
         if failed:
             raise failed[0]
     return dict(sorted(found.items()))
+
+
+async def read_marks(zk: ZooKeeper, group: str) -> tuple[dict[str, Mark], list[str]]:
+    """member -> the mark of each member that cannot read (see docs/operating.md), and a note
+    for each mark node that holds something else."""
+    marks: dict[str, Mark] = {}
+    notes: list[str] = []
+    parent = marks_path(group)
+    for member in await _children(zk, parent):
+        try:
+            data, _stat = await zk.get(f"{parent}/{member}")
+        except NoNodeError:
+            continue  # cleared meanwhile: it reads again
+        try:
+            marks[member] = decode_mark(data)
+        except CoordinationError:
+            notes.append(f"mark node {parent}/{member} holds {data[:40]!r}, not a mark")
+    return marks, notes
 
 
 async def read_owners(zk: ZooKeeper, layout: GroupLayout) -> dict[int, str]:

@@ -11,7 +11,7 @@ import html
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlencode
 
-from ..cli.health import Severity, Status, stuck_text
+from ..cli.health import Severity, Status, stuck_text, unreadable_text
 from ..cli.plans import LagRow, PlanRow, Unreadable
 from ..control.model import Stuck, format_at
 from . import charts
@@ -160,8 +160,22 @@ def _series(
     return series
 
 
+def _cannot_read(history: GroupHistory) -> dict[str, str]:
+    """member -> what it cannot read of what it owns, in one cell: ``2: since ... (broker 1,
+    error)`` (the owners' marks, see docs/operating.md); members that read all are left out."""
+    found: dict[str, list[str]] = {}
+    for row in history.rows:
+        if row.owner is not None and row.unreadable is not None:
+            text = unreadable_text(row.owner, row.unreadable, row.topic, row.partition)
+            found.setdefault(row.owner, []).append(
+                text.removeprefix(f"{row.owner} cannot read it ")
+            )
+    return {member: f"{len(texts)}: {texts[0]}" for member, texts in found.items()}
+
+
 def _members_html(history: GroupHistory) -> str:
     lag_by_owner = {a.name: a.lag for a in aggregate(history, "owner")}
+    cannot_read = _cannot_read(history)
     rows = []
     for m in member_rows(history.group, history.members, history.claimed()):
         member = str(m["member"])
@@ -173,6 +187,7 @@ def _members_html(history: GroupHistory) -> str:
             f"<td>{_e(m['strategy'] or '-')}</td>"
             f'<td class="n claimed">{_e(m["partitions"])}</td>'
             f'<td class="n">{lag_by_owner.get(member, 0):,}</td>'
+            f'<td class="unreadable">{_e(cannot_read.get(member, ""))}</td>'
             f"<td>{_e(m['since'] or '-')}</td></tr>"
         )
     unowned = lag_by_owner.get(NO_OWNER)
@@ -181,12 +196,13 @@ def _members_html(history: GroupHistory) -> str:
         rows.append(
             f'<tr class="unowned"><td><a href="?owner={NO_OWNER}">{UNOWNED}</a></td>'
             f'<td></td><td></td><td></td><td class="n">{count}</td>'
-            f'<td class="n">{unowned:,}</td><td></td></tr>'
+            f'<td class="n">{unowned:,}</td><td></td><td></td></tr>'
         )
     return (
         f"<h2>Members ({len(history.members)})</h2>"
         '<table class="members"><thead><tr><th>member</th><th>name</th><th>host</th>'
-        "<th>strategy</th><th>partitions</th><th>lag</th><th>joined at</th></tr></thead>"
+        "<th>strategy</th><th>partitions</th><th>lag</th><th>cannot read</th>"
+        "<th>joined at</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 

@@ -16,6 +16,7 @@ Modules::
     metadata.py        CompactMetadata: a client's topic metadata, kept out of the collector's way
     offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
+    progress.py        ReadProgress: whether each partition fetched makes progress (pure)
     records.py         Record: one record as the library hands it out
     seams.py           every private name of aiokafka used, checked at start, each with a fallback
     topics.py          TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)

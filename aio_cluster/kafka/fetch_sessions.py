@@ -263,6 +263,10 @@ class FetchSessions:
         self._sends: dict[asyncio.Future[Any], _SessionFetchRequest] = {}
         self._closed = False
         """Set by `close()`: requests from then on open no session and are sent unshielded."""
+        self.answered: Callable[[Any, Any], None] | None = None
+        """Told of each answer within a session, with aiokafka's request (every partition it
+        asked, in ``topics``), if set: an answer names only the partitions that changed, so a
+        partition it leaves out was answered without an error too (the fetcher's progress)."""
         """The session requests whose answers are still to come."""
 
     def install(self, fetcher: Any, client: Any) -> None:
@@ -330,6 +334,8 @@ class FetchSessions:
         else:
             response = sending.result()
             request.session.answered(wire, response.session_id, response.error_code)
+            if self.answered is not None:
+                self.answered(request, response)
 
     async def close(self, timeout: float) -> None:
         """Close the sessions the brokers hold for us, within ``timeout`` seconds; call it while

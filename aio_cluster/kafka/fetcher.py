@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition, errors
 from aiokafka.errors import (
     CorruptRecordException,
     KafkaError,
@@ -73,6 +73,7 @@ from ..errors import (
     FetchError,
     FetchStalledError,
     OffsetsOutOfRange,
+    ReadRefusedError,
 )
 from . import seams
 from .diagnosis import connect_failure
@@ -80,6 +81,7 @@ from .fetch_sessions import FetchSessions
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
+from .progress import NoProgress, ReadProgress
 from .records import DecodedRecord
 from .seams import Seam, Seams
 from .topics import PartitionKey, TopicKeys
@@ -178,6 +180,8 @@ class Fetcher:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         max_buffered_bytes: int | None = None,
+        fetch_timeout: float = 30.0,
+        fetch_gap: float = 2.0,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
@@ -199,6 +203,10 @@ class Fetcher:
             value_deserializer: applied to each value that is not None.
             max_buffered_bytes: the budget of record bytes buffered over all partitions
                 (None: only ``max_bytes`` per partition bounds them).
+            fetch_timeout: how long a partition asked for may go without progress before
+                `unreadable()` names it (see `aio_cluster.kafka.progress`).
+            fetch_gap: the longest pause between two fetches of a partition the caller keeps
+                asking for; a longer one starts its progress clock again.
 
         Raises:
             ConfigurationError: malformed servers or options.
@@ -249,6 +257,8 @@ class Fetcher:
         self._value_deserializer = value_deserializer
         self._sessions: FetchSessions | None = None
         """The fetches' incremental sessions, one per broker (see the module), once started."""
+        self.progress: ReadProgress[PartitionKey] = ReadProgress(fetch_timeout, fetch_gap)
+        """Whether each partition asked for makes progress (see `unreadable()`)."""
 
     def _build(self) -> tuple[AIOKafkaConsumer, OffsetReader]:
         """A new aiokafka consumer and the reader of its look-ups: through the consumer's
@@ -322,6 +332,7 @@ class Fetcher:
         inner = self._seams.sessions(consumer, client) if client is not None else None
         if inner is not None:
             self._sessions = FetchSessions()
+            self._sessions.answered = self._answered
             self._sessions.install(inner, client)
         if self._budget is not None and client is not None:
             # Make aiokafka hold at most one response per broker, of at most
@@ -462,6 +473,7 @@ class Fetcher:
         assigned partition again; it sends no request while it holds them all. What aiokafka
         fetched of them already is dropped by the next `fetch()`."""
         held = frozenset(partitions) & self._assigned
+        self.progress.forget(held - self._held)  # not fetched: not measured
         if released := self._held - held:
             self._consumer.resume(*(self._tp(partition) for partition in released))
         if newly := held - self._held:
@@ -480,6 +492,7 @@ class Fetcher:
         what aiokafka fetched ahead of it.
         """
         before = self._positions
+        self.progress.forget(self._assigned - positions.keys())
         wanted = {partition: self._tp(partition) for partition in sorted(positions)}
         self._assigned = frozenset(positions)
         self._positions = dict(positions)
@@ -605,6 +618,7 @@ class Fetcher:
             await asyncio.sleep(timeout_ms / 1000)
             return {}
         before = {self._key(tp): self._positions[self._key(tp)] for tp in tps}
+        self.progress.asked(before, time.time())
         try:
             try:
                 fetched = await self._consumer.getmany(*tps, timeout_ms=timeout_ms)
@@ -612,8 +626,10 @@ class Fetcher:
                 detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
                 raise OffsetsOutOfRange({self._key(tp): off for tp, off in detail.items()}) from exc
             except _UNREADABLE as exc:
+                self.progress.failed(_reason(exc), time.time())
                 fetched = await self._isolate(tps, before, exc)
             except KafkaError as exc:
+                self.progress.failed(_reason(exc), time.time())
                 raise BrokerError(f"fetch failed: {exc}") from exc
             moved = {self._key(tp): await self._consumer.position(tp) for tp in tps}
         except BaseException:
@@ -623,12 +639,59 @@ class Fetcher:
                 self._consumer.seek(tp, before[self._key(tp)])
             raise
         self._positions.update(moved)
+        self._note_progress(tps, fetched)
         if not self._tasks:
             await self._check_progress(fetched, before)
         found = {self._key(tp): records for tp, records in fetched.items() if records}
         if self._key_deserializer is None and self._value_deserializer is None:
             return found
         return self._deserialize(found, before)
+
+    def _note_progress(self, tps: Sequence[Any], fetched: Mapping[Any, list[Any]]) -> None:
+        """Tell `progress` of the partitions whose leader answered without an error (aiokafka's
+        ``last_poll_timestamp``, moved by an empty answer too) or whose records came."""
+        now = time.time()
+        for tp in tps:
+            key = self._key(tp)
+            if fetched.get(tp):
+                self.progress.progressed(key, now)
+                continue
+            with contextlib.suppress(AssertionError):  # no longer in aiokafka's assignment
+                polled = self._consumer.last_poll_timestamp(tp)
+                if polled is not None:
+                    self.progress.progressed(key, polled / 1000)
+
+    def _answered(self, request: Any, response: Any) -> None:
+        """A fetch session's answer: every partition it asked made progress, but those the
+        answer names with an error (and none, for an error of the session itself)."""
+        now = time.time()
+        if response.error_code:
+            self.progress.failed(f"fetch session error {response.error_code}", now)
+            return
+        failed = set()
+        for topic, partitions in response.topics:
+            for partition, error_code, *_rest in partitions:
+                if error_code:
+                    failed.add((topic, partition))
+                    self.progress.failed(errors.for_code(error_code).__name__, now)
+        for topic, partitions in request.topics:
+            for partition, *_rest in partitions:
+                key = self.keys.lookup(topic, partition)
+                if key is not None and (topic, partition) not in failed:
+                    self.progress.progressed(key, now)
+
+    def unreadable(self) -> dict[PartitionKey, NoProgress]:
+        """The partitions asked for that made no progress for longer than ``fetch_timeout``
+        (see `aio_cluster.kafka.progress`), each with its leader and the last error."""
+        return self.progress.unreadable(time.time(), self._leader)
+
+    def _leader(self, key: PartitionKey) -> int | None:
+        """The node id of the partition's leader in the client's metadata (None: unknown)."""
+        client = self._seams.client(self._consumer)
+        if client is None:
+            return None
+        found = client.cluster.leader_for_partition(self._tp(key))
+        return None if found is None or found < 0 else int(found)
 
     def _drop_paused(self) -> None:
         """Drop what aiokafka fetched of the partitions paused in it (held, or no longer
@@ -784,9 +847,17 @@ class Fetcher:
             return fetched
         for tp in fetched:
             self._consumer.seek(tp, before[self._key(tp)])
-        raise FetchError(
-            culprit.topic, culprit.partition, before[self._key(culprit)], _reason(cause)
-        ) from cause
+        offset = before[self._key(culprit)]
+        if isinstance(cause, TopicAuthorizationFailedError):
+            raise ReadRefusedError(
+                culprit.topic,
+                culprit.partition,
+                offset,
+                _reason(cause),
+                broker=self._leader(self._key(culprit)),
+                error=type(cause).__name__,
+            ) from cause
+        raise FetchError(culprit.topic, culprit.partition, offset, _reason(cause)) from cause
 
     async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:
         """The records of ``tp`` from ``offset`` that can be read before the unreadable one,

@@ -74,6 +74,7 @@ from .protocol.handover import Handover
 from .protocol.keyed_layout import KeyedLayout
 from .protocol.listener import RebalanceListener
 from .protocol.liveness import Liveness
+from .protocol.marks import Marker
 from .protocol.membership import GroupPlace
 from .protocol.mirror import KafkaMirror
 from .protocol.offsets import Offsets
@@ -204,6 +205,10 @@ class Member:
             key_deserializer=fetching.key_deserializer,
             value_deserializer=fetching.value_deserializer,
             max_buffered_bytes=fetching.max_buffered_bytes,
+            fetch_timeout=timing.fetch_timeout,
+            # A member that keeps asking for a partition asks again within one fetch's wait,
+            # or one loop_delay after a failed fetch.
+            fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,
         )
         self.mirror = KafkaMirror(
             None
@@ -275,6 +280,17 @@ class Member:
         self.delivery.stalled = self._give_up
         self.liveness = Liveness(
             self.zk, self.delivery, member_id=self.id, on_back=self.membership.request_rebalance
+        )
+        self.marker = Marker(
+            self.zk,
+            layout.mark(self.id),
+            self.fetcher,
+            lambda: self.states.claims,
+            layout.keys,
+            member_id=self.id,
+            fetch_timeout=timing.fetch_timeout,
+            label=layout.label,
+            listener=listener,
         )
         self.handover = Handover(
             self.states,
@@ -528,7 +544,14 @@ class Member:
 
         claims, paused, processor = self.states.claims, self.states.paused, self.processor
         held = [key for key in self.states.held if key in claims]
-        ends = await self.fetcher.ends(sorted(claims))
+        marked = self.marker.marked
+        # The leaders of the partitions marked unreadable may not answer: their log ends are the
+        # last a fetch saw, so that the snapshot says what the member cannot read instead of
+        # waiting out a request timeout.
+        ends = await self.fetcher.ends(sorted(claims.keys() - marked.keys()))
+        for key in claims.keys() & marked.keys():
+            if (seen := self.fetcher.highwater(key)) is not None:
+                ends[key] = seen
         figures = partition_statistics(claims, ends, paused, name, held)
         membership = self.membership
         stuck, oldest = self.stuck.stuck(), self.stuck.oldest()
@@ -558,6 +581,11 @@ class Member:
             oldest_running=oldest,
             stuck=names(stuck),
             stuck_for=oldest if stuck else None,
+            unreadable=names(marked),
+            unreadable_since=min((why.since for why in marked.values()), default=None),
+            unreadable_error=max(marked.values(), key=lambda why: why.since).error
+            if marked
+            else None,
         )
 
     # -- joining -----------------------------------------------------------------------------
@@ -731,6 +759,7 @@ class Member:
                 loops.start_soon(self._kept, scope, "liveness", self.liveness.run)
                 loops.start_soon(self._kept, scope, "controls", self.controls.run)
                 loops.start_soon(self._kept, scope, "stuck watch", self.stuck.run)
+                loops.start_soon(self._kept, scope, "marks", self.marker.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:

@@ -81,6 +81,13 @@ class GroupStatistics(Generic[PartitionT]):
             sorted: each is published for ``aio-cluster describe`` and ``check`` (its ``stuck``
             verdict) while it stays so.
         stuck_for: ``oldest_running`` while any partition is stuck, else None.
+        unreadable: the partitions this member marked unreadable in ZooKeeper (no progress
+            reading them for longer than ``fetch_timeout``; see docs/operating.md), sorted: those
+            the group can give to another member go there; it probes the rest until they read
+            again.
+        unreadable_since: the earliest last progress of those (Unix seconds), None when none.
+        unreadable_error: the last fetch error seen on them (or a timeout's description), None
+            when none.
     """
 
     member_id: str
@@ -106,6 +113,9 @@ class GroupStatistics(Generic[PartitionT]):
     oldest_running: float | None = None
     stuck: tuple[PartitionT, ...] = ()
     stuck_for: float | None = None
+    unreadable: tuple[PartitionT, ...] = ()
+    unreadable_since: float | None = None
+    unreadable_error: str | None = None
 
     @property
     def lag(self) -> int:

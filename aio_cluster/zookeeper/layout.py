@@ -14,6 +14,13 @@ The sticky strategy adds one node per topic, beside them, that classic tools ign
     /consumers/<group>/roster                      persistent, the registrations the leader
                                                    last read (`aio_cluster.zookeeper.roster`)
 
+A member that cannot read partitions it owns (see `aio_cluster.assign.marks`) says so, in a
+node of its own session that classic tools ignore; it exists only while the member is marked::
+
+    /consumers/<group>/unreadable/<member-id>      ephemeral, JSON {"since","error","reads",
+                                                   "at","settle","partitions": {topic:
+                                                   {partition: leader}}}
+
 And every claim bumps its partition's fence, which classic tools ignore too::
 
     /consumers/<group>/fences/<topic>/<partition>  persistent, its version is the claim's epoch
@@ -58,6 +65,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..assign.marks import Mark
 from ..assign.shares import SHARES_PROTOCOL, Share
 from ..assign.strategies import Strategy
 from ..assign.subscription import Subscription
@@ -72,17 +80,21 @@ __all__ = [
     "check_member_name",
     "check_name",
     "control_path",
+    "decode_mark",
     "decode_offset",
     "decode_registration",
     "decode_share",
     "decode_target",
     "decode_target_node",
+    "encode_mark",
     "encode_registration",
     "encode_share",
     "encode_target",
     "group_path",
     "history_path",
     "ids_path",
+    "mark_path",
+    "marks_path",
     "member_path",
     "offsets_path",
     "owners_path",
@@ -160,6 +172,16 @@ def ids_path(group: str) -> str:
 def member_path(group: str, member_id: str) -> str:
     """A member's registration node."""
     return f"{ids_path(group)}/{member_id}"
+
+
+def marks_path(group: str) -> str:
+    """The parent of a group's marks: one ephemeral child per member that cannot read."""
+    return f"{group_path(group)}/unreadable"
+
+
+def mark_path(group: str, member_id: str) -> str:
+    """A member's mark (see `encode_mark`)."""
+    return f"{marks_path(group)}/{member_id}"
 
 
 def owners_path(group: str) -> str:
@@ -487,6 +509,8 @@ def encode_target(target: StickyTarget, *, shares: bool = False) -> bytes:
         doc["graces"] = target.graces
     if target.absent:
         doc["absent"] = target.absent
+    if target.barred:
+        doc["barred"] = {member: list(ps) for member, ps in target.barred.items()}
     if shares:
         doc["shares"] = True
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -526,6 +550,7 @@ def decode_target_node(data: bytes) -> tuple[StickyTarget, bool]:
             raise TypeError(graces)
         if any(isinstance(u, bool) or not isinstance(u, int) for u in absent.values()):
             raise TypeError(absent)
+        barred = {str(m): tuple(_partitions(ps)) for m, ps in doc.get("barred", {}).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CoordinationError(f"assignment target {data[:80]!r} is not valid JSON") from exc
     owners = dict(pairs)
@@ -537,6 +562,7 @@ def decode_target_node(data: bytes) -> tuple[StickyTarget, bool]:
         owners=owners,
         graces={m: g for m, g in graces.items() if g is not None},
         absent=absent,
+        barred=barred,
     )
     return target, doc.get("shares") is True
 
@@ -575,6 +601,66 @@ def decode_share(data: bytes) -> tuple[int, Share]:
     except (ValueError, KeyError, TypeError) as exc:
         raise CoordinationError(f"share {data[:80]!r} is not valid JSON") from exc
     return version, Share(tuple(sorted(partitions)), doc.get("deputy") is True, of)
+
+
+def _partitions(value: object) -> list[int]:
+    """A JSON list of partition ids.
+
+    Raises:
+        TypeError: it is not one.
+    """
+    if not isinstance(value, list) or any(
+        isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in value
+    ):
+        raise TypeError(value)
+    return value
+
+
+def encode_mark(mark: Mark) -> bytes:
+    """A mark node's data: since when, the last error, whether the member still reads some
+    partitions, and each partition it cannot read with the leader it knew."""
+    doc = {
+        "since": mark.since,
+        "error": mark.error,
+        "reads": mark.reads,
+        "at": mark.at,
+        "settle": mark.settle,
+        "partitions": {
+            topic: {str(p): broker for p, broker in sorted(ps.items())}
+            for topic, ps in sorted(mark.partitions.items())
+        },
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_mark(data: bytes) -> Mark:
+    """Read a mark node.
+
+    Raises:
+        CoordinationError: the data is not a mark (written by something else: ignored by the
+            readers, which log it).
+    """
+    try:
+        doc = json.loads(data)
+        since, error, reads = doc["since"], doc["error"], doc["reads"]
+        at, settle = doc["at"], doc["settle"]
+        if any(isinstance(n, bool) or not isinstance(n, int) for n in (since, at, settle)):
+            raise TypeError(since, at, settle)
+        if not isinstance(error, str) or not isinstance(reads, bool):
+            raise TypeError(error, reads)
+        partitions: dict[str, dict[int, int | None]] = {}
+        for topic, ps in doc["partitions"].items():
+            check_name("topic", topic)
+            found = partitions[topic] = {}
+            for p, broker in ps.items():
+                if broker is not None and (isinstance(broker, bool) or not isinstance(broker, int)):
+                    raise TypeError(broker)
+                if not p.isdigit():
+                    raise TypeError(p)
+                found[int(p)] = broker
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CoordinationError(f"mark {data[:80]!r} is not valid") from exc
+    return Mark(partitions, since, error, reads, at, settle)
 
 
 def decode_offset(path: str, data: bytes) -> int:

@@ -15,6 +15,7 @@ Modules::
     keyed_layout.py  KeyedLayout: the ZooKeeper paths of partition keys, over many topics
     listener.py      RebalanceListener: hooks for assigned, revoked and lost partitions
     liveness.py      how long ZooKeeper has been silent, and what a member may still do
+    marks.py         Marker, MarkReader: this member's mark of what it cannot read, the group's
     membership.py    GroupPlace: registration, topics and rebalance put together for Member
     mirror.py        KafkaMirror: offsets stored in ZooKeeper committed to Kafka too
     offsets.py       stored offsets and the fenced transaction

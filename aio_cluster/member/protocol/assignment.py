@@ -18,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ...assign.marks import Mark, barred, settles_at
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
 from ...concurrency import gather
 from ...kafka.topics import PartitionKey, TopicKeys
 from ..delivery.claims import Claim
+from .marks import MarkReader
 from .registration import Members, Registrar
 from .topics import Topics, TopicState
 
@@ -97,6 +100,7 @@ class Assignment:
         member_id: str,
         strategy: Strategy,
         request: Callable[[], None],
+        marks: MarkReader,
     ) -> None:
         """Args:
         registration: asked who the members are (and registers this one).
@@ -106,6 +110,9 @@ class Assignment:
         member_id: this member's id.
         strategy: the assignment strategy.
         request: asks for a rebalance (a watch fired, a deputy was named).
+        marks: the group's marks, read by the members that compute an assignment (a mark
+            leaves a member out of the partitions it cannot read; see
+            `aio_cluster.assign.marks`).
         """
         self._registration = registration
         self._topics = topics
@@ -114,6 +121,7 @@ class Assignment:
         self._id = member_id
         self._strategy = strategy
         self.request = request
+        self._marks = marks
         self.in_target = False
         """Whether the assignment followed counts this member (a sticky newcomer's first
         rebalance may still see the target of the members before it): joining ends then."""
@@ -186,8 +194,14 @@ class Assignment:
             for member, (info, _czxid) in members.items()
             if info.rejoin_grace
         }
+        marks = await self._marks.read(self.request)
+        now_ms = int(time.time() * 1000)
+        settles = settles_at(marks, now_ms)
+        if settles is not None:
+            # A mark bars its member once settled: look again then.
+            asyncio.get_running_loop().call_later((settles - now_ms) / 1000 + 0.05, self.request)
         return await gather(
-            functools.partial(self._target_of_topic, s, readers[s.name], graces, turns)
+            functools.partial(self._target_of_topic, s, readers[s.name], graces, marks, turns)
             for s in states
         )
 
@@ -214,14 +228,15 @@ class Assignment:
         state: TopicState,
         members: list[str],
         graces: Mapping[str, float],
+        marks: Mapping[str, Mark],
         turns: _Turns | None = None,
     ) -> tuple[set[PartitionKey], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
         assignment followed counts this member; ``members`` (reading the topic) oldest first,
-        ``graces`` the named members' (see `TargetNode.follow`). ``turns`` orders the targets
-        this member computes (a many-topic member)."""
+        ``graces`` the named members' (see `TargetNode.follow`), ``marks`` the group's.
+        ``turns`` orders the targets this member computes (a many-topic member)."""
         try:
-            return await self._follow_topic(state, members, graces, turns)
+            return await self._follow_topic(state, members, graces, marks, turns)
         finally:
             if turns is not None:
                 turns.of(state.name).decided(None)
@@ -231,6 +246,7 @@ class Assignment:
         state: TopicState,
         members: list[str],
         graces: Mapping[str, float],
+        marks: Mapping[str, Mark],
         turns: _Turns | None,
     ) -> tuple[set[PartitionKey], bool]:
         state.leading = members[:1] == [self._id]
@@ -239,11 +255,18 @@ class Assignment:
         # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
         # request (with 10,000 partitions, each costs a tenth of a second of CPU or more). Every
         # member of the other strategies asks at each rebalance, so that all agree.
-        if self._strategy is not Strategy.STICKY or (state.leading and not state.partitions):
+        # A member that marked partitions it cannot read may not reach Kafka at all: it goes on
+        # with the partitions it knows, or each of its rebalances would wait out a request
+        # timeout before it releases what the others should read.
+        cut_off = self._id in marks and bool(state.partitions)
+        if (self._strategy is not Strategy.STICKY and not cut_off) or (
+            state.leading and not state.partitions
+        ):
             await self._topics.refresh(state)
         owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
         if self._strategy is not Strategy.STICKY:
-            mine = assign(self._strategy, state.partitions, members).get(self._id, [])
+            bars = barred(state.name, marks, members, int(time.time() * 1000))
+            mine = assign(self._strategy, state.partitions, members, bars).get(self._id, [])
             return set(self._keys.keys(state.name, mine)), True
         target = await state.target.follow(
             members,
@@ -252,6 +275,7 @@ class Assignment:
             graces,
             None if turns is None else turns.of(state.name),
             self._registration.roster,
+            marks,
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the

@@ -8,7 +8,15 @@ the paths of its topic's `GroupLayout`. Every path comes from `aio_cluster.zooke
 from __future__ import annotations
 
 from ...kafka.topics import PartitionKey, TopicKeys, TopicPartition
-from ...zookeeper.layout import ROOT, GroupLayout, ids_path, member_path, roster_path
+from ...zookeeper.layout import (
+    ROOT,
+    GroupLayout,
+    ids_path,
+    mark_path,
+    marks_path,
+    member_path,
+    roster_path,
+)
 
 __all__ = ["KeyedLayout"]
 
@@ -51,6 +59,15 @@ class KeyedLayout:
     def member(self, member_id: str) -> str:
         """A member's registration node."""
         return member_path(self.group, member_id)
+
+    @property
+    def marks(self) -> str:
+        """The parent of the marks of the members that cannot read."""
+        return marks_path(self.group)
+
+    def mark(self, member_id: str) -> str:
+        """A member's mark node."""
+        return mark_path(self.group, member_id)
 
     @property
     def roster(self) -> str:

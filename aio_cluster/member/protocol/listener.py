@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic
 
+from ...errors import UnreadableError
 from ...kafka.topics import PartitionKey, PartitionT
 
 __all__ = ["NamingListener", "RebalanceListener"]
@@ -45,6 +46,16 @@ class RebalanceListener(Generic[PartitionT]):
         uncommitted batches go to whoever owns them next.
         """
 
+    async def on_partitions_unreadable(
+        self, partitions: list[PartitionT], error: UnreadableError
+    ) -> None:
+        """This member could not read the partitions for longer than ``fetch_timeout`` (their
+        leader, ``error.broker``, does not answer or refuses, ``error.error``) and marked them
+        unreadable: the group gives them to members that can read them, and
+        `on_partitions_revoked` follows as they go. Told once per change of state, not per
+        retry; awaited in the member's background, bounded by ``fetch_timeout``.
+        """
+
 
 class NamingListener(RebalanceListener[PartitionKey]):
     """Passes a many-topic member's partition keys to its user's listener by the names the user
@@ -65,7 +76,12 @@ class NamingListener(RebalanceListener[PartitionKey]):
     async def on_partitions_lost(self, partitions: list[PartitionKey]) -> None:
         await self._tell("on_partitions_lost", partitions)
 
-    async def _tell(self, method: str, partitions: list[PartitionKey]) -> None:
+    async def on_partitions_unreadable(
+        self, partitions: list[PartitionKey], error: UnreadableError
+    ) -> None:
+        await self._tell("on_partitions_unreadable", partitions, error)
+
+    async def _tell(self, method: str, partitions: list[PartitionKey], *more: object) -> None:
         hook = getattr(self._listener, method, None)  # a listener may lack a hook
         if hook is not None:
-            await hook(sorted(self._name(key) for key in partitions))
+            await hook(sorted(self._name(key) for key in partitions), *more)

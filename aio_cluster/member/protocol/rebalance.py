@@ -41,6 +41,7 @@ from .assignment import Assignment
 from .claiming import ClaimNodes, Taken
 from .handover import Handover
 from .keyed_layout import KeyedLayout
+from .marks import MarkReader
 from .offsets import Offsets
 from .registration import RETRY_DELAY, Registrar
 from .topics import Topics
@@ -134,6 +135,7 @@ class Rebalancer:
             member_id=member_id,
             strategy=strategy,
             request=self.request,
+            marks=MarkReader(zk, layout.marks, member_id=member_id),
         )
         self.lock = asyncio.Lock()
         """Held by a rebalance: one runs at a time, so claims and releases never interleave."""

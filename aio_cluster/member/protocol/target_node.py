@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
+from ...assign.marks import Mark
 from ...assign.shares import Share, share_changes, shares_of
 from ...assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
 from ...concurrency import gather, settle
@@ -105,6 +106,7 @@ class TargetNode:
         graces: Mapping[str, float] | None = None,
         balance: Balance | None = None,
         roster: Callable[[], bytes | None] | None = None,
+        marks: Mapping[str, Mark] | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -129,6 +131,8 @@ class TargetNode:
             roster: the group's roster as this member read the registrations (see
                 `aio_cluster.zookeeper.roster`), written with each target it publishes; None
                 (or None returned): none written.
+            marks: member -> what it marked unreadable: the target leaves it out of those
+                partitions another member can read (see `aio_cluster.assign.marks`).
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -161,7 +165,15 @@ class TargetNode:
             loads = None if balance is None else await balance.loads()
             now_ms = int(time.time() * 1000)
             target = next_target(
-                published, partitions, members, owned, graces=graces, now_ms=now_ms, loads=loads
+                published,
+                partitions,
+                members,
+                owned,
+                graces=graces,
+                now_ms=now_ms,
+                loads=loads,
+                marks=marks,
+                topic=self._layout.topic,
             )
             if target is not None and published is None:
                 target = dataclasses.replace(target, version=self._last_version + 1)
