@@ -208,11 +208,12 @@ def chaos(session: nox.Session) -> None:
 
 @nox.session
 def soak(session: nox.Session) -> None:
-    """Members live for minutes through churn (joins, leaves, kills, freezes, ZooKeeper cuts) while
-    a producer writes, on a cluster of the test's own; a long-lived member's memory, descriptors,
-    tasks and threads, and its ZooKeeper watches, ephemerals and connections, must not grow, and
-    nothing may be lost (tests/soak/). ``nox -s soak -- --minutes 2`` for a shorter run (default
-    15, or ``AIO_CLUSTER_SOAK_MINUTES``); other arguments go to pytest."""
+    """Members live for minutes through churn (joins, leaves, kills, freezes, ZooKeeper cuts, Kafka
+    cuts) while a producer writes, on a cluster of the test's own; a long-lived member's memory,
+    descriptors, tasks and threads, its ZooKeeper watches, ephemerals and connections, and its
+    Kafka connections, must not grow, and nothing may be lost (tests/soak/). ``nox -s soak --
+    --minutes 2`` for a shorter run (default 15, or ``AIO_CLUSTER_SOAK_MINUTES``); other
+    arguments go to pytest."""
     session.install("-e", ".[test]")
     arguments = list(session.posargs)
     env: dict[str, str] = {}

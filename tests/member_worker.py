@@ -3,6 +3,9 @@
 Usage: python member_worker.py BOOTSTRAP ZOOKEEPER TOPIC GROUP OUT_FILE auto|manual|process
     [SESSION_S [MEMBER_NAME REJOIN_GRACE_S]]
 
+``AIO_CLUSTER_WORKER_OPTIONS``, where set, is a JSON object of more `ConsumerGroup` options
+(the soak gives its members a short ``fetch_timeout`` so).
+
 Prints ``joined`` once registered. Writes one line ``partition offset key`` per consumed record
 to OUT_FILE, flushed before the batch counts as processed. SIGTERM makes it leave gracefully: the
 loop stops at the next batch boundary, before processing, and the member closes. SIGUSR1 blocks
@@ -22,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
+import os
 import random
 import signal
 import sys
@@ -29,6 +34,9 @@ import time
 from typing import Any
 
 from aio_cluster import ConsumerGroup, CoordinationError, NotOwnedError, Record
+
+OPTIONS_VARIABLE = "AIO_CLUSTER_WORKER_OPTIONS"
+"""The environment variable of more `ConsumerGroup` options (a JSON object) for the member."""
 
 
 def clock() -> float:
@@ -48,7 +56,9 @@ def worker_member(
 ) -> ConsumerGroup:
     """The member a worker process runs (this one or ``pipeline_worker.py``), from the
     command line's arguments: the tests' short loop delay, the session and, if ``name`` is
-    given, a named member with its rejoin grace; ``options`` go to `ConsumerGroup` too."""
+    given, a named member with its rejoin grace; ``options`` go to `ConsumerGroup` too, and
+    those of `OPTIONS_VARIABLE`."""
+    options = {**json.loads(os.environ.get(OPTIONS_VARIABLE, "{}")), **options}
     return ConsumerGroup(
         group,
         [bootstrap],

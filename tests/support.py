@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import math
 import os
 import shutil
@@ -43,6 +44,8 @@ from aio_cluster.local import LocalCluster
 from aio_cluster.local.jars import default_cache_dir, resolve_jars
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+
+from member_worker import OPTIONS_VARIABLE
 
 T = TypeVar("T")
 
@@ -403,6 +406,14 @@ class Run:
     """``done``, ``cancelled`` (by the member), or ``unended`` (the process ended first)."""
 
 
+def worker_env(options: Mapping[str, object] | None) -> dict[str, str] | None:
+    """The environment of a member process (``member_worker.py``) given more `ConsumerGroup`
+    ``options`` (JSON in its `OPTIONS_VARIABLE`); None (this process's) without."""
+    if not options:
+        return None
+    return {**os.environ, OPTIONS_VARIABLE: json.dumps(dict(options))}
+
+
 class Worker:
     """A member process and the records it wrote."""
 
@@ -424,23 +435,27 @@ class Worker:
         name: str | None = None,
         grace: float = 0.0,
         zookeeper: str | None = None,
+        bootstrap: str | None = None,
+        options: Mapping[str, object] | None = None,
         release: Path | None = None,
     ) -> None:
         """Start the member process and wait for it to join; ``name`` and ``grace`` make it a
         named member (``member_name``, ``rejoin_grace``); ``zookeeper`` is the address it is
-        given for ZooKeeper (a `aio_cluster.local.FaultProxy`'s; default the cluster's);
-        ``release`` is a directory holding another release's ``aio_cluster`` to run instead of
-        this one (a mixed group)."""
+        given for ZooKeeper (a `aio_cluster.local.FaultProxy`'s; default the cluster's) and
+        ``bootstrap`` for Kafka (a `aio_cluster.local.KafkaProxies`'; default the cluster's);
+        ``options`` are more `ConsumerGroup` options (see `worker_env`); ``release`` is a
+        directory holding another release's ``aio_cluster`` to run instead of this one (a
+        mixed group)."""
         named = [] if name is None else [name, str(grace)]
-        env = None
+        env = worker_env(options)
         if release is not None:
             paths = [str(release), *filter(None, [os.environ.get("PYTHONPATH")])]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+            env = {**(env or os.environ), "PYTHONPATH": os.pathsep.join(paths)}
         self.mode = mode
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(WORKER),
-            cluster.bootstrap,
+            bootstrap or cluster.bootstrap,
             zookeeper or cluster.zookeeper,
             topic,
             group,

@@ -6,11 +6,18 @@ memory, open descriptors, threads and asyncio tasks) beside `OTHERS` member proc
 chaos test's kind, which churn: a newcomer joins and an old member leaves gracefully, a member is
 killed (SIGKILL) and replaced, frozen (SIGSTOP) past its session and thawed, or cut off from
 ZooKeeper past its session and healed; and the long-lived member itself is cut off from ZooKeeper
-for `SHORT_CUT` seconds, well within its session. Records are produced all along. After each
+for `SHORT_CUT` seconds, well within its session. A member (a churn worker, or at times the
+long-lived one) is also cut off from Kafka, not from ZooKeeper, for `KAFKA_CUT` seconds, past
+its ``fetch_timeout`` (`FETCH_TIMEOUT`), and healed: each member process reaches Kafka through
+proxies of its own (`LocalCluster.kafka_proxies`), and the cut drops all its traffic to every
+broker, connections kept open, as a network partition does. Where the member has a
+``fetch_timeout`` (issue 53), the group then moves the partitions the cut member cannot read to
+the others, and gives them back after the heal; the soak counts those that moved, as ZooKeeper
+shows their owners at the heal, and prints it. Records are produced all along. After each
 fault, once the group settled (every partition claimed, shares balanced, the population what it
 was), one sample is taken: the long-lived member's own figures, its ZooKeeper session's watches
-(``wchc``) and ephemeral nodes (``dump``) and its connections to ZooKeeper (through a
-`FaultProxy` of its own), and the server's watches, ephemerals and connections (``mntr``). The
+(``wchc``) and ephemeral nodes (``dump``) and its connections to ZooKeeper and to Kafka (through
+proxies of its own), and the server's watches, ephemerals and connections (``mntr``). The
 samples are taken at points alike (the same population, settled), so a figure that grows from
 the first quarter of the run (after `warm_up`) to the last is a leak: see `TOLERANCES`. At the
 end every record produced must have been consumed at least once.
@@ -39,13 +46,23 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from aio_cluster.local import FaultProxy, LocalCluster
+from aio_cluster.config import Timing
+from aio_cluster.local import FaultProxy, KafkaProxies, LocalCluster
 from aio_cluster.local.probes import servers, zookeeper_monitor
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from churn import PARTITIONS, SESSION, Proxies, cut_past_session, registration, settled
-from support import Worker, create_topic, now, numbered_by, producer_of, wait_until
+from support import (
+    Worker,
+    create_topic,
+    now,
+    numbered_by,
+    owners,
+    producer_of,
+    wait_until,
+    worker_env,
+)
 
 MINUTES = float(os.environ.get("AIO_CLUSTER_SOAK_MINUTES", "15"))
 OTHERS = 3
@@ -54,6 +71,17 @@ LONG_SESSION = 10.0
 """The long-lived member's session timeout, in seconds: its short cuts stay well within it."""
 SHORT_CUT = 2.0
 """Seconds the long-lived member is cut off from ZooKeeper at a time."""
+FETCH_TIMEOUT = 5.0
+"""The members' ``fetch_timeout``, in seconds: short, so that a Kafka cut outlasts it thrice."""
+KAFKA_CUT = 3 * FETCH_TIMEOUT
+"""Seconds a member is cut off from Kafka at a time: the member marks what it cannot read one
+``fetch_timeout`` into the cut, the mark settles half of one later, and the group moves those
+partitions meanwhile."""
+OPTIONS: dict[str, object] = (
+    {"fetch_timeout": FETCH_TIMEOUT} if hasattr(Timing, "fetch_timeout") else {}
+)
+"""The members' further options. Without ``fetch_timeout`` (before issue 53), none: a member
+cut off from Kafka then keeps its partitions through the cut, and nothing moves."""
 SAMPLED_MEMBER = Path(__file__).with_name("sampled_member.py")
 
 
@@ -86,6 +114,9 @@ TOLERANCES = {
     "watches": Tolerance(0, 1),
     "ephemerals": Tolerance(0, 1),
     "connections": Tolerance(0, 1),
+    # Its connections to the brokers (through its Kafka proxies), after Kafka cuts as well: a
+    # connection of a cut left open would add one per cut.
+    "kafka_connections": Tolerance(0, 1),
     # The server's totals, for every member: the same population at each sample.
     "zk_watch_count": Tolerance(0.10, 2),
     "zk_ephemerals_count": Tolerance(0, 1),
@@ -131,20 +162,56 @@ def paths_by_session(text: str) -> Counter[str]:
     return counts
 
 
-class LongLived:
-    """The long-lived member: a `sampled_member` process, reached through a `FaultProxy`."""
+class KafkaRoutes:
+    """Each member process's own `KafkaProxies` (one of the cluster's ``kafka_proxies`` sets),
+    held while the process runs, so that its Kafka traffic alone can be cut."""
 
-    def __init__(self, out: Path, proxy: FaultProxy) -> None:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self._cluster = cluster
+        self._held: dict[Worker, tuple[KafkaProxies, contextlib.AsyncExitStack]] = {}
+
+    async def bootstrap(self, worker: Worker) -> str:
+        """Take a set of proxies for ``worker``; returns the bootstrap servers to give it."""
+        stack = contextlib.AsyncExitStack()
+        proxies = await stack.enter_async_context(self._cluster.kafka_proxies())
+        self._held[worker] = (proxies, stack)
+        return proxies.bootstrap
+
+    def __getitem__(self, worker: Worker) -> KafkaProxies:
+        return self._held[worker][0]
+
+    async def release(self, worker: Worker) -> None:
+        """Stop ``worker``'s proxies (it is gone) and give their set back."""
+        _, stack = self._held.pop(worker)
+        await stack.aclose()
+
+    async def stop(self) -> None:
+        for worker in list(self._held):
+            await self.release(worker)
+
+
+class LongLived:
+    """The long-lived member: a `sampled_member` process, reached through a `FaultProxy` to
+    ZooKeeper and `KafkaProxies` of its own."""
+
+    def __init__(self, out: Path, proxy: FaultProxy, routes: KafkaRoutes) -> None:
         self.worker = Worker(out)
         self.worker.mode = "auto"
         self.proxy = proxy
+        self.routes = routes
 
-    async def start(self, cluster: LocalCluster, topic: str, group: str) -> None:
-        arguments = (cluster.bootstrap, self.proxy.address, topic, group, str(self.worker.out))
+    @property
+    def kafka(self) -> KafkaProxies:
+        return self.routes[self.worker]
+
+    async def start(self, topic: str, group: str) -> None:
+        bootstrap = await self.routes.bootstrap(self.worker)
+        arguments = (bootstrap, self.proxy.address, topic, group, str(self.worker.out))
         self.worker.process = await asyncio.create_subprocess_exec(
             *(sys.executable, str(SAMPLED_MEMBER), *arguments, "auto", str(LONG_SESSION)),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=worker_env(OPTIONS),
         )
         line = await self._line()
         assert line == "joined", f"the long-lived member did not join: {line!r}"
@@ -169,8 +236,8 @@ class LongLived:
 async def zookeeper_figures(
     cluster: LocalCluster, zk: ZooKeeper, layout: GroupLayout, member: LongLived
 ) -> dict[str, int]:
-    """The long-lived member's session's watches and ephemerals, its connections to ZooKeeper,
-    and the server's totals."""
+    """The long-lived member's session's watches and ephemerals, its connections to ZooKeeper
+    and to Kafka, and the server's totals."""
     member_id = await registration(zk, layout, member.worker)
     assert member_id is not None, "the long-lived member is not registered"
     session = f"0x{(await zk.get(layout.member(member_id)))[1].ephemeral_owner:x}"
@@ -182,6 +249,7 @@ async def zookeeper_figures(
         "watches": watches[session],
         "ephemerals": ephemerals[session],
         "connections": member.proxy.connections,
+        "kafka_connections": member.kafka.connections,
         **{name: int(totals[name]) for name in TOLERANCES if name.startswith("zk_")},
     }
 
@@ -216,10 +284,43 @@ def table(samples: list[dict[str, int]], judged: list[dict[str, int]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class KafkaCut:
+    """One member's cut from Kafka: whether it was the long-lived member, how long it lasted
+    (seconds), how many partitions the member owned as it began, and how many of those another
+    member owned as it healed."""
+
+    long_lived: bool
+    seconds: float
+    owned: int
+    moved: int
+
+
+def kafka_cut_summary(cuts: list[KafkaCut]) -> str:
+    """What the Kafka cuts did, in a line."""
+    setting = (
+        f"fetch_timeout {OPTIONS['fetch_timeout']:g} s"
+        if "fetch_timeout" in OPTIONS
+        else "no fetch_timeout in this version"
+    )
+    if not cuts:
+        return f"kafka cuts: none ({setting})"
+    seconds = [cut.seconds for cut in cuts]
+    return (
+        f"kafka cuts: {len(cuts)} ({sum(cut.long_lived for cut in cuts)} of the long-lived "
+        f"member), {min(seconds):.1f}-{max(seconds):.1f} s each, {sum(seconds):.0f} s in all "
+        f"({setting}); partitions moved away from the cut member by the heal: "
+        f"{sum(cut.moved for cut in cuts)} of the {sum(cut.owned for cut in cuts)} it owned "
+        f"(per cut: {', '.join(f'{cut.moved}/{cut.owned}' for cut in cuts)})"
+    )
+
+
 @pytest_asyncio.fixture(scope="module")
 async def soak_cluster() -> AsyncIterator[LocalCluster]:
     """A cluster of the soak's own: the server's figures then count the soak's members only."""
-    async with LocalCluster(use_env=False) as started:
+    # A set of Kafka proxies for each member process alive at once: the long-lived one, the
+    # others, and a newcomer that joins before the member it replaces leaves.
+    async with LocalCluster(use_env=False, kafka_proxies=OTHERS + 2) as started:
         if started.mode != "java":
             pytest.skip("the soak reads ZooKeeper's wchc and dump, allowed where Java starts it")
         yield started
@@ -248,6 +349,7 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
     produced = 0
     faults: Counter[str] = Counter()
     samples: list[tuple[float, dict[str, int]]] = []
+    kafka_cuts: list[KafkaCut] = []
 
     async with contextlib.AsyncExitStack() as stack:
         zk = ZooKeeper(cluster.zookeeper, session_timeout=10.0)
@@ -259,7 +361,9 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
         await proxy.start()
         stack.push_async_callback(proxy.stop)
         stack.push_async_callback(proxies.stop)
-        long_lived = LongLived(tmp_path / "long-lived.txt", proxy)
+        routes = KafkaRoutes(cluster)
+        stack.push_async_callback(routes.stop)
+        long_lived = LongLived(tmp_path / "long-lived.txt", proxy, routes)
 
         def consumed() -> Counter[str]:
             everyone = [long_lived.worker, *others, *gone]
@@ -268,9 +372,34 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
         async def join() -> None:
             worker = Worker(tmp_path / f"worker{len(others) + len(gone)}.txt")
             zookeeper = await proxies.address(worker)
+            bootstrap = await routes.bootstrap(worker)
             mode = rng.choice(["auto", "manual"])
-            await worker.start(cluster, topic, group, mode, SESSION, zookeeper=zookeeper)
+            await worker.start(
+                *(cluster, topic, group, mode, SESSION),
+                zookeeper=zookeeper,
+                bootstrap=bootstrap,
+                options=OPTIONS,
+            )
             others.append(worker)
+
+        async def cut_from_kafka(worker: Worker) -> None:
+            """Drop all of ``worker``'s Kafka traffic for `KAFKA_CUT` seconds, then heal;
+            note which of its partitions another member owned by then."""
+            member = await registration(zk, layout, worker)
+            before = await owners(zk, layout, range(PARTITIONS))
+            owned = {p for p, owner in before.items() if owner == member}
+            began = now()
+            routes[worker].drop()
+            try:
+                # The fault itself: a cut of this length, past the member's fetch_timeout.
+                await asyncio.sleep(KAFKA_CUT)
+                after = await owners(zk, layout, range(PARTITIONS))
+            finally:
+                routes[worker].forward()
+            moved = {p for p in owned if after.get(p, member) != member}
+            kafka_cuts.append(
+                KafkaCut(worker is long_lived.worker, now() - began, len(owned), len(moved))
+            )
 
         async def gone_from_zookeeper(worker: Worker) -> bool:
             return await registration(zk, layout, worker) is None
@@ -309,7 +438,7 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
                 return  # a node read went meanwhile (a member's share moved): the next round
             samples.append((now(), {**await long_lived.sample(), **figures}))
 
-        await long_lived.start(cluster, topic, group)
+        await long_lived.start(topic, group)
         stack.callback(long_lived.worker.kill)
         for _ in range(OTHERS):
             await join()
@@ -317,17 +446,19 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
         began = now()
         try:
             while now() - began < MINUTES * 60:
-                action = rng.choice(["replace", "kill", "freeze", "cut", "short cut"])
+                action = rng.choice(["replace", "kill", "freeze", "cut", "short cut", "kafka cut"])
                 faults[action] += 1
                 if action == "replace":
                     await join()
                     leaving = others.pop(rng.randrange(len(others) - 1))
                     await leaving.leave()
+                    await routes.release(leaving)
                     gone.append(leaving)
                 elif action == "kill":
                     killed = others.pop(rng.randrange(len(others)))
                     killed.kill()
                     await killed.reap()
+                    await routes.release(killed)
                     gone.append(killed)
                     await join()
                 elif action == "freeze":
@@ -336,6 +467,8 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
                     await cut_past_session(
                         proxies, zk, layout, rng.choice(others), refuse=rng.random() < 0.5
                     )
+                elif action == "kafka cut":
+                    await cut_from_kafka(rng.choice([long_lived.worker, *others]))
                 else:
                     if rng.random() < 0.5:
                         proxy.cut()
@@ -368,6 +501,7 @@ async def test_a_long_lived_member_holds_no_more_after_minutes_of_churn(
         f"{sum(1 for n in counts.values() if n > 1)} consumed more than once; {len(samples)} "
         f"samples, {len(judged)} judged (after {warm_up(MINUTES * 60):.0f} s of warm-up)"
     )
+    print(kafka_cut_summary(kafka_cuts))
     if samples:
         print(table([figures for _, figures in samples], judged or [samples[-1][1]]))
     assert set(counts) >= {f"k{i}" for i in range(produced)}, f"records lost (seed {seed})"
