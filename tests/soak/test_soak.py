@@ -46,7 +46,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from aio_cluster.config import Timing
 from aio_cluster.local import FaultProxy, KafkaProxies, LocalCluster
 from aio_cluster.local.probes import servers, zookeeper_monitor
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
@@ -77,11 +76,9 @@ KAFKA_CUT = 3 * FETCH_TIMEOUT
 """Seconds a member is cut off from Kafka at a time: the member marks what it cannot read one
 ``fetch_timeout`` into the cut, the mark settles half of one later, and the group moves those
 partitions meanwhile."""
-OPTIONS: dict[str, object] = (
-    {"fetch_timeout": FETCH_TIMEOUT} if hasattr(Timing, "fetch_timeout") else {}
-)
-"""The members' further options. Without ``fetch_timeout`` (before issue 53), none: a member
-cut off from Kafka then keeps its partitions through the cut, and nothing moves."""
+OPTIONS: dict[str, object] = {"fetch_timeout": FETCH_TIMEOUT}
+"""The members' further options: the short ``fetch_timeout``, so that a cut member's partitions
+move to the others during its cut."""
 SAMPLED_MEMBER = Path(__file__).with_name("sampled_member.py")
 
 
@@ -298,11 +295,7 @@ class KafkaCut:
 
 def kafka_cut_summary(cuts: list[KafkaCut]) -> str:
     """What the Kafka cuts did, in a line."""
-    setting = (
-        f"fetch_timeout {OPTIONS['fetch_timeout']:g} s"
-        if "fetch_timeout" in OPTIONS
-        else "no fetch_timeout in this version"
-    )
+    setting = f"fetch_timeout {FETCH_TIMEOUT:g} s"
     if not cuts:
         return f"kafka cuts: none ({setting})"
     seconds = [cut.seconds for cut in cuts]
