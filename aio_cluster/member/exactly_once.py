@@ -45,10 +45,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
 
+from ..concurrency import settle
 from ..errors import (
     BrokerError,
     ConfigurationError,
@@ -423,9 +425,12 @@ class Transactions:
         if len(due) == 1:
             await self._commit(due[0], raising)
             return
-        async with anyio.create_task_group() as tasks:
-            for partition in due:
-                tasks.start_soon(self._commit, partition, raising)
+        # Each partition's commit runs to its end (a failed one gave its partition up), and the
+        # first failure is raised as itself: a task group would wrap it.
+        outcomes = await settle(partial(self._commit, partition, raising) for partition in due)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
 
     def _due(self, partition: PartitionKey) -> bool:
         claim = self._states.claims.get(partition)
