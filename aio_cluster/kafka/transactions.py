@@ -191,18 +191,19 @@ class PartitionProducer:
         order, and ``offset`` as the group's next offset of the input partition.
 
         Returns:
-            The sends Kafka refused, when it did: the transaction is then aborted, and the
-            producer cannot write to their partitions again (see the module): `stop()` it.
-            Empty when the transaction committed.
+            The sends Kafka refused for good (a non-retriable error), when it did: the
+            transaction is then aborted, and the producer cannot write to their partitions
+            again (see the module): `stop()` it. Empty when the transaction committed.
 
         Raises:
             TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
                 or the group: nothing was committed.
             ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
                 nothing this producer sends can be.
-            BrokerError: the transaction failed otherwise, or took longer than the timeout; its
-                outcome is unknown until the producer is started again (`stop()` it: a new one's
-                start aborts it, or waits for it).
+            BrokerError: the transaction failed otherwise (a send failed with a retriable
+                error among them), or took longer than the timeout; its outcome is unknown
+                until the producer is started again (`stop()` it: a new one's start aborts it,
+                or waits for it).
         """
         producer = self._producer
         futures: list[asyncio.Future[Any]] = []
@@ -224,7 +225,9 @@ class PartitionProducer:
                     error = await _outcome(future)
                     if error is None:
                         continue
-                    if isinstance(error, _FENCING):
+                    if isinstance(error, _FENCING) or _retriable(error):
+                        # A transient failure (a partition leaderless past the request's
+                        # timeout, say) is no refusal: the transaction fails as a whole.
                         raise error
                     failures.append((source, send, error))
                 if not failures:
@@ -316,6 +319,12 @@ async def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
     if future.cancelled():
         raise KafkaError("the send was cancelled: the producer is closing")
     return future.exception()
+
+
+def _retriable(error: BaseException) -> bool:
+    """Whether Kafka's error is a transient one (aiokafka's ``retriable``), which another try
+    may get past: never a refusal for good."""
+    return isinstance(error, KafkaError) and bool(error.retriable)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -232,7 +232,11 @@ class Transactions:
         self._partitions: dict[PartitionKey, _Partition] = {}
         self._refused: dict[PartitionKey, dict[int, _Refusal]] = {}
         """Input offset -> the refusal of its output, per partition, until an offset past it
-        commits."""
+        commits or the claim ends otherwise than by the refusal's giving up."""
+        self._refusing: set[PartitionKey] = set()
+        """The partitions given up for a refusal: their next release keeps their refusals, for
+        the claim taken again (any other release forgets them: an operator's reset, a
+        handover)."""
         self._starting = anyio.Semaphore(STARTING)
 
     @property
@@ -256,6 +260,7 @@ class Transactions:
                 for partition, entry in list(self._partitions.items()):
                     stopping.start_soon(self._stop, partition, entry)
         self._refused.clear()
+        self._refusing.clear()
         try:
             await self._offsets.stop()
         except Exception as exc:
@@ -332,7 +337,12 @@ class Transactions:
         return start
 
     async def release(self, partition: PartitionKey) -> None:
-        """The claim of ``partition`` ends: stop its producer (after a commit under way)."""
+        """The claim of ``partition`` ends: stop its producer (after a commit under way). Its
+        refusals are forgotten unless a refusal gave it up (see `_refusing`)."""
+        if partition in self._refusing:
+            self._refusing.discard(partition)
+        else:
+            self._refused.pop(partition, None)
         entry = self._partitions.get(partition)
         if entry is None:
             return
@@ -484,6 +494,8 @@ class Transactions:
                     raise
                 if refused:
                     error = self._refusal(claim, refused, kept, remember=not raising)
+                    if not raising:
+                        self._refusing.add(partition)
                     self._give_up(
                         claim, f"{error}; reading it again from the offset committed last"
                     )
