@@ -260,21 +260,33 @@ class PartitionProducer:
 
     async def stop(self) -> None:
         """Close the producer (a transaction left open is aborted by the next owner's start),
-        shielded from anyio's cancellations. A stop cut short all the same (a cancellation from
-        outside anyio, or the timeout) leaves `stopped` False: call it again to finish it.
-        Never raises but a cancellation."""
+        shielded from anyio's cancellations. A graceful stop that runs out of the timeout (an
+        idempotent producer retries its pending batches for ever while no broker answers) is
+        finished at once: its sender routine ended, its pending batches failed, its connections
+        closed. A stop cut short all the same (a cancellation from outside anyio) leaves
+        `stopped` False: call it again to finish it. Never raises but a cancellation."""
         if self.stopped:
             return
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-                if self._stopping:
-                    # aiokafka's stop() marked the producer closed before it was cut short:
-                    # calling it again would do nothing.
-                    await finish_stop(_SEAMS, self._producer)
-                else:
-                    self._stopping = True
-                    await self._producer.stop()
-                self.stopped = True
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self._timeout):
+                    if self._stopping:
+                        # aiokafka's stop() marked the producer closed before it was cut
+                        # short: calling it again would do nothing.
+                        await finish_stop(_SEAMS, self._producer)
+                    else:
+                        self._stopping = True
+                        await self._producer.stop()
+                    self.stopped = True
+                if not self.stopped:
+                    log.debug(
+                        "transactional producer %r: its stop took over %g s: finishing it",
+                        self.id,
+                        self._timeout,
+                    )
+                    with anyio.move_on_after(self._timeout):
+                        await finish_stop(_SEAMS, self._producer)
+                        self.stopped = True
         except Exception as exc:
             # A fenced or broken producer may fail to stop: it is gone all the same.
             log.debug("transactional producer %r: stopping failed: %r", self.id, exc)

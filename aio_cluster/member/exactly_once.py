@@ -267,8 +267,8 @@ class Transactions:
             log.warning("member %s: closing the offsets' reader failed: %r", self._id, exc)
 
     async def _stop(self, partition: PartitionKey, entry: _Partition) -> None:
-        """Stop a producer; it leaves the table once its stop completed (one cut short is
-        finished by the next `stop()` or `release()`)."""
+        """Stop a producer; it leaves the table once its stop completed (one cut short by a
+        cancellation from outside anyio is finished by the next `stop()` or `release()`)."""
         await entry.producer.stop()
         if entry.producer.stopped and self._partitions.get(partition) is entry:
             del self._partitions[partition]
