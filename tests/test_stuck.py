@@ -6,21 +6,27 @@ hangs publishes nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 
 import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
 from aio_cluster import ConsumerGroup, Record
+from aio_cluster.control.store import ControlStore
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
+from aio_cluster.member.stuck import StuckWatch
 from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import stuck_path
 
 from conftest import MakeTopic, Produce
-from support import member, wait_until
+from support import fresh, member, wait_until
 from test_cli import run
 
 pytestmark = pytest.mark.asyncio
@@ -29,10 +35,17 @@ WINDOW = ("--window", "1s", "--samples", "2")
 
 
 async def stuck_nodes(zk: ZooKeeper, group: str, topic: str) -> list[str]:
+    """The stuck marks of ``topic``: ``<partition>/<member>`` each."""
+    parent = f"{stuck_path(group)}/{topic}"
     try:
-        return sorted(await zk.get_children(f"{stuck_path(group)}/{topic}"))
+        partitions = await zk.get_children(parent)
     except NoNodeError:
         return []
+    marks = []
+    for partition in partitions:
+        with contextlib.suppress(NoNodeError):
+            marks += [f"{partition}/{m}" for m in await zk.get_children(f"{parent}/{partition}")]
+    return sorted(marks)
 
 
 async def scraped(group: ConsumerGroup, name: str, **labels: str) -> float | None:
@@ -165,3 +178,52 @@ async def test_a_member_where_nothing_hangs_publishes_nothing(
         with pytest.raises(NoNodeError):
             await zk.get_children(stuck_path(group_name))
     assert taken == 20
+
+
+async def test_an_old_owners_handler_that_ends_leaves_the_new_owners_mark(
+    cluster: LocalCluster, group_name: str, zk: ZooKeeper
+) -> None:
+    """After a handover, the old owner's handler (which ignored its cancellation) and the new
+    owner's hang on the same record, each member on its own session: the old one's ending
+    clears its own mark only, and the partition stays stuck in the new owner for the tools.
+    Nodes a member never writes under the marks are named unreadable."""
+    topic = fresh("topic")
+    keys = TopicKeys((topic,))
+    layout = KeyedLayout(group_name, keys, many=False)
+    key = keys.key(topic, 0)
+    running: dict[str, list[tuple[PartitionKey, int, float]]] = {"old": [], "new": []}
+    sessions = [ZooKeeper(cluster.zookeeper, session_timeout=10.0) for _ in range(2)]
+    long_ago = time.monotonic() - 100
+    try:
+        watches = {}
+        for name, session in zip(running, sessions, strict=True):
+            await session.start()
+            watches[name] = StuckWatch(
+                session,
+                layout,
+                member_id=name,
+                stuck_after=1,
+                handlers=lambda name=name: running[name],
+            )
+        running["old"] = [(key, 5, long_ago)]
+        await watches["old"].look()
+        running["new"] = [(key, 5, long_ago + 50)]
+        await watches["new"].look()
+        running["old"] = []
+        await watches["old"].look()
+
+        store = ControlStore(zk, group_name)
+        stuck, unreadable = await store.read_stuck()
+        assert {p: mark.member for p, mark in stuck.items()} == {(topic, 0): "new"}
+        assert unreadable == {}
+        assert await stuck_nodes(zk, group_name, topic) == ["0/new"]
+
+        parent = f"{stuck_path(group_name)}/{topic}"
+        await zk.ensure_path(f"{parent}/01/x")
+        await zk.create(f"{parent}/0/stranger", b"not a mark")
+        stuck, unreadable = await store.read_stuck()
+        assert {p: mark.member for p, mark in stuck.items()} == {(topic, 0): "new"}
+        assert sorted(unreadable) == [f"{parent}/0/stranger", f"{parent}/01"]
+    finally:
+        for session in sessions:
+            await session.close()

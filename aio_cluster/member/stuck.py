@@ -12,7 +12,9 @@ holds, its claims stay. The watch looks at what runs, every `tick()` seconds:
 The oldest of each partition that has run past ``stuck_after`` makes the partition stuck: it is
 logged once, shown in ``statistics()`` (hence the metrics and the dashboard), and published for
 the tools (``aio-cluster describe``, ``check``'s ``stuck`` verdict) as an ephemeral node of the
-member's session, ``control/stuck/<topic>/<partition>`` (`aio_cluster.control.model.Stuck`).
+member's session, ``control/stuck/<topic>/<partition>/<member>``
+(`aio_cluster.control.model.Stuck`): one per member, so that the handler of an old owner that
+outlived a handover and the new owner's, stuck on the same record, never clear each other's.
 The node is written only when a partition becomes stuck (or another record or batch of it does)
 and removed when it no longer is: a member where nothing hangs writes nothing, so an idle
 member costs ZooKeeper only its pings.
@@ -157,7 +159,7 @@ class StuckWatch:
             return
         for key in [key for key in self._published if key not in stuck]:
             tp = self._layout.keys.split(key)
-            await self._store.clear_stuck(tp.topic, tp.partition)
+            await self._store.clear_stuck(tp.topic, tp.partition, self._id)
             del self._published[key]
         for key, item in stuck.items():
             if self._published.get(key) == item:
