@@ -15,7 +15,8 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from aio_cluster import ConsumerGroup, Record
+from aio_cluster import AttemptTimeoutError, ConsumerGroup, Record
+from aio_cluster.config import Processing
 from aio_cluster.control.store import ControlStore
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
@@ -227,3 +228,47 @@ async def test_an_old_owners_handler_that_ends_leaves_the_new_owners_mark(
     finally:
         for session in sessions:
             await session.close()
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["process", "process_bulk"])
+async def test_a_record_retried_with_bounded_attempts_is_never_stuck(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+    bulk: bool,
+) -> None:
+    """A handler (a bulk call) that hangs in every attempt, each cut by ``attempt_timeout``:
+    together its attempts run well past ``stuck_after``, one never does, so the partition is
+    never stuck (``stuck_after`` is one attempt's bound), and the record fails as its policy
+    says."""
+    topic = await make_topic(partitions=1)
+    await produce(topic, 1)
+    attempts = 0
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.stuck")
+
+    async def hang(_record: object) -> None:
+        nonlocal attempts
+        attempts += 1
+        await asyncio.Event().wait()  # never set: cut by attempt_timeout
+
+    policy = Processing(
+        attempts=8,
+        attempt_timeout=0.3,
+        retry_initial=0.05,
+        retry_max=0.1,
+        retry_jitter=0.0,
+        on_failure="raise",
+    )
+    group = member(cluster, group_name, topic, stuck_after=1.5)
+    async with group:
+        running = (
+            group.process_bulk(hang, size=1, processing=policy)
+            if bulk
+            else group.process(hang, processing=policy)
+        )
+        with pytest.raises(AttemptTimeoutError):
+            await running
+    assert attempts == 8
+    assert not [r for r in caplog.records if "past stuck_after" in r.getMessage()]

@@ -4,8 +4,10 @@ A handler of ``process()`` (``process_bulk()``) that never returns, or a body of
 that never ends, holds its partition's stored offset while the member looks healthy: its session
 holds, its claims stay. The watch looks at what runs, every `tick()` seconds:
 
-- a record in ``process()``: from its first attempt until it finished (its retries and its dead
-  letter count: the record holds its key and the partition's stored offset all along);
+- a record in ``process()``: its current attempt of the handler from its start, or the wait after
+  a failure (a back-off, the dead letter's sending) from the failure; in ``process_bulk()``, the
+  same of its call. A record retried with bounded attempts is not stuck; one attempt that runs
+  past the bound is;
 - a batch handed out by ``async for`` (or ``transactions()``): from its hand-out until its body
   ended (the loop asked for the next batch, broke or raised).
 
