@@ -127,12 +127,15 @@ class Timing:
         loop_delay: the pause after a fetch that failed (Kafka unreachable) before the next
             try; new claims or a close end it early. May be 0. A fetch that finds no record
             is not followed by a pause: it waited ``max_wait`` at the broker already.
-        stuck_after: how long one handler of ``process()`` / ``process_bulk()`` (an attempt,
-            retries apart) or one batch body of ``async for`` (from its hand-out to its end)
-            may run before the member counts as stuck: named in ``statistics().stuck``, the
-            metrics, ``aio-cluster describe``, the dashboard, and ``aio-cluster check``'s
-            ``stuck`` verdict, and logged once. Nothing is cancelled for it (that is
-            ``attempt_timeout``'s part); it only makes a hang visible.
+        stuck_after: how long one attempt of a handler of ``process()`` (of a call of
+            ``process_bulk()``; each retry starts the clock again, and the wait after a failure,
+            a back-off or the dead letter's sending, is timed from the failure) or one batch body
+            of ``async for`` (from its hand-out to its end) may run before the member counts as
+            stuck (so a record retried with attempts bounded by ``attempt_timeout`` is not):
+            named in ``statistics().stuck``, the metrics, ``aio-cluster describe``, the
+            dashboard, and ``aio-cluster check``'s ``stuck`` verdict, and logged once. Nothing
+            is cancelled for it (that is ``attempt_timeout``'s part); it only makes a hang
+            visible.
     """
 
     session_timeout: float = 10.0

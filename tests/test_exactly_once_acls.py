@@ -1,16 +1,23 @@
 """Exactly once under Kafka's ACLs (the SASL cluster's StandardAuthorizer): a principal not
 granted the partitions' transactional ids, or the group, gets a typed refusal naming what to
-grant, not a fencing retried for ever."""
+grant, not a fencing retried for ever; with several partitions due at once, one refusal still
+comes out as itself."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from aio_cluster import ConsumerGroup, TransactionDeniedError
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupAuthorizationFailedError
+
+from aio_cluster import ConsumerGroup, Output, Record, TransactionDeniedError
 from aio_cluster.local import LocalCluster
 
+from conftest import Produce
 from secured import sasl_member, topic_on
-from support import fresh, within
+from support import add_topic, fresh, member, within
 
 pytestmark = [pytest.mark.asyncio]
 
@@ -41,3 +48,32 @@ async def test_a_missing_grant_is_a_typed_refusal(missing: str, sasl_cluster: Lo
             sasl_cluster, group, source, exactly_once=True, kafka_options=options
         ) as member:
             await within(drain(member, sink), 30, "the refusal")
+
+
+async def test_a_refusal_of_several_partitions_commits_is_raised_as_itself(
+    cluster: LocalCluster,
+    admin: AIOKafkaAdminClient,
+    produce: Produce,
+    group_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka refuses the group in the commits of two partitions due at once (aiokafka patched to
+    answer as the ACLs would: the shared cluster has none): ``process_transactional()`` raises
+    the `TransactionDeniedError`, not an ``ExceptionGroup`` of them."""
+    source = await add_topic(admin, 2, prefix="input")
+    sink = await add_topic(admin, 2, prefix="output")
+    await produce(source, 20)
+
+    async def refused(*_args: Any, **_kwargs: Any) -> None:
+        raise GroupAuthorizationFailedError()
+
+    monkeypatch.setattr(AIOKafkaProducer, "send_offsets_to_transaction", refused)
+
+    async def handler(record: Record, output: Output) -> None:
+        await output.send(sink, record.value, key=record.key)
+
+    with pytest.raises(TransactionDeniedError, match="group"):
+        async with member(cluster, group_name, source, exactly_once=True) as group:
+            await within(
+                group.process_transactional(handler, commit_interval=0.5), 60, "the refusal"
+            )

@@ -14,9 +14,11 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import NotLeaderForPartitionError, UnknownError
 from test_exactly_once import kafka_offsets
 
 from aio_cluster import (
+    BrokerError,
     ConfigurationError,
     ConsumerGroup,
     Output,
@@ -28,6 +30,9 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.kafka.transactions import MAX_REQUEST_SIZE, PartitionProducer, Send
 from aio_cluster.local import LocalCluster
+from aio_cluster.member.delivery.partitions import PartitionStates
+from aio_cluster.member.exactly_once import Transactions, _Refusal
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
@@ -377,3 +382,64 @@ async def test_a_new_owner_reads_the_offset_its_predecessor_committed(
     finally:
         await reader.stop()
     assert went_through >= 20, "the handovers after a commit"
+
+
+async def test_a_send_failed_with_a_retriable_error_is_no_refusal() -> None:
+    """A batch aiokafka fails with a transient error (its partition leaderless past the request's
+    timeout: a real broker cannot be made to answer so on demand, so the send's future is
+    failed here) fails the transaction as a `BrokerError`: the partition is read again, no
+    input is refused. A non-retriable error is a refusal."""
+    producer = PartitionProducer("127.0.0.1:1", "g", ("input", 0), client_id="test", timeout=5)
+    kafka = producer._producer
+    outcome: list[BaseException] = []
+
+    async def nothing(*_args: object, **_kwargs: object) -> None:
+        return None
+
+    async def send(*_args: object, **_kwargs: object) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_exception(outcome[0])
+        return future
+
+    for name in ("begin_transaction", "abort_transaction", "commit_transaction"):
+        setattr(kafka, name, nothing)
+    kafka.send_offsets_to_transaction = nothing  # type: ignore[method-assign]
+    kafka.send = send  # type: ignore[method-assign]
+    sends = [(3, Send("output", b"v", key=b"k"))]
+    outcome.append(NotLeaderForPartitionError())
+    with pytest.raises(BrokerError, match="NotLeaderForPartition"):
+        await producer.commit(sends, 4)
+    outcome[0] = UnknownError()
+    refused = await producer.commit(sends, 4)
+    assert [(offset, type(error)) for offset, _send, error in refused] == [(3, UnknownError)]
+    await producer.stop()
+
+
+async def test_a_release_forgets_the_refusals_but_of_a_refusals_giving_up() -> None:
+    """The refusals remembered of a partition outlive the release that a refusal's giving up
+    makes (the claim taken again tells the bad input apart), and no other: after a handover or
+    an operator's reset the input is tried in Kafka again, not refused from memory."""
+    keys = TopicKeys(("input",))
+    partition = keys.key("input", 0)
+    transactions = Transactions(
+        "127.0.0.1:1",
+        KeyedLayout("g", keys, many=False),
+        PartitionStates(transactional=True),
+        member_id="m",
+        timeout=5,
+        options=None,
+        on_fenced=lambda _partitions: None,
+    )
+    sends = [Send("output", None, key=None)]
+    error = OutputRefusedError("refused", 0, 3, "output", UnknownError())
+
+    def remembered() -> bool:
+        return transactions._refused_again(partition, 3, sends) is not None
+
+    transactions._refused[partition] = {3: _Refusal(error, sends)}
+    transactions._refusing.add(partition)
+    await transactions.release(partition)
+    assert remembered()
+    await transactions.release(partition)
+    assert not remembered()
+    await transactions.stop()

@@ -15,9 +15,11 @@ import anyio
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from test_exactly_once_producers import named, running
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.errors import ConfigurationError, LocalClusterError
+from aio_cluster.kafka.transactions import PartitionProducer
 from aio_cluster.local import LocalCluster
 
 from support import create_topic, fresh, producer_of, wait_until
@@ -222,6 +224,33 @@ async def test_a_member_cut_off_from_kafka(
         await until(lambda: len(got) == 20)
         tasks.cancel_scope.cancel()
 """
+
+
+async def test_a_transactional_producer_cut_off_with_a_batch_pending_is_stopped_for_good(
+    proxied_cluster: LocalCluster,
+) -> None:
+    """An exactly-once producer cut off from Kafka with a batch pending (an idempotent producer
+    retries it for ever): its stop runs out of its bound and is finished in the same call, no
+    sender routine or connection of it left."""
+    topic = await create_topic(proxied_cluster.bootstrap)
+    before = running()
+    async with proxied_cluster.kafka_proxies() as proxies:
+        producer = PartitionProducer(
+            proxies.bootstrap, fresh("group"), (topic, 0), client_id="test", timeout=2
+        )
+        await producer.start()
+        kafka = producer._producer
+        await kafka.partitions_for(topic)  # known: the send below needs no broker to be queued
+        await kafka.begin_transaction()
+        proxies.drop()
+        pending = await kafka.send(topic, b"pending", partition=0)
+        await producer.stop()
+        assert producer.stopped
+        assert pending.done()
+        assert pending.exception() is not None  # failed: never sent by this producer
+        await wait_until(
+            lambda: not running() - before, what=f"their end: {named(running() - before)}"
+        )
 
 
 @pytest.mark.own_cluster

@@ -434,3 +434,28 @@ async def test_a_server_may_open_as_many_files_as_the_hard_limit_allows(tmp_path
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert int(log.read_text()) == hard == process_module.open_files_limit()
+
+
+@pytest.mark.asyncio
+async def test_grant_and_revoke_name_acls_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`revoke()` takes `grant()`'s arguments and removes what it adds (the tool not run)."""
+    told: list[list[str]] = []
+
+    async def tool(_self: LocalCluster, _main: str, arguments: list[str]) -> None:
+        told.append(arguments)
+
+    monkeypatch.setattr(LocalCluster, "_kafka_tool", tool)
+    cluster = LocalCluster(use_env=False)
+    resources: dict[str, Any] = {"transactional_id": "aio-cluster.", "prefixed": True}
+    await cluster.grant("u", "Write", "Describe", **resources)
+    await cluster.revoke("u", "Write", "Describe", **resources)
+    added, removed = told
+    assert added[0] == "--add"
+    assert removed[:2] == ["--remove", "--force"]
+    assert added[1:] == removed[2:]
+    assert added[-4:] == [
+        *("--transactional-id", "aio-cluster."),
+        *("--resource-pattern-type", "prefixed"),
+    ]
+    with pytest.raises(ConfigurationError, match="name a resource"):
+        await cluster.revoke("u", "Read")

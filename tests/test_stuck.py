@@ -6,21 +6,28 @@ hangs publishes nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 
 import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from aio_cluster import ConsumerGroup, Record
+from aio_cluster import AttemptTimeoutError, ConsumerGroup, Record
+from aio_cluster.config import Processing
+from aio_cluster.control.store import ControlStore
+from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
+from aio_cluster.member.protocol.keyed_layout import KeyedLayout
+from aio_cluster.member.stuck import StuckWatch
 from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import stuck_path
 
 from conftest import MakeTopic, Produce
-from support import member, wait_until
+from support import fresh, member, wait_until
 from test_cli import run
 
 pytestmark = pytest.mark.asyncio
@@ -29,10 +36,17 @@ WINDOW = ("--window", "1s", "--samples", "2")
 
 
 async def stuck_nodes(zk: ZooKeeper, group: str, topic: str) -> list[str]:
+    """The stuck marks of ``topic``: ``<partition>/<member>`` each."""
+    parent = f"{stuck_path(group)}/{topic}"
     try:
-        return sorted(await zk.get_children(f"{stuck_path(group)}/{topic}"))
+        partitions = await zk.get_children(parent)
     except NoNodeError:
         return []
+    marks = []
+    for partition in partitions:
+        with contextlib.suppress(NoNodeError):
+            marks += [f"{partition}/{m}" for m in await zk.get_children(f"{parent}/{partition}")]
+    return sorted(marks)
 
 
 async def scraped(group: ConsumerGroup, name: str, **labels: str) -> float | None:
@@ -165,3 +179,96 @@ async def test_a_member_where_nothing_hangs_publishes_nothing(
         with pytest.raises(NoNodeError):
             await zk.get_children(stuck_path(group_name))
     assert taken == 20
+
+
+async def test_an_old_owners_handler_that_ends_leaves_the_new_owners_mark(
+    cluster: LocalCluster, group_name: str, zk: ZooKeeper
+) -> None:
+    """After a handover, the old owner's handler (which ignored its cancellation) and the new
+    owner's hang on the same record, each member on its own session: the old one's ending
+    clears its own mark only, and the partition stays stuck in the new owner for the tools.
+    Nodes a member never writes under the marks are named unreadable."""
+    topic = fresh("topic")
+    keys = TopicKeys((topic,))
+    layout = KeyedLayout(group_name, keys, many=False)
+    key = keys.key(topic, 0)
+    running: dict[str, list[tuple[PartitionKey, int, float]]] = {"old": [], "new": []}
+    sessions = [ZooKeeper(cluster.zookeeper, session_timeout=10.0) for _ in range(2)]
+    long_ago = time.monotonic() - 100
+    try:
+        watches = {}
+        for name, session in zip(running, sessions, strict=True):
+            await session.start()
+            watches[name] = StuckWatch(
+                session,
+                layout,
+                member_id=name,
+                stuck_after=1,
+                handlers=lambda name=name: running[name],
+            )
+        running["old"] = [(key, 5, long_ago)]
+        await watches["old"].look()
+        running["new"] = [(key, 5, long_ago + 50)]
+        await watches["new"].look()
+        running["old"] = []
+        await watches["old"].look()
+
+        store = ControlStore(zk, group_name)
+        stuck, unreadable = await store.read_stuck()
+        assert {p: mark.member for p, mark in stuck.items()} == {(topic, 0): "new"}
+        assert unreadable == {}
+        assert await stuck_nodes(zk, group_name, topic) == ["0/new"]
+
+        parent = f"{stuck_path(group_name)}/{topic}"
+        await zk.ensure_path(f"{parent}/01/x")
+        await zk.create(f"{parent}/0/stranger", b"not a mark")
+        stuck, unreadable = await store.read_stuck()
+        assert {p: mark.member for p, mark in stuck.items()} == {(topic, 0): "new"}
+        assert sorted(unreadable) == [f"{parent}/0/stranger", f"{parent}/01"]
+    finally:
+        for session in sessions:
+            await session.close()
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["process", "process_bulk"])
+async def test_a_record_retried_with_bounded_attempts_is_never_stuck(
+    cluster: LocalCluster,
+    make_topic: MakeTopic,
+    produce: Produce,
+    group_name: str,
+    caplog: pytest.LogCaptureFixture,
+    bulk: bool,
+) -> None:
+    """A handler (a bulk call) that hangs in every attempt, each cut by ``attempt_timeout``:
+    together its attempts run well past ``stuck_after``, one never does, so the partition is
+    never stuck (``stuck_after`` is one attempt's bound), and the record fails as its policy
+    says."""
+    topic = await make_topic(partitions=1)
+    await produce(topic, 1)
+    attempts = 0
+    caplog.set_level(logging.WARNING, logger="aio_cluster.member.stuck")
+
+    async def hang(_record: object) -> None:
+        nonlocal attempts
+        attempts += 1
+        await asyncio.Event().wait()  # never set: cut by attempt_timeout
+
+    policy = Processing(
+        attempts=8,
+        attempt_timeout=0.3,
+        retry_initial=0.05,
+        retry_max=0.1,
+        retry_jitter=0.0,
+        on_failure="raise",
+    )
+    group = member(cluster, group_name, topic, stuck_after=1.5)
+    async with group:
+        running = (
+            group.process_bulk(hang, size=1, processing=policy)
+            if bulk
+            else group.process(hang, processing=policy)
+        )
+        with pytest.raises(AttemptTimeoutError):
+            await running
+    assert attempts == 8
+    assert not [r for r in caplog.records if "past stuck_after" in r.getMessage()]

@@ -415,29 +415,68 @@ class ControlStore:
             await self._zk.delete(self._layout(topic).stopped_node(partition))
 
     async def publish_stuck(self, stuck: Stuck) -> None:
-        """Publish that a partition's handler or batch body runs past ``stuck_after``: an
-        ephemeral node of this session, replaced if the partition was published stuck before."""
+        """Publish that a partition's handler or batch body runs past ``stuck_after`` in
+        ``stuck.member``: an ephemeral node of this session, the member's own, replaced if it
+        published the partition stuck before."""
         layout = self._layout(stuck.topic)
-        path = layout.stuck_node(stuck.partition)
-        await self._zk.ensure_path(layout.stuck)
+        path = layout.stuck_node(stuck.partition, stuck.member)
+        await self._zk.ensure_path(layout.stuck_partition(stuck.partition))
         with contextlib.suppress(NoNodeError):
             await self._zk.delete(path)
         await self._zk.create(path, encode_stuck(stuck), ephemeral=True)
 
-    async def clear_stuck(self, topic: str, partition: int) -> None:
-        """Remove a partition's stuck mark, if it was published."""
+    async def clear_stuck(self, topic: str, partition: int, member: str) -> None:
+        """Remove ``member``'s stuck mark of a partition, if it published one (another
+        member's mark of the partition stays)."""
         with contextlib.suppress(NoNodeError):
-            await self._zk.delete(self._layout(topic).stuck_node(partition))
+            await self._zk.delete(self._layout(topic).stuck_node(partition, member))
 
     async def read_stuck(self) -> tuple[dict[Key, Stuck], dict[str, str]]:
-        """The group's stuck partitions, as they are now, and the stuck nodes that could not be
-        read (their path -> what was wrong).
+        """The group's stuck partitions, as they are now: each one's oldest mark (several
+        members may mark one: an old owner's handler that outlived a handover, and the new
+        owner's), and the stuck nodes that could not be read (their path -> what was wrong).
 
         Raises:
             CoordinationError: ZooKeeper could not be read.
         """
         unreadable: dict[str, str] = {}
-        found = await self._read_all(stuck_path(self.group), decode_stuck, unreadable)
+        parent = stuck_path(self.group)
+        marks: list[tuple[str, int, str]] = []
+        for topic in sorted(await self._listed(parent, unreadable)):
+            if not topic_name(topic):
+                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
+                continue
+            partitions: list[int] = []
+            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
+                partition = partition_named(name)
+                if partition is None:
+                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
+                else:
+                    partitions.append(partition)
+            paths = [f"{parent}/{topic}/{partition}" for partition in sorted(partitions)]
+            members = await _together(
+                [functools.partial(self._listed, path, unreadable) for path in paths]
+            )
+            for partition, path, names in zip(sorted(partitions), paths, members, strict=True):
+                marks += [(topic, partition, f"{path}/{name}") for name in sorted(names)]
+        datas = await _together(
+            [functools.partial(self._readable, path, unreadable) for _t, _p, path in marks]
+        )
+        found: dict[Key, Stuck] = {}
+        for (topic, partition, path), got in zip(marks, datas, strict=True):
+            if got is None:
+                continue  # deleted meanwhile, or not readable
+            try:
+                stuck = decode_stuck(topic, partition, got[0])
+            except CoordinationError as exc:
+                unreadable[path] = str(exc)
+                continue
+            if stuck.member != path.rsplit("/", 1)[1]:
+                unreadable[path] = f"the mark of member {stuck.member!r} under another's name"
+                continue
+            known = found.get((topic, partition))
+            if known is None or stuck.since < known.since:
+                found[(topic, partition)] = stuck
         return found, unreadable
 
     async def _parents(self, paths: Sequence[str]) -> None:

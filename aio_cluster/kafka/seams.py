@@ -38,11 +38,14 @@ Each use, its private names, what it is for, and what serves without it:
   `CompactMetadata`'s update). Without it: a stall is told by log ends that stay ahead of
   fetches that come back empty.
 
-- `PRODUCER_STOP`: ``AIOKafkaProducer._sender`` and ``Sender.close()``. A producer's stop cut
-  short by a cancellation finished later (aiokafka's ``stop()`` marks the producer closed first,
-  so calling it again does nothing): the sender routine ended, then the connections closed.
-  Without it: only the connections are closed (``AIOKafkaProducer.client.close()``, public); the
-  sender routine may be left waiting.
+- `PRODUCER_STOP`: ``AIOKafkaProducer._sender``, ``Sender.sender_task``,
+  ``AIOKafkaProducer._message_accumulator`` and ``MessageAccumulator.fail_all()``. A producer's
+  stop cut short (by a cancellation, or by its bound while batches wait for a broker that does
+  not answer) finished (aiokafka's ``stop()`` marks the producer closed first, so calling it
+  again does nothing): the sender routine cancelled, the connections closed (which fails its
+  requests in flight, that it waits for), the batches it left failed (the graceful stop's wait
+  for them ends). Without it: only the connections are closed
+  (``AIOKafkaProducer.client.close()``, public); the sender routine may be left waiting.
 
 A `Seams` is one fetcher's view: what fits the aiokafka it runs with, less what that fetcher
 switched off after its fetch routine died in code of ours (see `aio_cluster.kafka.fetcher`).
@@ -61,8 +64,11 @@ from typing import Any
 import aiokafka
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
+
+from ..concurrency import settled
 
 __all__ = ["DEFAULT_RETRY_BACKOFF", "Seam", "Seams", "answered_versions", "finish_stop", "misfit"]
 
@@ -235,9 +241,12 @@ def _check_task(consumer: Any) -> str | None:
 
 def _check_producer(producer: Any) -> str | None:
     sender = getattr(producer, "_sender", None)
-    if sender is None:
-        return "AIOKafkaProducer has no _sender"
-    return _takes(type(sender).close) or _takes(type(producer.client).close)
+    if sender is None or not hasattr(sender, "sender_task"):
+        return "AIOKafkaProducer has no _sender with a sender_task"
+    accumulator = getattr(producer, "_message_accumulator", None)
+    if accumulator is None:
+        return "AIOKafkaProducer has no _message_accumulator"
+    return _takes(type(producer.client).close) or _takes(type(accumulator).fail_all, "exception")
 
 
 class Seams:
@@ -352,7 +361,14 @@ async def finish_stop(seams: Seams, producer: Any) -> None:
     """Finish the stop of a producer whose ``stop()`` was cut short: its sender routine ended
     (`PRODUCER_STOP`), its connections closed (public). Both may be done already."""
     if seams.fits(Seam.PRODUCER_STOP, lambda: _check_producer(producer)):
-        await producer._sender.close()
+        routine = producer._sender.sender_task
+        if routine is not None:
+            # Cancelled, the routine waits for its requests in flight: the connections' close
+            # below fails them, where a broker cut off would answer none.
+            routine.cancel()
+            await producer.client.close()
+            await settled([routine])
+        producer._message_accumulator.fail_all(KafkaConnectionError("the producer is closed"))
     await producer.client.close()
 
 

@@ -191,18 +191,19 @@ class PartitionProducer:
         order, and ``offset`` as the group's next offset of the input partition.
 
         Returns:
-            The sends Kafka refused, when it did: the transaction is then aborted, and the
-            producer cannot write to their partitions again (see the module): `stop()` it.
-            Empty when the transaction committed.
+            The sends Kafka refused for good (a non-retriable error), when it did: the
+            transaction is then aborted, and the producer cannot write to their partitions
+            again (see the module): `stop()` it. Empty when the transaction committed.
 
         Raises:
             TransactionDeniedError: Kafka's ACLs refuse this principal the transactional id
                 or the group: nothing was committed.
             ProducerFencedError: a newer owner fenced this producer: nothing was committed, and
                 nothing this producer sends can be.
-            BrokerError: the transaction failed otherwise, or took longer than the timeout; its
-                outcome is unknown until the producer is started again (`stop()` it: a new one's
-                start aborts it, or waits for it).
+            BrokerError: the transaction failed otherwise (a send failed with a retriable
+                error among them), or took longer than the timeout; its outcome is unknown
+                until the producer is started again (`stop()` it: a new one's start aborts it,
+                or waits for it).
         """
         producer = self._producer
         futures: list[asyncio.Future[Any]] = []
@@ -224,7 +225,9 @@ class PartitionProducer:
                     error = await _outcome(future)
                     if error is None:
                         continue
-                    if isinstance(error, _FENCING):
+                    if isinstance(error, _FENCING) or _retriable(error):
+                        # A transient failure (a partition leaderless past the request's
+                        # timeout, say) is no refusal: the transaction fails as a whole.
                         raise error
                     failures.append((source, send, error))
                 if not failures:
@@ -257,21 +260,33 @@ class PartitionProducer:
 
     async def stop(self) -> None:
         """Close the producer (a transaction left open is aborted by the next owner's start),
-        shielded from anyio's cancellations. A stop cut short all the same (a cancellation from
-        outside anyio, or the timeout) leaves `stopped` False: call it again to finish it.
-        Never raises but a cancellation."""
+        shielded from anyio's cancellations. A graceful stop that runs out of the timeout (an
+        idempotent producer retries its pending batches for ever while no broker answers) is
+        finished at once: its sender routine ended, its pending batches failed, its connections
+        closed. A stop cut short all the same (a cancellation from outside anyio) leaves
+        `stopped` False: call it again to finish it. Never raises but a cancellation."""
         if self.stopped:
             return
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-                if self._stopping:
-                    # aiokafka's stop() marked the producer closed before it was cut short:
-                    # calling it again would do nothing.
-                    await finish_stop(_SEAMS, self._producer)
-                else:
-                    self._stopping = True
-                    await self._producer.stop()
-                self.stopped = True
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self._timeout):
+                    if self._stopping:
+                        # aiokafka's stop() marked the producer closed before it was cut
+                        # short: calling it again would do nothing.
+                        await finish_stop(_SEAMS, self._producer)
+                    else:
+                        self._stopping = True
+                        await self._producer.stop()
+                    self.stopped = True
+                if not self.stopped:
+                    log.debug(
+                        "transactional producer %r: its stop took over %g s: finishing it",
+                        self.id,
+                        self._timeout,
+                    )
+                    with anyio.move_on_after(self._timeout):
+                        await finish_stop(_SEAMS, self._producer)
+                        self.stopped = True
         except Exception as exc:
             # A fenced or broken producer may fail to stop: it is gone all the same.
             log.debug("transactional producer %r: stopping failed: %r", self.id, exc)
@@ -316,6 +331,12 @@ async def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
     if future.cancelled():
         raise KafkaError("the send was cancelled: the producer is closing")
     return future.exception()
+
+
+def _retriable(error: BaseException) -> bool:
+    """Whether Kafka's error is a transient one (aiokafka's ``retriable``), which another try
+    may get past: never a refusal for good."""
+    return isinstance(error, KafkaError) and bool(error.retriable)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

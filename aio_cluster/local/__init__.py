@@ -55,10 +55,11 @@ Paste the two lines into another shell to point the tests and the demo at that c
 only.
 """
 
+from .acls import AclResources as AclResources
 from .cli import main as main
 from .cluster import LocalCluster as LocalCluster
 from .cluster import Mode as Mode
 from .faults import FaultProxy as FaultProxy
 from .faults import KafkaProxies as KafkaProxies
 
-__all__ = ["FaultProxy", "KafkaProxies", "LocalCluster", "Mode", "main"]
+__all__ = ["AclResources", "FaultProxy", "KafkaProxies", "LocalCluster", "Mode", "main"]

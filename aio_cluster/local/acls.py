@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from ..errors import ConfigurationError
 from . import jars, process
@@ -51,16 +52,34 @@ def user_arguments(name: str, password: str) -> list[str]:
     ]
 
 
+class AclResources(TypedDict, total=False):
+    """The resources `LocalCluster.grant()` and `revoke()` name, as keyword arguments.
+
+    Attributes:
+        topic: a topic's name (``"*"``: every topic).
+        group: a consumer group's name.
+        transactional_id: a transactional producer's id.
+        cluster: the cluster itself.
+        prefixed: the names are prefixes: every resource whose name starts so.
+    """
+
+    topic: str | None
+    group: str | None
+    transactional_id: str | None
+    cluster: bool
+    prefixed: bool
+
+
 def acl_arguments(
     user: str,
     operations: Sequence[str],
     *,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    prefixed: bool,
     add: bool,
+    topic: str | None = None,
+    group: str | None = None,
+    transactional_id: str | None = None,
+    cluster: bool = False,
+    prefixed: bool = False,
 ) -> list[str]:
     """``kafka-acls.sh`` arguments that allow (``add``) or no longer allow ``user`` the
     ``operations`` on each resource named.

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
@@ -26,6 +26,9 @@ from ..zookeeper.security import ZooKeeperTLS
 from . import acls, config, docker, env, jars, probes, process, servers
 from .faults import KafkaProxies
 from .security import Security
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _log = logging.getLogger(__name__)
 
@@ -438,14 +441,7 @@ class LocalCluster:
         return options
 
     async def grant(
-        self,
-        user: str,
-        *operations: str,
-        topic: str | None = None,
-        group: str | None = None,
-        transactional_id: str | None = None,
-        cluster: bool = False,
-        prefixed: bool = False,
+        self, user: str, *operations: str, **resources: Unpack[acls.AclResources]
     ) -> None:
         """Allow a user of a ``sasl`` cluster ``operations`` on each resource named, e.g.
         ``grant("reader", "Read", topic=t)``, ``grant("reader", "Read", "Describe", group=g)``,
@@ -456,11 +452,8 @@ class LocalCluster:
         Args:
             user: the user's name (see `add_user()`).
             *operations: Kafka's operation names: ``Read``, ``Write``, ``Describe``, ...
-            topic: a topic's name (``"*"``: every topic).
-            group: a consumer group's name.
-            transactional_id: a transactional producer's id.
-            cluster: the cluster itself.
-            prefixed: the names are prefixes: every resource whose name starts so.
+            **resources: the resources (`AclResources`): ``topic``, ``group``,
+                ``transactional_id``, ``cluster`` and whether they are ``prefixed``.
 
         Raises:
             ConfigurationError: no operation or resource, or an operation a resource named does
@@ -468,51 +461,27 @@ class LocalCluster:
             LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
                 Kafka's tool failed (the message quotes the end of its output).
         """
-        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, True)
+        await self._acl(user, operations, resources, add=True)
 
     async def revoke(
-        self,
-        user: str,
-        *operations: str,
-        topic: str | None = None,
-        group: str | None = None,
-        transactional_id: str | None = None,
-        cluster: bool = False,
-        prefixed: bool = False,
+        self, user: str, *operations: str, **resources: Unpack[acls.AclResources]
     ) -> None:
-        """Take back what `grant()` allowed, named the same way; the brokers refuse the user
-        a moment after the call returns.
-
-        Raises:
-            ConfigurationError: no operation or resource, or an operation a resource named does
-                not have.
-            LocalClusterError: the cluster was not started by this object with ``sasl=True``, or
-                Kafka's tool failed (the message quotes the end of its output).
-        """
-        await self._acl(user, operations, topic, group, transactional_id, cluster, prefixed, False)
+        """Take back what `grant()` allowed, named the same way (its arguments, its errors);
+        the brokers refuse the user a moment after the call returns."""
+        await self._acl(user, operations, resources, add=False)
 
     async def _acl(
         self,
         user: str,
         operations: Sequence[str],
-        topic: str | None,
-        group: str | None,
-        transactional_id: str | None,
-        cluster: bool,
-        prefixed: bool,
+        resources: acls.AclResources,
+        *,
         add: bool,
     ) -> None:
-        arguments = acls.acl_arguments(
-            user,
-            operations,
-            topic=topic,
-            group=group,
-            transactional_id=transactional_id,
-            cluster=cluster,
-            prefixed=prefixed,
-            add=add,
+        """Add (``add``) or remove the ACLs `grant()` and `revoke()` name."""
+        await self._kafka_tool(
+            acls.ACLS, acls.acl_arguments(user, operations, add=add, **resources)
         )
-        await self._kafka_tool(acls.ACLS, arguments)
 
     async def _kafka_tool(self, main: str, arguments: Sequence[str]) -> None:
         """Run one of Kafka's tools against the first running node's plaintext listener between

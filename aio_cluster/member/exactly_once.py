@@ -45,10 +45,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
 
+from ..concurrency import settle
 from ..errors import (
     BrokerError,
     ConfigurationError,
@@ -230,7 +232,11 @@ class Transactions:
         self._partitions: dict[PartitionKey, _Partition] = {}
         self._refused: dict[PartitionKey, dict[int, _Refusal]] = {}
         """Input offset -> the refusal of its output, per partition, until an offset past it
-        commits."""
+        commits or the claim ends otherwise than by the refusal's giving up."""
+        self._refusing: set[PartitionKey] = set()
+        """The partitions given up for a refusal: their next release keeps their refusals, for
+        the claim taken again (any other release forgets them: an operator's reset, a
+        handover)."""
         self._starting = anyio.Semaphore(STARTING)
 
     @property
@@ -254,14 +260,15 @@ class Transactions:
                 for partition, entry in list(self._partitions.items()):
                     stopping.start_soon(self._stop, partition, entry)
         self._refused.clear()
+        self._refusing.clear()
         try:
             await self._offsets.stop()
         except Exception as exc:
             log.warning("member %s: closing the offsets' reader failed: %r", self._id, exc)
 
     async def _stop(self, partition: PartitionKey, entry: _Partition) -> None:
-        """Stop a producer; it leaves the table once its stop completed (one cut short is
-        finished by the next `stop()` or `release()`)."""
+        """Stop a producer; it leaves the table once its stop completed (one cut short by a
+        cancellation from outside anyio is finished by the next `stop()` or `release()`)."""
         await entry.producer.stop()
         if entry.producer.stopped and self._partitions.get(partition) is entry:
             del self._partitions[partition]
@@ -330,7 +337,12 @@ class Transactions:
         return start
 
     async def release(self, partition: PartitionKey) -> None:
-        """The claim of ``partition`` ends: stop its producer (after a commit under way)."""
+        """The claim of ``partition`` ends: stop its producer (after a commit under way). Its
+        refusals are forgotten unless a refusal gave it up (see `_refusing`)."""
+        if partition in self._refusing:
+            self._refusing.discard(partition)
+        else:
+            self._refused.pop(partition, None)
         entry = self._partitions.get(partition)
         if entry is None:
             return
@@ -423,9 +435,12 @@ class Transactions:
         if len(due) == 1:
             await self._commit(due[0], raising)
             return
-        async with anyio.create_task_group() as tasks:
-            for partition in due:
-                tasks.start_soon(self._commit, partition, raising)
+        # Each partition's commit runs to its end (a failed one gave its partition up), and the
+        # first failure is raised as itself: a task group would wrap it.
+        outcomes = await settle(partial(self._commit, partition, raising) for partition in due)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
 
     def _due(self, partition: PartitionKey) -> bool:
         claim = self._states.claims.get(partition)
@@ -479,6 +494,8 @@ class Transactions:
                     raise
                 if refused:
                     error = self._refusal(claim, refused, kept, remember=not raising)
+                    if not raising:
+                        self._refusing.add(partition)
                     self._give_up(
                         claim, f"{error}; reading it again from the offset committed last"
                     )

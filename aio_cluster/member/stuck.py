@@ -4,15 +4,19 @@ A handler of ``process()`` (``process_bulk()``) that never returns, or a body of
 that never ends, holds its partition's stored offset while the member looks healthy: its session
 holds, its claims stay. The watch looks at what runs, every `tick()` seconds:
 
-- a record in ``process()``: from its first attempt until it finished (its retries and its dead
-  letter count: the record holds its key and the partition's stored offset all along);
+- a record in ``process()``: its current attempt of the handler from its start, or the wait after
+  a failure (a back-off, the dead letter's sending) from the failure; in ``process_bulk()``, the
+  same of its call. A record retried with bounded attempts is not stuck; one attempt that runs
+  past the bound is;
 - a batch handed out by ``async for`` (or ``transactions()``): from its hand-out until its body
   ended (the loop asked for the next batch, broke or raised).
 
 The oldest of each partition that has run past ``stuck_after`` makes the partition stuck: it is
 logged once, shown in ``statistics()`` (hence the metrics and the dashboard), and published for
 the tools (``aio-cluster describe``, ``check``'s ``stuck`` verdict) as an ephemeral node of the
-member's session, ``control/stuck/<topic>/<partition>`` (`aio_cluster.control.model.Stuck`).
+member's session, ``control/stuck/<topic>/<partition>/<member>``
+(`aio_cluster.control.model.Stuck`): one per member, so that the handler of an old owner that
+outlived a handover and the new owner's, stuck on the same record, never clear each other's.
 The node is written only when a partition becomes stuck (or another record or batch of it does)
 and removed when it no longer is: a member where nothing hangs writes nothing, so an idle
 member costs ZooKeeper only its pings.
@@ -157,7 +161,7 @@ class StuckWatch:
             return
         for key in [key for key in self._published if key not in stuck]:
             tp = self._layout.keys.split(key)
-            await self._store.clear_stuck(tp.topic, tp.partition)
+            await self._store.clear_stuck(tp.topic, tp.partition, self._id)
             del self._published[key]
         for key, item in stuck.items():
             if self._published.get(key) == item:

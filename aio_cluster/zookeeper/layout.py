@@ -46,10 +46,11 @@ classic tools ignore it::
     /consumers/<group>/control/stopped/<topic>/<partition>  ephemeral (the owner's session), JSON
                                                             {"member","offset","error","at"}: the
                                                             record on_failure="stop" stopped on
-    /consumers/<group>/control/stuck/<topic>/<partition>    ephemeral (the member's session), JSON
+    /consumers/<group>/control/stuck/<topic>/<partition>/<member>
+                                                            ephemeral (the member's session), JSON
                                                             {"member","kind","offset","since"}:
                                                             a handler or batch body running past
-                                                            stuck_after
+                                                            stuck_after in that member
     /consumers/<group>/control/history/entry-<seq>          persistent sequential, JSON: the last
                                                             100 control events
 
@@ -306,9 +307,15 @@ class GroupLayout:
         """The parent of this topic's stuck partitions."""
         return f"{stuck_path(self.group)}/{self.topic}"
 
-    def stuck_node(self, partition: int) -> str:
-        """A partition's stuck mark: which member's handler or body runs past ``stuck_after``."""
+    def stuck_partition(self, partition: int) -> str:
+        """The parent of a partition's stuck marks, one per member that published one."""
         return f"{self.stuck}/{partition}"
+
+    def stuck_node(self, partition: int, member: str) -> str:
+        """A member's stuck mark of a partition: its handler or body runs past ``stuck_after``
+        (one node per member: a handler of an old owner that outlived a handover and one of the
+        new owner are marked, and cleared, apart)."""
+        return f"{self.stuck_partition(partition)}/{member}"
 
     def paused_node(self, partition: int) -> str:
         """A partition's operator pause."""

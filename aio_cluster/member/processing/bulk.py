@@ -54,6 +54,7 @@ from .workers import Handler, cancelled_unasked
 
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
+    from .processor import Processor
 
 __all__ = ["BulkCalls", "BulkHandler", "ProcessingMember", "check_bulk", "run_bulk"]
 
@@ -139,6 +140,7 @@ class BulkCalls:
         size: int,
         linger: float,
         may_start: Callable[[], bool] = lambda: True,
+        attempting: Callable[[list[Record]], None] | None = None,
         telemetry: Telemetry | None = None,
         member_id: str = "",
     ) -> None:
@@ -149,6 +151,8 @@ class BulkCalls:
         size: the most records of a call.
         linger: the most seconds a call waits for more records after its first.
         may_start: whether ZooKeeper was heard from (a retry waits until it was).
+        attempting: told the records of each attempt of a call as it starts, and as it fails
+            (the stuck watch times an attempt, or a back-off, apart).
         telemetry: runs each attempt of a call in a span, if given.
         member_id: named in log messages.
         """
@@ -158,6 +162,7 @@ class BulkCalls:
         self._size = size
         self._linger = linger
         self._may_start = may_start
+        self._attempting = attempting
         self._telemetry = telemetry
         self._id = member_id
         self._waits = waits(policy)
@@ -282,6 +287,8 @@ class BulkCalls:
         self.calls += 1
         records = [seat.record for seat in seats]
         telemetry = self._telemetry
+        if self._attempting is not None:
+            self._attempting(records)
         try:
             if telemetry is None or not telemetry.calls_watched:
                 await self._handler(records)
@@ -291,6 +298,8 @@ class BulkCalls:
             failure = cancelled_unasked(exc)
             if failure is None:
                 raise
+            if self._attempting is not None:
+                self._attempting(records)  # its back-off (or split) is timed from here
             raise failure from exc  # a failed attempt: never its records finished
         for seat in seats:
             seat.ran = True
@@ -332,6 +341,9 @@ class ProcessingMember(Protocol):
     @property
     def delivery(self) -> Delivery: ...
 
+    @property
+    def processor(self) -> Processor | None: ...
+
     async def process(self, handler: Handler, policy: Processing) -> None: ...
 
 
@@ -347,6 +359,12 @@ async def run_bulk(
     """
     check_bulk(handler, size, linger, policy)
     telemetry = member.telemetry
+
+    def attempting(records: list[Record]) -> None:
+        processor = member.processor
+        if processor is not None:
+            processor.attempt_started(records)
+
     failure: Exception | None = None
     timeout = policy.attempt_timeout
     async with anyio.create_task_group() as tasks:
@@ -359,6 +377,7 @@ async def run_bulk(
             size=size,
             linger=linger,
             may_start=member.delivery.may_start,
+            attempting=attempting,
             telemetry=telemetry,
             member_id=member.id,
         )

@@ -11,6 +11,7 @@ partition, the error leaving `process()`) is the processor's
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -132,6 +133,7 @@ class Retries:
         """
         if not await self._slots.slot_for(entry):
             raise _Interrupted
+        entry.started = time.monotonic()  # each attempt is timed apart (stuck_after)
         self.retried += 1
         telemetry = self._telemetry
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -161,6 +162,9 @@ class Outcomes(Workers):
         batch stopped taking it (it runs again later)."""
         window = entry.window
         if window.may_start(entry.index):
+            # What follows a failure (the back-off, the next attempt, the dead letter) is timed
+            # for the stuck watch from here: a failed attempt is over.
+            entry.started = time.monotonic()
             self._put_out(entry)
             window.running.add(entry)
             assert self._tasks is not None
@@ -223,6 +227,7 @@ class Outcomes(Workers):
         window = entry.window
         policy = self._policy
         if policy.on_failure == "dead_letter":
+            entry.started = time.monotonic()  # the dead letter's sending, timed from here
             await self._retries.dead_letter(entry, error)
             self._complete(entry)
             return

@@ -132,13 +132,25 @@ class Processor(Outcomes):
         return time.monotonic() - min(starts) if starts else None
 
     def running_since(self) -> list[tuple[PartitionKey, int, float]]:
-        """Each record in flight: its partition, its offset and when its first attempt started
-        (``time.monotonic()``): what the member's stuck watch looks at."""
+        """Each record in flight: its partition, its offset and when its current attempt (or
+        the wait after a failure) started (``time.monotonic()``): what the member's stuck watch
+        looks at."""
         return [
             (window.partition, entry.record.offset, entry.started)
             for window in self._all_windows()
             for entry in window.running
         ]
+
+    def attempt_started(self, records: Collection[Record]) -> None:
+        """An attempt of a bulk call of ``records`` started, or failed (its back-off starts):
+        their records' time in flight is counted from now (``stuck_after`` is an attempt's)."""
+        wanted = {(record.topic, record.partition, record.offset) for record in records}
+        now = time.monotonic()
+        for window in self._all_windows():
+            for entry in window.running:
+                record = entry.record
+                if (record.topic, record.partition, record.offset) in wanted:
+                    entry.started = now
 
     def _all_windows(self) -> list[Window]:
         return [*self._windows.values(), *self._leaving]

@@ -67,7 +67,8 @@ class Entry:
     key: Hashable = None
     """Once out, the key `Window.put_out()` made busy for it."""
     started: float = 0.0
-    """When its first attempt started (``time.monotonic()``)."""
+    """When its current attempt started, or the wait after its last failure (a back-off, the
+    dead letter's sending) (``time.monotonic()``): what ``stuck_after`` is counted from."""
     cancel: Callable[[], object] | None = None
     """Cancels its retries and dead-lettering, once it failed."""
 
