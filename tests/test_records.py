@@ -403,9 +403,12 @@ async def test_a_record_larger_than_max_bytes_is_delivered(
 class RefusingConsumer:
     """aiokafka's consumer as it behaves where the broker answers a fetch of partition 1 with
     TOPIC_AUTHORIZATION_FAILED: ``getmany`` raises, naming the topic only, for any call that
-    includes partition 1 (the local cluster has no authorizer to refuse for real)."""
+    includes partition 1. Its client is the real consumer's, in which the fetcher looks up the
+    leader it names in the error (a seam checked once a process, against whichever consumer
+    comes first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: object) -> None:
+        self._client = client
         self.positions: dict[int, int] = {}
         self.assigned: set[TopicPartition] = set()
 
@@ -423,6 +426,9 @@ class RefusingConsumer:
 
     async def position(self, tp: TopicPartition) -> int:
         return self.positions[tp.partition]
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
+        return None  # no fetch answered
 
     async def getmany(
         self, *tps: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
@@ -442,7 +448,7 @@ async def test_an_authorization_failure_raises_a_fetch_error_naming_the_partitio
         min_bytes=1,
     )
     real = fetcher._consumer
-    fetcher._consumer = RefusingConsumer()
+    fetcher._consumer = RefusingConsumer(real._client)
     try:
         fetcher.assign({PartitionKey(0): 3, PartitionKey(1): 7})
         with pytest.raises(FetchError) as raised:
