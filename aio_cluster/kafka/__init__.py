@@ -17,6 +17,7 @@ Modules::
     offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
     progress.py        ReadProgress: whether each partition fetched makes progress (pure)
+    read_probe.py      ReadProbe: whether the leaders let this client read, asked with a Fetch
     records.py         Record: one record as the library hands it out
     seams.py           every private name of aiokafka used, checked at start, each with a fallback
     topics.py          TopicPartition, and the keys (PartitionKey) of many topics' partitions (pure)

@@ -82,9 +82,11 @@ from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .progress import NoProgress, ReadProgress
+from .read_probe import ReadAnswer
 from .records import DecodedRecord
 from .seams import Seam, Seams
 from .topics import PartitionKey, TopicKeys
+from .topics import TopicPartition as Named
 
 __all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
 
@@ -576,6 +578,20 @@ class Fetcher:
         wanted = self.keys.by_topic(set(partitions))
         found = await self._look_up(lambda reader: reader.ends(wanted))
         return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
+
+    async def readable(self, offsets: Mapping[PartitionKey, int]) -> dict[PartitionKey, ReadAnswer]:
+        """Whether the partitions' leaders let this member read them now: one Fetch of each
+        partition of ``offsets`` (partition -> the offset to fetch at), ``max_wait`` 0, a few
+        bytes, the request consuming sends and authorized as it is (a ListOffsets answered
+        says nothing of the Read ACL). A partition whose leader gave no answer on the read is
+        left out. Nothing is handed out, no position moves.
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        wanted = {Named(*self.keys.split(key)): at for key, at in offsets.items()}
+        found = await self._look_up(lambda reader: reader.readable(wanted))
+        return {self.keys.of(tp): answer for tp, answer in found.items()}
 
     async def offsets_for_time(
         self, partitions: Collection[PartitionKey], timestamp_ms: int

@@ -49,6 +49,7 @@ from .diagnosis import connect_failure
 from .list_offsets import EARLIEST, LATEST, ListOffsets, known
 from .metadata import READ_VERSIONS, CompactMetadata, CompactMetadataRequest
 from .options import KafkaOptions, parse_bootstrap
+from .read_probe import ReadAnswer, ReadProbe
 from .seams import Seams, follow, followed
 from .topics import TopicPartition
 
@@ -132,6 +133,9 @@ class OffsetReader:
             isolation=_ISOLATION[isolation_level],
             timeout=self._timeout,
             refresh=self._refreshed,
+        )
+        self._probe = ReadProbe(
+            client, isolation=_ISOLATION[isolation_level], refresh=self._refreshed
         )
 
     async def start(self) -> None:
@@ -439,6 +443,24 @@ class OffsetReader:
         found = await self._list.ask(dict.fromkeys(tps, timestamp_ms))
         answers = {tp: found.get(tp, (-1, None))[0] for tp in tps}
         return {TopicPartition(*tp): None if at < 0 else at for tp, at in answers.items()}
+
+    async def readable(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, ReadAnswer]:
+        """Whether the leaders let this client read each partition of ``offsets`` (partition ->
+        the offset to fetch at), asked with a Fetch, the request consuming sends (see
+        `aio_cluster.kafka.read_probe`); a partition whose leader gave no answer on the read is
+        left out.
+
+        Raises:
+            BrokerError: the metadata request failed.
+        """
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in offsets:
+            wanted.setdefault(topic, []).append(partition)
+        tps = await self._tracked(wanted)
+        found = await self._probe.ask({tp: offsets[TopicPartition(*tp)] for tp in tps})
+        return {TopicPartition(*tp): answer for tp, answer in found.items()}
 
     async def _tracked(self, wanted: Mapping[str, Collection[int]]) -> list[KafkaPartition]:
         """The partitions of ``wanted``, their topics' metadata followed first: in one refresh

@@ -5,9 +5,13 @@ cannot read Kafka (cut off from the brokers, refused) would keep its partitions 
 `Marker` looks at the fetcher's progress (`aio_cluster.kafka.progress`) and writes one mark,
 an ephemeral node of its session, only when what it cannot read changes; it deletes the mark
 once it reads again. While it has partitions marked that it no longer owns (the group gave them
-to others), it probes their leaders (a ListOffsets request) every half ``fetch_timeout``;
-once they answer (within ``fetch_timeout``), it clears them, and the next target gives it its
-share back. Nothing of this costs a request at rest: the looks at the fetcher are local.
+to others), it probes their leaders every half ``fetch_timeout`` with a Fetch of each, at the
+offset it had reached, the request consuming sends and authorized as it is (a ListOffsets
+request needs only Describe: a principal refused Read would be answered, take its partitions
+back and be refused again, over and over). Once a leader lets the read in (within
+``fetch_timeout``), the member clears the partition, and the next target gives it its share
+back; a leader that refuses the read keeps the mark, its error the refusal's. Nothing of this
+costs a request at rest: the looks at the fetcher are local.
 
 `MarkReader` is how the members that compute an assignment (the sticky leader and its deputy,
 every member of range and round-robin) learn of marks: a watch on the marks' parent and on each
@@ -18,6 +22,7 @@ changed reads nothing more. What the assignment does with them: `aio_cluster.ass
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -28,6 +33,7 @@ import anyio
 from ...assign.marks import Mark
 from ...errors import AioClusterError, CoordinationError, UnreadableError
 from ...kafka.progress import NoProgress
+from ...kafka.read_probe import ReadAnswer
 from ...kafka.topics import PartitionKey, TopicKeys
 from ...zookeeper.client import NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import decode_mark, encode_mark
@@ -45,8 +51,13 @@ class ProgressSource(Protocol):
         """The partitions asked for without progress for longer than ``fetch_timeout``."""
         ...
 
-    async def ends(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
-        """The partitions' log ends, from their leaders."""
+    def position(self, partition: PartitionKey) -> int | None:
+        """The next offset the member reads of an assigned ``partition`` (None: not assigned)."""
+        ...
+
+    async def readable(self, offsets: Mapping[PartitionKey, int]) -> dict[PartitionKey, ReadAnswer]:
+        """Whether the partitions' leaders let the member read them, asked with a Fetch at
+        each partition's offset; a partition without an answer on the read is left out."""
         ...
 
 
@@ -113,6 +124,9 @@ class Marker:
         self._written: tuple[Mark | None, int | None] = (None, None)
         """The mark in ZooKeeper (None: none) and the session that wrote it."""
         self._probed = 0.0
+        self._offsets: dict[PartitionKey, int] = {}
+        """A marked partition -> the offset the member had reached when it marked it: where
+        its probes fetch."""
 
     async def run(self) -> None:
         """Look at the fetcher's progress, probe and write the mark, until cancelled."""
@@ -131,9 +145,25 @@ class Marker:
         now = time.monotonic()
         if gone and now - self._probed >= self._timeout / 2:
             self._probed = now
-            for key in await self._probe(gone):
-                del marked[key]
+            refused = []
+            for key, answer in (await self._probe(gone)).items():
+                if answer.refused is None:
+                    del marked[key]
+                else:
+                    refused.append(self._label(key))
+                    marked[key] = dataclasses.replace(
+                        marked[key], broker=answer.broker, error=answer.refused
+                    )
+            if refused:
+                log.debug(
+                    "member %s: its probe was refused the read of %s: they stay marked",
+                    self._id,
+                    ", ".join(refused),
+                )
         new = sorted(marked.keys() - self.marked.keys())
+        for key in new:
+            self._offsets[key] = self._fetcher.position(key) or 0
+        self._offsets = {key: at for key, at in self._offsets.items() if key in marked}
         if marked.keys() != self.marked.keys():
             self._tell(marked)
         self.marked = marked
@@ -179,19 +209,21 @@ class Marker:
                     "member %s: on_partitions_unreadable took over %gs", self._id, self._timeout
                 )
 
-    async def _probe(self, partitions: list[PartitionKey]) -> list[PartitionKey]:
-        """The partitions whose leaders answer a ListOffsets request now (none within
-        ``fetch_timeout``: none). The bound is the timeout, not less: after a long cut the
+    async def _probe(self, partitions: list[PartitionKey]) -> dict[PartitionKey, ReadAnswer]:
+        """The leaders' answers to a Fetch of each partition at its offset (none within
+        ``fetch_timeout``: none); a partition without an answer on the read is left out. The
+        bound is the timeout, not less: after a long cut the
         client connects and reads the metadata again first, and a probe cut shorter each time
         would never see the end of it."""
         with anyio.move_on_after(self._timeout):
             try:
-                return list(await self._fetcher.ends(partitions))
+                offsets = {key: self._offsets.get(key, 0) for key in partitions}
+                return await self._fetcher.readable(offsets)
             except AioClusterError as exc:
                 log.debug("member %s: its probe failed: %s", self._id, exc)
-                return []
+                return {}
         log.debug("member %s: its probe had no answer within %gs", self._id, self._timeout)
-        return []
+        return {}
 
     def _tell(self, marked: Mapping[PartitionKey, NoProgress]) -> None:
         """Log a change of state once (not once per retry); the mark written after it is what
