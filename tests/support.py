@@ -72,6 +72,17 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+async def stubborn(answer: asyncio.Future[T]) -> T:
+    """Wait for ``answer`` whatever cancels the wait, and return it: a call that finishes its
+    request after its cancellation."""
+    while True:
+        try:
+            return await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if answer.done():
+                return answer.result()
+
+
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     """Await ``awaitable`` for up to ``timeout`` seconds. On time-out, first print the stack of
     every task of the loop to stderr (what the awaited work and the members were waiting on, the

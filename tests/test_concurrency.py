@@ -17,19 +17,9 @@ import pytest
 
 from aio_cluster.concurrency import background, detached, gather, outlasting, settle, settled
 
-from support import wait_until
+from support import stubborn, wait_until
 
 pytestmark = pytest.mark.asyncio
-
-
-async def stubborn(answer: asyncio.Future[int]) -> int:
-    """A call that finishes its request whatever cancels it, and returns its answer."""
-    while True:
-        try:
-            return await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            if answer.done():
-                return answer.result()
 
 
 async def test_results_come_in_the_order_of_the_calls() -> None:
