@@ -320,6 +320,18 @@ async def batch_of(batches: Pairs, partition: int) -> Batch:
 # --- ZooKeeper ------------------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
+    """A started ZooKeeper client of ``cluster`` of its own (a session apart from the
+    members'), to watch the group with."""
+    observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
+    await observer.start()
+    try:
+        yield observer
+    finally:
+        await observer.close()
+
+
 async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:
     """partition -> the offset stored for it, of the first ``partitions`` (those stored), as
     the ensemble committed them: the members that stored them are other clients, whose writes

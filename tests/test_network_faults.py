@@ -6,9 +6,8 @@ stored offsets never go back, and the group settles after the heal."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic
-from support import settled, stored_offsets, wait_until
+from support import observed, settled, stored_offsets, wait_until
 
 # The members' 6-second sessions and the phases of their silence are timed against the real
 # servers: tests running beside them on a small machine slow ZooKeeper's answers enough to expire
@@ -109,16 +108,6 @@ def member(cluster: LocalCluster, group: str, topic: str, zookeeper: str) -> Con
         claim_timeout=10.0,
         request_timeout=2.0,
     )
-
-
-@contextlib.asynccontextmanager
-async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
-    observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
-    await observer.start()
-    try:
-        yield observer
-    finally:
-        await observer.close()
 
 
 async def cut_and_heal(
