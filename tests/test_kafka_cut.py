@@ -271,14 +271,10 @@ async def run_cut(
                     raise AssertionError(f"a consumer ended early: {result!r}")
     overlapping = log.overlaps()
     assert not overlapping, f"{len(overlapping)} overlapping runs, e.g. {overlapping[:3]}"
-    handled = log.handled()
-    for partition, end in ends.items():
-        missing = set(range(end)) - handled.get(partition, set())
-        assert not missing, f"partition {partition}: {len(missing)} records never handled"
-    assert not log.backwards, f"stored offsets went back: {log.backwards}"
+    log.check_complete(ends)
     if cut_off == "all":
         repeated = sum(run.last - run.first + 1 for run in log.runs) - sum(
-            len(offsets) for offsets in handled.values()
+            len(offsets) for offsets in log.handled().values()
         )
         assert repeated == 0, f"{repeated} records handled twice"
 

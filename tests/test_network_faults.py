@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,15 @@ class Log:
         for run in self.runs:
             found.setdefault(run.partition, set()).update(range(run.first, run.last + 1))
         return found
+
+    def check_complete(self, ends: Mapping[int, int]) -> None:
+        """Fail unless every record below ``ends`` (partition -> its end offset) was handled
+        and no stored offset went back."""
+        handled = self.handled()
+        for partition, end in ends.items():
+            missing = set(range(end)) - handled.get(partition, set())
+            assert not missing, f"partition {partition}: {len(missing)} records never handled"
+        assert not self.backwards, f"stored offsets went back: {self.backwards}"
 
     async def watch_offsets(self, zk: ZooKeeper, layout: GroupLayout) -> None:
         """Until cancelled: read the stored offsets and note any that went back."""
@@ -140,11 +149,7 @@ def check(log: Log, cut_id: str, began: float, healed: float, ends: dict[int, in
     silent = began + SESSION / 2 + 0.2
     late = [run for run in log.runs if run.member == cut_id and silent < run.started < healed]
     assert not late, f"the cut member started {len(late)} runs once it fell silent: {late[:3]}"
-    handled = log.handled()
-    for partition, end in ends.items():
-        missing = set(range(end)) - handled.get(partition, set())
-        assert not missing, f"partition {partition}: {len(missing)} records never handled"
-    assert not log.backwards, f"stored offsets went back: {log.backwards}"
+    log.check_complete(ends)
 
 
 async def run_cut(
