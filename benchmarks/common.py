@@ -4,6 +4,7 @@ and a PNG chart; matplotlib comes with the ``bench`` extra)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import textwrap
@@ -95,6 +96,14 @@ async def fill(
         await producer.flush()
     finally:
         await producer.stop()
+
+
+def worker_addresses(parser: argparse.ArgumentParser) -> None:
+    """The hidden options by which a benchmark tells its worker processes the cluster and the
+    topic it made: ``--bootstrap``, ``--zookeeper``, ``--topic``."""
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -30,7 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from common import RESULTS, create_topic, delete_topic, fresh, median, show, zookeeper_packets
+from common import (
+    RESULTS,
+    create_topic,
+    delete_topic,
+    fresh,
+    median,
+    show,
+    worker_addresses,
+    zookeeper_packets,
+)
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
@@ -187,9 +196,7 @@ def parse() -> argparse.Namespace:
         "run, before this one",
     )
     parser.add_argument("--worker", choices=["sessions", "members"], help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    worker_addresses(parser)
     return parser.parse_args()
 
 

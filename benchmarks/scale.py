@@ -56,6 +56,7 @@ from common import (
     markdown_table,
     median,
     table,
+    worker_addresses,
     zookeeper_packets,
 )
 
@@ -508,9 +509,7 @@ def parse() -> argparse.Namespace:
         "the same run, and each figure given as a ratio to it",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    worker_addresses(parser)
     parser.add_argument("--group", help=argparse.SUPPRESS)
     return parser.parse_args()
 

@@ -28,7 +28,17 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import RESULTS, bar_chart, create_topic, fill, fresh, markdown_table, median, table
+from common import (
+    RESULTS,
+    bar_chart,
+    create_topic,
+    fill,
+    fresh,
+    markdown_table,
+    median,
+    table,
+    worker_addresses,
+)
 
 from aio_cluster.local import LocalCluster
 
@@ -383,9 +393,7 @@ def paired(runs: list[dict[str, float] | None], baseline: list[dict[str, float] 
 def add_worker_options(parser: argparse.ArgumentParser, contenders: Iterable[str]) -> None:
     """The hidden options of a contender's own process (see `dispatch`)."""
     parser.add_argument("--worker", choices=list(contenders), help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    worker_addresses(parser)
 
 
 def dispatch(

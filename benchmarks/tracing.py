@@ -27,7 +27,16 @@ import sys
 import time
 from collections.abc import Sequence
 
-from common import RESULTS, create_topic, fill, fresh, markdown_table, median, table
+from common import (
+    RESULTS,
+    create_topic,
+    fill,
+    fresh,
+    markdown_table,
+    median,
+    table,
+    worker_addresses,
+)
 
 from aio_cluster import ConsumerGroup, Record
 from aio_cluster.local import LocalCluster
@@ -202,9 +211,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--zookeeper", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    worker_addresses(parser)
     return parser.parse_args()
 
 

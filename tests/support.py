@@ -72,6 +72,17 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+async def stubborn(answer: asyncio.Future[T]) -> T:
+    """Wait for ``answer`` whatever cancels the wait, and return it: a call that finishes its
+    request after its cancellation."""
+    while True:
+        try:
+            return await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if answer.done():
+                return answer.result()
+
+
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     """Await ``awaitable`` for up to ``timeout`` seconds. On time-out, first print the stack of
     every task of the loop to stderr (what the awaited work and the members were waiting on, the
@@ -307,6 +318,18 @@ async def batch_of(batches: Pairs, partition: int) -> Batch:
 
 
 # --- ZooKeeper ------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
+    """A started ZooKeeper client of ``cluster`` of its own (a session apart from the
+    members'), to watch the group with."""
+    observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
+    await observer.start()
+    try:
+        yield observer
+    finally:
+        await observer.close()
 
 
 async def stored_offsets(zk: ZooKeeper, layout: GroupLayout, partitions: int) -> dict[int, int]:

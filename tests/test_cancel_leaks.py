@@ -34,7 +34,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
-from support import fetcher_of, fresh, member, wait_until
+from support import fetcher_of, fresh, member, stubborn, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -46,13 +46,7 @@ async def after_cancellation(request: Callable[[], Awaitable[T]]) -> T:
     meanwhile: a request that finishes after its cancellation."""
     with contextlib.suppress(asyncio.CancelledError):
         await anyio.sleep_forever()
-    answer = asyncio.ensure_future(request())
-    while True:
-        try:
-            return await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            if answer.done():
-                return answer.result()
+    return await stubborn(asyncio.ensure_future(request()))
 
 
 async def outcome(call: Awaitable[T]) -> T | BaseException:

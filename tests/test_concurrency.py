@@ -17,19 +17,9 @@ import pytest
 
 from aio_cluster.concurrency import background, detached, gather, outlasting, settle, settled
 
-from support import wait_until
+from support import stubborn, wait_until
 
 pytestmark = pytest.mark.asyncio
-
-
-async def stubborn(answer: asyncio.Future[int]) -> int:
-    """A call that finishes its request whatever cancels it, and returns its answer."""
-    while True:
-        try:
-            return await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            if answer.done():
-                return answer.result()
 
 
 async def test_results_come_in_the_order_of_the_calls() -> None:
@@ -45,21 +35,27 @@ async def test_results_come_in_the_order_of_the_calls() -> None:
     assert await gather([]) == []
 
 
-async def test_the_first_failure_comes_out_as_itself_after_its_siblings_ended() -> None:
-    ended: list[str] = []
+def slow(ended: list[str]) -> Callable[[], Awaitable[int]]:
+    """A call that waits until cancelled, and says in ``ended`` that it ended."""
 
-    async def fails() -> int:
-        raise KeyError("x")
-
-    async def slow() -> int:
+    async def call() -> int:
         try:
             await anyio.sleep_forever()
         finally:
             ended.append("slow")
         return 1  # pragma: no cover - never reached
 
+    return call
+
+
+async def test_the_first_failure_comes_out_as_itself_after_its_siblings_ended() -> None:
+    ended: list[str] = []
+
+    async def fails() -> int:
+        raise KeyError("x")
+
     with pytest.raises(KeyError):
-        await gather([slow, fails])
+        await gather([slow(ended), fails])
     assert ended == ["slow"], "the sibling was cancelled and had ended"
 
 
@@ -89,15 +85,8 @@ async def test_gather_raises_a_stray_cancellation_instead_of_unmade_results() ->
     """A task group alone would drop it, cancel the sibling and return placeholders."""
     ended: list[str] = []
 
-    async def slow() -> int:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            ended.append("slow")
-        return 1  # pragma: no cover - never reached
-
     with pytest.raises(asyncio.CancelledError):
-        await gather([slow, stray_cancellation])
+        await gather([slow(ended), stray_cancellation])
     assert ended == ["slow"], "the sibling was cancelled and had ended"
 
 

@@ -43,6 +43,20 @@ async def send(restartable: LocalCluster, source: str) -> AsyncIterator[Send]:
         yield numbered_by(producer, source)
 
 
+def member_of(cluster: LocalCluster, group_name: str, source: str) -> ConsumerGroup[int]:
+    """An ``exactly_once`` member of ``group_name`` reading ``source``, quick to look again
+    after the restart."""
+    return ConsumerGroup(
+        group_name,
+        [cluster.bootstrap],
+        [cluster.zookeeper],
+        source,
+        exactly_once=True,
+        loop_delay=0.2,
+        request_timeout=10.0,
+    )
+
+
 async def test_a_broker_restart_mid_transaction_loses_and_doubles_nothing(
     restartable: LocalCluster, source: str, send: Send, group_name: str
 ) -> None:
@@ -57,15 +71,7 @@ async def test_a_broker_restart_mid_transaction_loses_and_doubles_nothing(
 
     async with (
         outputs_of(cluster.bootstrap, sink, 2) as outputs,
-        ConsumerGroup(
-            group_name,
-            [cluster.bootstrap],
-            [cluster.zookeeper],
-            source,
-            exactly_once=True,
-            loop_delay=0.2,
-            request_timeout=10.0,
-        ) as group,
+        member_of(cluster, group_name, source) as group,
     ):
         processing = asyncio.create_task(group.process_transactional(copy, concurrency=5))
         await outputs.wait_for(total // 10, timeout=60, what="output before the restart")
@@ -109,17 +115,6 @@ async def test_refused_outputs_a_restart_and_a_close_mid_commit(
         value = b"x" * 8000 if number in large else record.value
         await output.send(sink, value, key=key)
 
-    def member_of() -> ConsumerGroup[int]:
-        return ConsumerGroup(
-            group_name,
-            [cluster.bootstrap],
-            [cluster.zookeeper],
-            source,
-            exactly_once=True,
-            loop_delay=0.2,
-            request_timeout=10.0,
-        )
-
     def pipe(group: ConsumerGroup[int]) -> asyncio.Task[None]:
         return asyncio.create_task(
             group.process_transactional(
@@ -129,7 +124,7 @@ async def test_refused_outputs_a_restart_and_a_close_mid_commit(
 
     good = total - len(keyless) - len(large)
     async with outputs_of(cluster.bootstrap, sink, 2) as outputs:
-        first = member_of()
+        first = member_of(cluster, group_name, source)
         async with first:
             processing = pipe(first)
             await outputs.wait_for(good // 10, timeout=60, what="output before the restart")
@@ -146,7 +141,7 @@ async def test_refused_outputs_a_restart_and_a_close_mid_commit(
 
             await wait_until(committing, timeout=60, what="a commit in flight")
         await within(processing, 60, "the first member's end")
-        second = member_of()
+        second = member_of(cluster, group_name, source)
         async with second:
             processing = pipe(second)
             await outputs.wait_for(good, timeout=180, what="every good input's output")

@@ -8,10 +8,11 @@ session is lost during it, leaves no node and records no claim."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -110,19 +111,36 @@ async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = await make_topic(4)
+    releasing = a_release_failing(cluster, zk, group_name, topic, monkeypatch, FailFirstDelete)
+    async with releasing as (failing, second):
+        for path in failing.failed:
+            _data, stat = await zk.get(path)
+            assert stat.ephemeral_owner == second._member.zk.session_id
+
+
+@contextlib.asynccontextmanager
+async def a_release_failing(
+    cluster: LocalCluster,
+    zk: ZooKeeper,
+    group_name: str,
+    topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: type[FailFirstDelete],
+) -> AsyncIterator[tuple[FailFirstDelete, ConsumerGroup]]:
+    """A member of the 4 partitions of ``topic`` whose ZooKeeper transactions go through
+    ``failure``, and a second one joining, once the group settled with a release of the
+    first failed: the failure and the second member, both members still in the group."""
     layout = GroupLayout(group_name, topic)
     # A long claim_timeout: the newcomer could not get the stray's partition by waiting it out.
     async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
         assert first.claimed == [0, 1, 2, 3]
-        failing = FailFirstDelete(first._member.zk, layout)
+        failing = failure(first._member.zk, layout)
         monkeypatch.setattr(first._member.zk, "transaction", failing)
         async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
             await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
             assert failing.failed, "a release failed"
             assert len(first.claimed) == len(second.claimed) == 2
-            for path in failing.failed:
-                _data, stat = await zk.get(path)
-                assert stat.ephemeral_owner == second._member.zk.session_id
+            yield failing, second
 
 
 class FailFirstDeleteBesideAnother(FailFirstDelete):
@@ -147,15 +165,10 @@ async def test_a_release_beside_one_that_failed_ends_released_or_reconciled(
     other is not cut short by it, leaving its owner node to this session with no claim and no
     doubt, where the newcomer would wait for it for the session's life."""
     topic = await make_topic(4)
-    layout = GroupLayout(group_name, topic)
-    async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
-        assert first.claimed == [0, 1, 2, 3]
-        failing = FailFirstDeleteBesideAnother(first._member.zk, layout)
-        monkeypatch.setattr(first._member.zk, "transaction", failing)
-        async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
-            await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
-            assert failing.failed, "a release failed"
-            assert len(first.claimed) == len(second.claimed) == 2
+    async with a_release_failing(
+        cluster, zk, group_name, topic, monkeypatch, FailFirstDeleteBesideAnother
+    ):
+        pass
 
 
 async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_timeout(

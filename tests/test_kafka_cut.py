@@ -27,7 +27,15 @@ from aio_cluster.local import KafkaProxies, LocalCluster
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, marks_path
 
-from support import create_topic, fresh, producer_of, settled, stored_offsets, wait_until
+from support import (
+    create_topic,
+    fresh,
+    observed,
+    producer_of,
+    settled,
+    stored_offsets,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.serial]
 
@@ -43,16 +51,6 @@ async def proxied_brokers() -> AsyncIterator[LocalCluster]:
     members at a time may be cut."""
     async with LocalCluster(brokers=3, use_env=False, kafka_proxies=2) as started:
         yield started
-
-
-@contextlib.asynccontextmanager
-async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
-    observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
-    await observer.start()
-    try:
-        yield observer
-    finally:
-        await observer.close()
 
 
 class Told(RebalanceListener[int]):
@@ -273,14 +271,10 @@ async def run_cut(
                     raise AssertionError(f"a consumer ended early: {result!r}")
     overlapping = log.overlaps()
     assert not overlapping, f"{len(overlapping)} overlapping runs, e.g. {overlapping[:3]}"
-    handled = log.handled()
-    for partition, end in ends.items():
-        missing = set(range(end)) - handled.get(partition, set())
-        assert not missing, f"partition {partition}: {len(missing)} records never handled"
-    assert not log.backwards, f"stored offsets went back: {log.backwards}"
+    log.check_complete(ends)
     if cut_off == "all":
         repeated = sum(run.last - run.first + 1 for run in log.runs) - sum(
-            len(offsets) for offsets in handled.values()
+            len(offsets) for offsets in log.handled().values()
         )
         assert repeated == 0, f"{repeated} records handled twice"
 

@@ -6,9 +6,8 @@ stored offsets never go back, and the group settles after the heal."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic
-from support import settled, stored_offsets, wait_until
+from support import observed, settled, stored_offsets, wait_until
 
 # The members' 6-second sessions and the phases of their silence are timed against the real
 # servers: tests running beside them on a small machine slow ZooKeeper's answers enough to expire
@@ -73,6 +72,15 @@ class Log:
             found.setdefault(run.partition, set()).update(range(run.first, run.last + 1))
         return found
 
+    def check_complete(self, ends: Mapping[int, int]) -> None:
+        """Fail unless every record below ``ends`` (partition -> its end offset) was handled
+        and no stored offset went back."""
+        handled = self.handled()
+        for partition, end in ends.items():
+            missing = set(range(end)) - handled.get(partition, set())
+            assert not missing, f"partition {partition}: {len(missing)} records never handled"
+        assert not self.backwards, f"stored offsets went back: {self.backwards}"
+
     async def watch_offsets(self, zk: ZooKeeper, layout: GroupLayout) -> None:
         """Until cancelled: read the stored offsets and note any that went back."""
         seen: dict[int, int] = {}
@@ -111,16 +119,6 @@ def member(cluster: LocalCluster, group: str, topic: str, zookeeper: str) -> Con
     )
 
 
-@contextlib.asynccontextmanager
-async def observed(cluster: LocalCluster) -> AsyncIterator[ZooKeeper]:
-    observer = ZooKeeper(cluster.zookeeper, session_timeout=30.0)
-    await observer.start()
-    try:
-        yield observer
-    finally:
-        await observer.close()
-
-
 async def cut_and_heal(
     proxy: FaultProxy, cut: ConsumerGroup, other: ConsumerGroup, log: Log
 ) -> tuple[float, float]:
@@ -151,11 +149,7 @@ def check(log: Log, cut_id: str, began: float, healed: float, ends: dict[int, in
     silent = began + SESSION / 2 + 0.2
     late = [run for run in log.runs if run.member == cut_id and silent < run.started < healed]
     assert not late, f"the cut member started {len(late)} runs once it fell silent: {late[:3]}"
-    handled = log.handled()
-    for partition, end in ends.items():
-        missing = set(range(end)) - handled.get(partition, set())
-        assert not missing, f"partition {partition}: {len(missing)} records never handled"
-    assert not log.backwards, f"stored offsets went back: {log.backwards}"
+    log.check_complete(ends)
 
 
 async def run_cut(

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import anyio
@@ -166,18 +166,7 @@ class ControlStore:
         """The decoded nodes under ``parent`` by partition; the undecodable ones, and those
         whose ACL lets this session read nothing, go to ``unreadable``."""
         found: dict[Key, T] = {}
-        for topic in sorted(await self._listed(parent, unreadable)):
-            if not topic_name(topic):
-                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
-                continue
-            partitions: list[int] = []
-            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
-                partition = partition_named(name)
-                if partition is None:
-                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
-                else:
-                    partitions.append(partition)
-            partitions.sort()
+        async for topic, partitions in self._topics(parent, unreadable):
             paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
             datas = await _together(
                 [functools.partial(self._readable, path, unreadable) for path in paths]
@@ -190,6 +179,25 @@ class ControlStore:
                 except CoordinationError as exc:
                     unreadable[path] = str(exc)
         return found
+
+    async def _topics(
+        self, parent: str, unreadable: dict[str, str]
+    ) -> AsyncIterator[tuple[str, list[int]]]:
+        """Each topic under ``parent``, in order, with its partitions' numbers, sorted, listed
+        when it comes (after the caller has dealt with the one before): the children that
+        name no topic or partition go to ``unreadable``, as do the lists the ACL refuses."""
+        for topic in sorted(await self._listed(parent, unreadable)):
+            if not topic_name(topic):
+                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
+                continue
+            partitions: list[int] = []
+            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
+                partition = partition_named(name)
+                if partition is None:
+                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
+                else:
+                    partitions.append(partition)
+            yield topic, sorted(partitions)
 
     async def _listed(self, path: str, unreadable: dict[str, str]) -> list[str]:
         """The children of ``path``; none where it is missing or its ACL refuses the list
@@ -442,22 +450,12 @@ class ControlStore:
         unreadable: dict[str, str] = {}
         parent = stuck_path(self.group)
         marks: list[tuple[str, int, str]] = []
-        for topic in sorted(await self._listed(parent, unreadable)):
-            if not topic_name(topic):
-                unreadable[f"{parent}/{topic}"] = f"{topic!r} is not a topic name"
-                continue
-            partitions: list[int] = []
-            for name in sorted(await self._listed(f"{parent}/{topic}", unreadable)):
-                partition = partition_named(name)
-                if partition is None:
-                    unreadable[f"{parent}/{topic}/{name}"] = f"{name!r} is not a partition number"
-                else:
-                    partitions.append(partition)
-            paths = [f"{parent}/{topic}/{partition}" for partition in sorted(partitions)]
+        async for topic, partitions in self._topics(parent, unreadable):
+            paths = [f"{parent}/{topic}/{partition}" for partition in partitions]
             members = await _together(
                 [functools.partial(self._listed, path, unreadable) for path in paths]
             )
-            for partition, path, names in zip(sorted(partitions), paths, members, strict=True):
+            for partition, path, names in zip(partitions, paths, members, strict=True):
                 marks += [(topic, partition, f"{path}/{name}") for name in sorted(names)]
         datas = await _together(
             [functools.partial(self._readable, path, unreadable) for _t, _p, path in marks]
