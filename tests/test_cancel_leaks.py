@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import pytest
@@ -70,7 +70,7 @@ async def test_committed_offsets_cut_short_raise_the_broker_error(
 
         async def committed(tp: TopicPartition) -> int | None:
             if tp.partition == 0:
-                return await asked(tp)  # answered before the bound
+                return cast("int | None", await asked(tp))  # answered before the bound
             return await after_cancellation(lambda: asked(tp))
 
         offsets._consumer.committed = committed
@@ -168,7 +168,7 @@ async def test_a_leave_cut_short_by_the_closing_deadline_ends_the_close_normally
     async def released(partition: PartitionKey, node_version: int, epoch: int) -> None:
         await after_cancellation(lambda: release(partition, node_version, epoch))
 
-    nodes.release = released
+    nodes.release = released  # type: ignore[method-assign]
     ended = await outcome(group.close())
     assert ended is None, repr(ended)
 

@@ -9,6 +9,7 @@ call's cancellation nobody asked for is raised, never a result left unmade."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -30,7 +31,7 @@ async def test_results_come_in_the_order_of_the_calls() -> None:
         order.append(n)
         return n
 
-    assert await gather([lambda n=n: value(n) for n in range(3)]) == [0, 1, 2]
+    assert await gather([functools.partial(value, n) for n in range(3)]) == [0, 1, 2]
     assert order[-1] == 0, "the first call finished last"
     assert await gather([]) == []
 

@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -46,7 +47,7 @@ class Seen:
 
 
 @contextlib.asynccontextmanager
-async def consuming(group: ConsumerGroup, seen: Seen, mode: str) -> AsyncIterator[None]:
+async def consuming(group: ConsumerGroup[Any], seen: Seen, mode: str) -> AsyncIterator[None]:
     """``group`` joined and handing records to ``seen`` through ``async for`` or
     ``process()``, until the block ends (then it closes)."""
 
@@ -269,8 +270,13 @@ async def test_a_pause_is_obeyed_on_a_topic_a_pattern_member_meets(
     topic = f"{base}.new"
     await ControlStore(zk, group_name).pause([(topic, 0)], "test@host")
     seen = Seen()
-    group = member(
-        cluster, group_name, re.compile(re.escape(base) + r"\..*"), metadata_interval=0.2
+    group = ConsumerGroup(
+        group_name,
+        cluster.bootstrap,
+        cluster.zookeeper,
+        re.compile(re.escape(base) + r"\..*"),
+        loop_delay=0.1,
+        metadata_interval=0.2,
     )
     async with consuming(group, seen, "async for"):
         await admin.create_topics([NewTopic(topic, 2, 1)])

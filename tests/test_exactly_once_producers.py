@@ -5,6 +5,7 @@ sender routine, and a reader task per open connection."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from typing import Any
 
@@ -27,11 +28,7 @@ WATCHED = ("Sender._sender_routine", "AIOKafkaConnection._read")
 
 def running() -> set[asyncio.Task[Any]]:
     """The loop's tasks running aiokafka's producers' sender routines and connection readers."""
-    return {
-        task
-        for task in asyncio.all_tasks()
-        if not task.done() and task.get_coro().__qualname__ in WATCHED
-    }
+    return {task for task in asyncio.all_tasks() if not task.done() and _name(task) in WATCHED}
 
 
 def left(before: set[asyncio.Task[Any]]) -> bool:
@@ -41,7 +38,17 @@ def left(before: set[asyncio.Task[Any]]) -> bool:
 
 
 def named(tasks: set[asyncio.Task[Any]]) -> Counter[str]:
-    return Counter(task.get_coro().__qualname__ for task in tasks)
+    return Counter(_name(task) for task in tasks)
+
+
+def _name(task: asyncio.Task[Any]) -> str:
+    """The qualified name of what ``task`` runs."""
+    return str(getattr(task.get_coro(), "__qualname__", ""))
+
+
+def producing(members: list[ConsumerGroup[int]], count: int) -> bool:
+    """Whether ``members`` hold ``count`` producers at least."""
+    return sum(map(producers, members)) >= count
 
 
 def producers(group: ConsumerGroup[int]) -> int:
@@ -99,9 +106,7 @@ async def test_members_opened_and_closed_under_load_leave_no_producer(
         for group in members:
             await group.register()
             loops.append(asyncio.create_task(pipe(group)))
-        await wait_until(
-            lambda group=members: sum(map(producers, group)) >= 8, what="every producer"
-        )
+        await wait_until(functools.partial(producing, members, 8), what="every producer")
         await asyncio.gather(*(group.close() for group in members))
         for loop in loops:
             await within(loop, 30, "the loop's end")
@@ -123,7 +128,8 @@ async def test_a_producer_stop_cut_short_is_finished_when_called_again(
     stopping.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopping
-    assert not producer.stopped
+    stopped = [producer.stopped]
     await producer.stop()
-    assert producer.stopped
+    stopped.append(producer.stopped)
+    assert stopped == [False, True], "cut short, then finished"
     await wait_until(lambda: left(before), what=f"their end: {named(running() - before)}")

@@ -403,8 +403,8 @@ async def test_a_send_failed_with_a_retriable_error_is_no_refusal() -> None:
 
     for name in ("begin_transaction", "abort_transaction", "commit_transaction"):
         setattr(kafka, name, nothing)
-    kafka.send_offsets_to_transaction = nothing  # type: ignore[method-assign]
-    kafka.send = send  # type: ignore[method-assign]
+    kafka.send_offsets_to_transaction = nothing
+    kafka.send = send
     sends = [(3, Send("output", b"v", key=b"k"))]
     outcome.append(NotLeaderForPartitionError())
     with pytest.raises(BrokerError, match="NotLeaderForPartition"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -204,7 +205,7 @@ async def test_an_old_owners_handler_that_ends_leaves_the_new_owners_mark(
                 layout,
                 member_id=name,
                 stuck_after=1,
-                handlers=lambda name=name: running[name],
+                handlers=functools.partial(running.__getitem__, name),
             )
         running["old"] = [(key, 5, long_ago)]
         await watches["old"].look()
