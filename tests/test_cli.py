@@ -122,6 +122,7 @@ async def test_describe_json_lag_is_log_end_minus_committed(
             "stopped",
             "skip",
             "stuck",
+            "unreadable",
         }
     ] * 2
     ends = await end_offsets(cluster, group.topic, 2)
