@@ -99,8 +99,9 @@ class Timing:
             (crash, network) its claims go and the group takes its partitions over. The server
             may clamp it to its own bounds.
         fetch_timeout: how long a member may fail to fetch a partition it owns (every request
-            to its leader timed out or failed, or was refused) before it marks the partition
-            unreadable in ZooKeeper, so that the group gives it to a member that can read it.
+            to its leader timed out or failed, or was refused) before it gives the partition
+            up: it marks it unreadable in ZooKeeper after half this, and the group gives it to
+            a member that can read it once the mark settled, after the other half.
             The session keeps a member's claims alive against ZooKeeper's silence; this keeps
             them alive against Kafka's. An empty answer to a long poll counts as progress, and
             a partition the member does not fetch (paused, or its batches still busy) is not

@@ -251,7 +251,7 @@ class GroupMetrics(Collector):
         )
         unreadable = GaugeMetricFamily(
             "aio_cluster_unreadable_partitions",
-            "Partitions the member marked unreadable (no progress for fetch_timeout).",
+            "Partitions the member marked unreadable (no progress for half fetch_timeout).",
             labels=_MEMBER,
         )
         unreadable_for = GaugeMetricFamily(

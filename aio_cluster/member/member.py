@@ -205,7 +205,9 @@ class Member:
             key_deserializer=fetching.key_deserializer,
             value_deserializer=fetching.value_deserializer,
             max_buffered_bytes=fetching.max_buffered_bytes,
-            fetch_timeout=timing.fetch_timeout,
+            # Named unreadable (and marked) after half fetch_timeout without progress; the mark
+            # settles after the other half (`Marker`), so the partitions move at fetch_timeout.
+            fetch_timeout=timing.fetch_timeout / 2,
             # A member that keeps asking for a partition asks again within one fetch's wait,
             # or one loop_delay after a failed fetch.
             fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,

@@ -82,7 +82,7 @@ class GroupStatistics(Generic[PartitionT]):
             verdict) while it stays so.
         stuck_for: ``oldest_running`` while any partition is stuck, else None.
         unreadable: the partitions this member marked unreadable in ZooKeeper (no progress
-            reading them for longer than ``fetch_timeout``; see docs/operating.md), sorted: those
+            reading them for half ``fetch_timeout``; see docs/operating.md), sorted: those
             the group can give to another member go there; it probes the rest until they read
             again.
         unreadable_since: the earliest last progress of those (Unix seconds), None when none.

@@ -49,7 +49,7 @@ class RebalanceListener(Generic[PartitionT]):
     async def on_partitions_unreadable(
         self, partitions: list[PartitionT], error: UnreadableError
     ) -> None:
-        """This member could not read the partitions for longer than ``fetch_timeout`` (their
+        """This member could not read the partitions for half ``fetch_timeout`` (their
         leader, ``error.broker``, does not answer or refuses, ``error.error``) and marked them
         unreadable: the group gives them to members that can read them, and
         `on_partitions_revoked` follows as they go. Told once per change of state, not per

@@ -167,8 +167,10 @@ class Marker:
         if marked.keys() != self.marked.keys():
             self._tell(marked)
         self.marked = marked
-        # Settled after half the timeout: the other members of a Kafka down for all mark
-        # theirs within a look (a second) of this one (see `aio_cluster.assign.marks`).
+        # Written after half the timeout without progress (the fetcher's bound), settled after
+        # the other half: the partitions move at fetch_timeout, and the other members of a
+        # Kafka down for all mark theirs within a look (a second) of this one, well before it
+        # settles (see `aio_cluster.assign.marks`).
         mark = mark_of(
             marked, self._keys, reads=bool(owned - found.keys()), settle=self._timeout / 2
         )
