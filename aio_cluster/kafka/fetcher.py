@@ -81,6 +81,7 @@ from .fetch_sessions import FetchSessions
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
+from .placement import Replicas
 from .progress import NoProgress, ReadProgress
 from .read_probe import ReadAnswer
 from .records import DecodedRecord
@@ -184,6 +185,7 @@ class Fetcher:
         max_buffered_bytes: int | None = None,
         fetch_timeout: float = 30.0,
         fetch_gap: float = 2.0,
+        rack: str | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
@@ -209,6 +211,8 @@ class Fetcher:
                 `unreadable()` names it (see `aio_cluster.kafka.progress`).
             fetch_gap: the longest pause between two fetches of a partition the caller keeps
                 asking for; a longer one starts its progress clock again.
+            rack: the member's rack, sent with every fetch (KIP-392): a broker with a
+                rack-aware replica selector names a replica in it to fetch from instead.
 
         Raises:
             ConfigurationError: malformed servers or options.
@@ -226,6 +230,7 @@ class Fetcher:
             "max_partition_fetch_bytes": max_bytes,
             "fetch_max_wait_ms": max_wait_ms,
             "fetch_min_bytes": min_bytes,
+            "client_rack": rack,
         }
         self._max_wait = max_wait_ms / 1000
         self._seams = Seams()
@@ -415,6 +420,15 @@ class Fetcher:
             BrokerError: the metadata request failed.
         """
         return await self._look_up(lambda reader: reader.partitions(topic))
+
+    @property
+    def fetched(self) -> Mapping[int, int]:
+        """Broker node id -> the record bytes fetched from it (see `FetchSessions.fetched`)."""
+        return {} if self._sessions is None else self._sessions.fetched
+
+    def placement(self, topic: str) -> Replicas:
+        """partition -> the racks of its replicas, as the last look-up found them."""
+        return self._reader.placement(topic)
 
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, of ``names`` that exist (followed from now; None:

@@ -211,6 +211,7 @@ class Member:
             # A member that keeps asking for a partition asks again within one fetch's wait,
             # or one loop_delay after a failed fetch.
             fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,
+            rack=joining.rack,
         )
         self.mirror = KafkaMirror(
             None
@@ -264,6 +265,7 @@ class Member:
             rebalance_timeout=timing.rebalance_timeout,
             named=joining.member_name is not None,
             rejoin_grace=joining.rejoin_grace or None,
+            rack=joining.rack,
             subscription=subscription,
             telemetry=self.telemetry,
             starter=self.transactions,
@@ -588,6 +590,7 @@ class Member:
             unreadable_error=max(marked.values(), key=lambda why: why.since).error
             if marked
             else None,
+            fetched_bytes=dict(self.fetcher.fetched),
         )
 
     # -- joining -----------------------------------------------------------------------------

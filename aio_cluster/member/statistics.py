@@ -7,7 +7,7 @@ offsets of its claimed partitions.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, cast
 
 from ..kafka.topics import PartitionKey, PartitionT
@@ -88,6 +88,8 @@ class GroupStatistics(Generic[PartitionT]):
         unreadable_since: the earliest last progress of those (Unix seconds), None when none.
         unreadable_error: the last fetch error seen on them (or a timeout's description), None
             when none.
+        fetched_bytes: broker node id -> the record bytes fetched from it since the member
+            started: with a ``rack``, how much it read from the brokers of its own rack.
     """
 
     member_id: str
@@ -116,6 +118,7 @@ class GroupStatistics(Generic[PartitionT]):
     unreadable: tuple[PartitionT, ...] = ()
     unreadable_since: float | None = None
     unreadable_error: str | None = None
+    fetched_bytes: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
