@@ -38,12 +38,15 @@ async def racked_brokers() -> AsyncIterator[LocalCluster]:
         yield started
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def admin(racked_brokers: LocalCluster) -> AsyncIterator[AIOKafkaAdminClient]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def racked_admin(racked_brokers: LocalCluster) -> AsyncIterator[AIOKafkaAdminClient]:
+    """An admin client of the racked brokers, to describe and reassign replicas."""
     client = AIOKafkaAdminClient(bootstrap_servers=racked_brokers.bootstrap)
     await client.start()
-    yield client
-    await client.close()
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 def rack_of(node: int) -> str:
@@ -130,14 +133,14 @@ async def test_each_member_reads_from_the_broker_in_its_rack(racked_brokers: Loc
 
 
 async def test_replication_factor_two_joins_leaves_strangers_and_a_reassignment(
-    racked_brokers: LocalCluster, admin: AIOKafkaAdminClient
+    racked_brokers: LocalCluster, racked_admin: AIOKafkaAdminClient
 ) -> None:
     """The issue's second and third cases: with two replicas each, every partition goes to a
     member in one of its replicas' racks, balanced; a join and a leave move only what they
     must; a member without a rack and one in a rack no broker has take their share; a
     reassignment of replicas moves the partitions it leaves outside their racks, and one that
     leaves them inside costs the members no ZooKeeper request."""
-    cluster = racked_brokers
+    cluster, admin = racked_brokers, racked_admin
     topic = await create_topic(cluster.bootstrap, PARTITIONS, replicas=2, prefix="racks2")
     placed = await replica_racks(admin, topic)
     assert all(len(racks) == 2 for racks in placed.values()), placed

@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-__all__ = ["Placement", "arrange", "local_first"]
+__all__ = ["Placement", "arrange", "local_first", "top_up"]
 
 _S = TypeVar("_S")
 _G = TypeVar("_G")
@@ -154,9 +154,8 @@ def arrange(
                 taken = _give_up(partitions, sent[group], holder, holdings, quota, present)
                 incoming[group] += taken
     for group in groups:
-        _share_out(
-            [m for m in present if rack_of[m] == group], holdings, incoming[group], quota, result
-        )
+        rack = [m for m in present if rack_of[m] == group]
+        result.update(_share_out(rack, holdings, incoming[group], quota))
     return {member: sorted(result[member]) for member in members}
 
 
@@ -201,23 +200,31 @@ def _give_up(
 
 
 def _share_out(
-    members: list[str],
-    holdings: Mapping[str, list[int]],
-    incoming: list[int],
-    quota: Mapping[str, int],
-    result: dict[str, list[int]],
-) -> None:
+    members: list[str], holdings: Mapping[str, list[int]], pool: list[int], quota: Mapping[str, int]
+) -> dict[str, list[int]]:
     """One rack's partitions among its ``members`` (oldest first), as `sticky()` shares them:
-    each keeps what it holds up to its quota (lowest ids first), the rest goes to those below."""
-    pool = list(incoming)
+    each keeps what it holds up to its quota (lowest ids first), the rest of what it holds and
+    the ``pool`` (the partitions coming in) go to those below."""
+    result: dict[str, list[int]] = {}
     for member in members:
         kept = sorted(holdings[member])
         result[member] = kept[: quota[member]]
         pool += kept[quota[member] :]
     pool.sort()
+    top_up(members, result, pool, quota)
+    return result
+
+
+def top_up(
+    members: Sequence[str],
+    held: Mapping[str, list[int]],
+    pool: list[int],
+    quota: Mapping[str, int],
+) -> None:
+    """Deal ``pool`` (in its order) to ``members`` (in theirs), each filled up to its quota."""
     for member in members:
-        missing = quota[member] - len(result[member])
-        result[member] += pool[:missing]
+        missing = quota[member] - len(held[member])
+        held[member].extend(pool[:missing])
         del pool[:missing]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from .racks import Placement, arrange, local_first
+from .racks import Placement, arrange, local_first, top_up
 
 __all__ = ["Strategy", "assign", "balanced_range", "round_robin", "sticky"]
 
@@ -146,10 +146,7 @@ def sticky(
     if any(bars.values()):
         _deal_barred(free, held, quota, bars, ordered, racks)
         free = []
-    for member in ordered:
-        missing = quota[member] - len(held[member])
-        held[member].extend(free[:missing])
-        del free[:missing]
+    top_up(ordered, held, free, quota)
     return {member: sorted(owned) for member, owned in held.items()}
 
 
