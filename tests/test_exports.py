@@ -117,6 +117,8 @@ PURE = [
     "assign/subscription.py",
     "assign/shares.py",
     "assign/target.py",
+    "assign/racks.py",
+    "kafka/placement.py",
     "zookeeper/layout.py",
     "control/model.py",
     "cli/plans.py",

@@ -16,6 +16,7 @@ Modules::
     metadata.py        CompactMetadata: a client's topic metadata, kept out of the collector's way
     offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
+    placement.py       the racks of each partition's replicas, from Kafka's metadata (pure)
     progress.py        ReadProgress: whether each partition fetched makes progress (pure)
     read_probe.py      ReadProbe: whether the leaders let this client read, asked with a Fetch
     records.py         Record: one record as the library hands it out
