@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import heapq
-import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -74,9 +73,10 @@ class Placement:
         """member -> how many of the partitions it holds and of the ``free`` ones are local
         to it: among members that hold as many, the larger shares go to those that reach
         more, which moves no more partitions and keeps more of them local."""
+        free_in = collections.Counter(r for p in free for r in self.replicas.get(p, ()))
         return {
-            member: sum(self.local(p, member) for p in itertools.chain(held[member], free))
-            for member in held
+            member: sum(self.local(p, member) for p in ps) + free_in[self.members.get(member, "")]
+            for member, ps in held.items()
         }
 
 
