@@ -215,13 +215,12 @@ async def moved_replicas(
     (``keep_local``), or to the two outside it. Updates ``placed``; returns the partition."""
     partition = 0
     owner_rack = racks[owners_now[partition]]
+    assert owner_rack is not None
     others = [r for r in RACKS if r != owner_rack]
+    chosen = others
     if keep_local:
-        now = placed[partition]
-        chosen = [owner_rack, next(r for r in others if r not in now)]
-    else:
-        chosen = others
-    nodes = [RACKS.index(str(rack)) + 1 for rack in chosen]
+        chosen = [owner_rack, next(r for r in others if r not in placed[partition])]
+    nodes = [RACKS.index(rack) + 1 for rack in chosen]
     request = AlterPartitionReassignmentsRequest(
         30_000, [(topic, [(partition, nodes, {})], {})], {}
     )
