@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from common import RESULTS, create_topic, delete_topic, fresh, median, show
+from common import create_topic, delete_topic, fresh, median, show, write_result
 
 from aio_cluster import ConsumerGroup, Fetching
 from aio_cluster.local import LocalCluster
@@ -102,14 +100,11 @@ async def main(args: argparse.Namespace) -> None:
     )
     headers = ["what", "median ms", "min ms", "max ms", "ratio to aiokafka's stop()"]
     table = show(title, headers, rows)
-    command = "python benchmarks/close.py " + " ".join(sys.argv[1:])
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = os.getloadavg()[0]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "close.md").write_text(
-        f"# A close with nothing in flight\n\n`{command.strip()}`, {when}, load average "
-        f"{load:.1f}\n\n{table}"
-        "\nTarget: a member's close within 50 ms (median).\n"
+    write_result(
+        "close.md",
+        "A close with nothing in flight",
+        table,
+        "Target: a member's close within 50 ms (median).",
     )
 
 
