@@ -30,7 +30,6 @@ from typing import TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics._internal import _ProxyMeterProvider  # the API's own, not exported
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from ..kafka.records import Record
@@ -61,6 +60,7 @@ from .attributes import (
 from .batches import BodySpans, Item
 from .headers import producer_context
 from .meters import LagReading, Meters
+from .seams import is_api_meter_provider
 
 __all__ = ["Rebalance", "Telemetry"]
 
@@ -70,8 +70,6 @@ _UNCONFIGURED = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 """The API's own tracer providers: what `trace.get_tracer_provider()` returns until an SDK's
 is set (or when tracing was turned off with the no-op one)."""
 
-_UNCONFIGURED_METERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
-"""The API's own meter providers, likewise."""
 P = TypeVar("P")
 
 
@@ -184,7 +182,7 @@ class Telemetry:
         """A batch was handed to a body or to the handlers; whether providers are configured
         is looked up again (see ``_tracing`` and `watching`)."""
         self._tracing = not isinstance(trace.get_tracer_provider(), _UNCONFIGURED)
-        metering = not isinstance(metrics.get_meter_provider(), _UNCONFIGURED_METERS)
+        metering = not is_api_meter_provider(metrics.get_meter_provider())
         self.calls_watched = self._tracing or metering
         self.watching = self.calls_watched and self.per_record
         first = batch[0]
