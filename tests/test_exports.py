@@ -118,6 +118,7 @@ PURE = [
     "assign/shares.py",
     "assign/target.py",
     "zookeeper/layout.py",
+    "zookeeper/values.py",
     "control/model.py",
     "cli/plans.py",
     "cli/health.py",

@@ -24,18 +24,9 @@ import anyio
 from ...concurrency import gather
 from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
-from ...zookeeper.client import (
-    BadVersionError,
-    Check,
-    Create,
-    Delete,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    ZooKeeper,
-)
+from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import decode_offset
+from ...zookeeper.values import Check, Create, Delete, Op, SetData
 from ..delivery import finished
 from ..delivery.claims import Claim
 from ..delivery.partitions import PartitionStates
