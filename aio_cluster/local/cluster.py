@@ -1,4 +1,9 @@
-"""LocalCluster: the servers' lifecycle, from wherever they come (Java, Docker, the environment)."""
+"""LocalCluster: the servers' lifecycle, from wherever they come (Java, Docker, the environment).
+
+Its fault hooks are its interface to the tests; what they do is the JVMs' (`servers`: stopping
+and starting nodes, running Kafka's tools), the proxy sets' (`proxy_sets`) and the probes'
+(`probes`: a partition's leader).
+"""
 
 from __future__ import annotations
 

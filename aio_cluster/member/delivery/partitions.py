@@ -333,15 +333,13 @@ class PartitionStates:
         return start
 
     def stepped_over(self, partition: PartitionKey, position: int | None) -> bool:
-        """The fetcher reads ``partition`` from ``position`` next: when every record it returned
-        was handed out and finished, the claim moves on there, past what follows them without
-        being a record (transaction markers, aborted records, compaction gaps); that is pending
-        when everything before was committed (exactly once: ready for the partition's next
-        transaction when everything before completed, so that ZooKeeper follows Kafka there).
-        Nothing moves while records are buffered, a batch runs, the partition is withheld, or
-        the fetcher's side does not vouch for the move (`Feed.moves`: a seek is owed, the
-        position was not set for the claim held now, or records lost on the way would be
-        passed). The position is where the next fetch's records must start (see `fetched`).
+        """The fetcher reads ``partition`` from ``position`` next: when every record it returned was
+        handed out and finished, the claim moves on there, past what follows them without being a
+        record (transaction markers, aborted records, compaction gaps), stored as `Commits.step`
+        says. Nothing moves while records are buffered, a batch runs, the partition is withheld, or
+        the fetcher's side does not vouch for the move (`Feed.moves`: a seek is owed, the position
+        was not set for the claim held now, or records lost on the way would be passed). The
+        position is where the next fetch's records must start (see `fetched`).
 
         Returns:
             True when the claim moved on.
