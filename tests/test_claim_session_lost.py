@@ -14,8 +14,9 @@ import pytest
 
 from aio_cluster import ConsumerGroup, CoordinationError, CoordinationTimeout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Create, Op, SessionState, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import Create, Op, SessionState, Stat
 
 from conftest import MakeTopic
 from support import member, settled, wait_until

@@ -12,8 +12,9 @@ import pytest
 
 from aio_cluster import ConsumerGroup, GroupClosedError, GroupState, RebalanceListener
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import SessionState
 
 from conftest import MakeTopic
 from support import owners, settled, wait_until

@@ -24,8 +24,9 @@ from aio_cluster.cli import main as cli
 from aio_cluster.cli import survey
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Delete, NoNodeError, Op, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import Delete, Op, Stat
 
 from conftest import MakeTopic, Produce
 from support import closable, create_topic, settled, wait_until

@@ -29,8 +29,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import ConsumerGroup, LocalClusterError
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import SessionState
 
 from support import create_topic, fresh, settled, stored_offsets, wait_until
 

@@ -17,7 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aio_cluster import ConfigurationError, ConsumerGroup, MemberReplacedError, Strategy
 from aio_cluster.assign.target import StickyTarget, follows, grace_ends, next_target
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import (
     GroupLayout,
     decode_registration,
@@ -25,6 +25,7 @@ from aio_cluster.zookeeper.layout import (
     encode_registration,
     encode_target,
 )
+from aio_cluster.zookeeper.values import Stat
 
 from conftest import MakeTopic, Produce
 from support import Worker, closable, member, numbered_by, settled, take, wait_until

@@ -25,7 +25,7 @@ from aio_cluster.member.delivery.partitions import PartitionStates
 from aio_cluster.member.processing.processor import Processor
 from aio_cluster.member.processing.workers import SLICE
 from aio_cluster.member.protocol.liveness import Liveness, Phase, phase
-from aio_cluster.zookeeper.client import SessionState
+from aio_cluster.zookeeper.values import SessionState
 
 from support import wait_until
 

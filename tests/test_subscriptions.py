@@ -23,8 +23,9 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
-from aio_cluster.zookeeper.client import Delete, Op, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
+from aio_cluster.zookeeper.values import Delete, Op, Stat
 
 from support import KafkaWire, closable, fresh, leaderless, topic_known, wait_until
 

@@ -13,16 +13,7 @@ import anyio.abc
 
 from ..assign.marks import Mark
 from ..errors import ConfigurationError, CoordinationError
-from ..zookeeper.client import (
-    BadVersionError,
-    Create,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    Stat,
-    ZooKeeper,
-)
+from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ..zookeeper.layout import (
     ROOT,
     GroupLayout,
@@ -40,6 +31,7 @@ from ..zookeeper.layout import (
     partition_named,
     topic_name,
 )
+from ..zookeeper.values import Create, Op, SetData, Stat
 from .plans import Stored, Unreadable
 
 __all__ = [

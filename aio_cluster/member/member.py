@@ -62,7 +62,8 @@ from ..kafka.group_offsets import KafkaGroupOffsets
 from ..kafka.options import parse_bootstrap
 from ..kafka.topics import PartitionKey
 from ..otel.loading import telemetry_for
-from ..zookeeper.client import SessionState, ZooKeeper
+from ..zookeeper.client import ZooKeeper
+from ..zookeeper.values import SessionState
 from .controls import MemberControls
 from .delivery.claims import Batch, Claim
 from .delivery.delivery import Delivery

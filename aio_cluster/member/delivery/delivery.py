@@ -447,12 +447,12 @@ class Delivery:
         A stored offset is taken as it is: one the broker does not hold is reset at the first
         fetch (see `_reset_out_of_range`).
         """
-        fresh = self._states.unpositioned()
+        fresh = self._states.commits.unpositioned()
         if not fresh:
             return
         for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
             # A trailing start is stored at once, so the next owner goes on from here.
-            self._states.positioned(
+            self._states.commits.positioned(
                 partition, latest if self._trail else earliest, earliest=earliest, store=self._trail
             )
 

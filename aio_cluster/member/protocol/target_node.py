@@ -22,16 +22,7 @@ from ...assign.shares import Share, share_changes, shares_of
 from ...assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
 from ...concurrency import gather, settle
 from ...errors import CoordinationError
-from ...zookeeper.client import (
-    BadVersionError,
-    Create,
-    Delete,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    ZooKeeper,
-)
+from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import (
     GroupLayout,
     decode_share,
@@ -39,6 +30,7 @@ from ...zookeeper.layout import (
     encode_share,
     encode_target,
 )
+from ...zookeeper.values import Create, Delete, Op, SetData
 
 __all__ = ["Balance", "TargetNode"]
 
