@@ -129,10 +129,8 @@ def _parser() -> _Parser:
 def _add(parser: argparse.ArgumentParser, command: Command) -> None:
     """Declare the subcommand's options, in order; those of a pair ``apart`` exclude each
     other, and so do the arguments of an option that takes one of several."""
-    apart: dict[str, argparse._MutuallyExclusiveGroup] = {}
-    for pair in command.apart:
-        group = parser.add_mutually_exclusive_group()
-        apart |= dict.fromkeys(pair, group)
+    groups = [(pair, parser.add_mutually_exclusive_group()) for pair in command.apart]
+    apart = {field: group for pair, group in groups for field in pair}
     for flag in command.takes:
         where = apart.get(flag.field, parser)
         if flag.one_of:
