@@ -20,10 +20,10 @@ import anyio.lowlevel
 import pytest
 
 from aio_cluster import ConsumerGroup, CoordinationTimeout, NotOwnedError
-from aio_cluster.cli import main as cli
-from aio_cluster.cli import survey
+from aio_cluster import __main__ as command_line
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
+from aio_cluster.operator import survey
 from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 from aio_cluster.zookeeper.values import Delete, Op, Stat
@@ -264,7 +264,7 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
         cluster.zookeeper,
     ]
     levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
-    command = asyncio.ensure_future(asyncio.to_thread(cli.main, argv))
+    command = asyncio.ensure_future(asyncio.to_thread(command_line.main, argv))
     try:
         await asyncio.to_thread(planned.wait, 60)
         async with member(cluster, group_name, topic) as group:
@@ -324,7 +324,7 @@ async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
     ]
     levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
     try:
-        assert await asyncio.to_thread(cli.main, argv) == 0
+        assert await asyncio.to_thread(command_line.main, argv) == 0
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)

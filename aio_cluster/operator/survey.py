@@ -1,6 +1,6 @@
-"""The reads and writes of the ``aio-cluster`` command in ZooKeeper: a group's members, claims
-and stored offsets, and a reset's offsets. Small calls, each one thing; what the command makes of
-them is computed in `aio_cluster.cli.plans`.
+"""An operator's reads and writes in ZooKeeper (the command's and the dashboard's): a group's
+members, claims and stored offsets, and a reset's offsets. Small calls, each one thing; what is
+made of them is computed in `aio_cluster.operator.plans`.
 """
 
 from __future__ import annotations
