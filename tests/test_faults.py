@@ -64,15 +64,17 @@ async def test_zookeeper_restart_within_the_session_keeps_claims(
     ) as group:
         batches = closable(group.batches())
         await consume(batches, seen, 20)
-        session = group._member.zk.session_id
+        session = group._member.parts.zk.session_id
         await cluster.stop_zookeeper()
-        await wait_until(lambda: group._member.zk.state is SessionState.SUSPENDED, what="suspended")
+        await wait_until(
+            lambda: group._member.parts.zk.state is SessionState.SUSPENDED, what="suspended"
+        )
         await send(20, 20)
         await cluster.start_zookeeper()
         await wait_until(
-            lambda: group._member.zk.state is SessionState.CONNECTED, what="reconnected"
+            lambda: group._member.parts.zk.state is SessionState.CONNECTED, what="reconnected"
         )
-        assert group._member.zk.session_id == session, "the session outlived the restart"
+        assert group._member.parts.zk.session_id == session, "the session outlived the restart"
         assert group.claimed == [0, 1]
         await consume(batches, seen, 40)
         await batches.aclose()

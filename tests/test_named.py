@@ -289,18 +289,18 @@ async def test_a_replaced_member_stops_at_once_while_its_rebalance_is_busy(
                 pass
 
         draining = asyncio.ensure_future(drain())
-        rebalances = first._member.membership.rebalances
-        busy = first._member.membership._lock
+        rebalances = first._member.parts.membership.rebalances
+        busy = first._member.parts.membership._lock
         await busy.acquire()
         second = member(cluster, group_name, topic, member_name="twin", rejoin_grace=30.0)
         async with second:
             try:
                 with pytest.raises(MemberReplacedError, match="'twin'"):
                     await asyncio.wait_for(draining, 30)
-                assert first._member.membership.rebalances == rebalances, (
+                assert first._member.parts.membership.rebalances == rebalances, (
                     "no rebalance of its own ran"
                 )
-                assert first._member.states.pick() is None, "nothing more is handed out"
+                assert first._member.parts.states.pick() is None, "nothing more is handed out"
             finally:
                 busy.release()
             await batches.aclose()

@@ -21,8 +21,8 @@ with `FetcherLike.ahead_bytes` waiting is not fetched on until they are handed o
 
 A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
 iterating caller; a retriable one is logged and the fetch tried again. A fetcher that cannot
-fetch any more (`FetchStalledError`) is told to `Delivery.stalled`: the member fails with it,
-which the iterating caller gets, and leaves.
+fetch any more (`FetchStalledError`) is told to the ``stalled`` hook the delivery is made with:
+the member fails with it, which the iterating caller gets, and leaves.
 """
 
 from __future__ import annotations
@@ -138,6 +138,8 @@ class Delivery:
         max_wait_ms: int,
         trail: bool,
         label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
+        handed_out: Callable[[Batch], None] | None = None,
+        stalled: Callable[[FetchStalledError], None] | None = None,
     ) -> None:
         """Args:
         fetcher: the member's Kafka fetcher.
@@ -147,6 +149,10 @@ class Delivery:
         max_wait_ms: how long a fetch may wait for records (at most `FETCH_HOLD_MS`).
         trail: where no offset is stored, start at the latest offset instead of the earliest.
         label: names a partition key in log messages (its topic too, of many topics).
+        handed_out: told of each batch handed out, if given (the member's OpenTelemetry
+            counter).
+        stalled: told when the fetcher cannot fetch any more (the member fails and leaves), if
+            given; else the fetch raises it.
         """
         self._fetcher = fetcher
         self._states = states
@@ -162,11 +168,8 @@ class Delivery:
         self._batch_done = asyncio.Event()
         self.watcher: BatchWatcher | None = None
         """Told when running batches must end early, if set."""
-        self.handed_out: Callable[[Batch], None] | None = None
-        """Told of each batch handed out, if set (the member's OpenTelemetry counter)."""
-        self.stalled: Callable[[FetchStalledError], None] | None = None
-        """Told when the fetcher cannot fetch any more (the member fails and leaves), if set;
-        else the fetch raises it."""
+        self._handed_out = handed_out
+        self._stalled = stalled
         self.grows: Grows | None = None
         """Whether a partition's running batch takes its next batch into it now, if set (a
         processor whose batch waits on a few records: see `PartitionStates.pick`)."""
@@ -202,10 +205,10 @@ class Delivery:
             records = self._states.records
             picked = self._states.pick(self.grows) if self.may_start() else None
             if picked is not None:
-                if self.handed_out is not None:
+                if self._handed_out is not None:
                     # A running batch that grew hands out only the records it took in.
                     batch, added = picked[1], self._states.records - records
-                    self.handed_out(batch if added == len(batch) else batch[-added:])
+                    self._handed_out(batch if added == len(batch) else batch[-added:])
                 return picked
             fetchable = self._states.fetchable(ahead=self._ahead(), grows=self.grows)
             if fetchable:
@@ -246,10 +249,10 @@ class Delivery:
                 log.warning("member %s: %s", self._id, exc)
                 return False
             except FetchStalledError as exc:
-                if self.stalled is None:
+                if self._stalled is None:
                     raise
                 log.error("member %s gives its partitions up: %s", self._id, exc)
-                self.stalled(exc)
+                self._stalled(exc)
                 return False
         for partition, records in fetched.items():
             lost = self._states.fetched(partition, records)
