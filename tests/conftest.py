@@ -37,6 +37,10 @@ pytest_plugins = ["secured"]
 # Tests assert outcomes, not durations: hypothesis's default deadline (200 ms a case) failed a
 # pure assignment property in CI when parallel workers shared the cores (one case took 389 ms).
 settings.register_profile("aio_cluster", deadline=None)
+settings.register_profile("compat", deadline=None, max_examples=10)
+"""``--hypothesis-profile compat``: the other claimed Pythons (``nox -s tests_compat``, ``deps``)
+check that the properties run there, with a tenth of the cases; the whole search runs once, on
+the default Python (``nox -s tests``)."""
 settings.load_profile("aio_cluster")
 
 MakeTopic = Callable[..., Awaitable[str]]
