@@ -31,7 +31,7 @@ if hasattr(nox.options, "download_python"):
 COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 """The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
 
-TEST_WORKERS = 4
+TEST_WORKERS = 6
 """pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
 they compute, so more of them than cores (2 on the CI machine) still shortens the run."""
 
@@ -93,10 +93,11 @@ def tests(session: nox.Session) -> None:
 
     The suite runs in `TEST_WORKERS` parallel workers on one cluster the session starts (see
     `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
-    once; see tests/conftest.py), then the tests marked ``serial`` alone, then ``tests_user/``, on
-    the same cluster. With arguments (``nox -s tests -- tests/test_x.py -x``) only pytest with
-    those arguments runs. The dashboard's browser tests drive the machine's Chromium (``.ci/run``
-    installs it) through Playwright, the ``browser`` extra.
+    once), the modules of the tests marked ``faults`` first (the longest; see tests/conftest.py),
+    then ``tests_user/`` on the same cluster. With arguments
+    (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs. The
+    dashboard's browser tests drive the machine's Chromium (``.ci/run`` installs it) through
+    Playwright, the ``browser`` extra.
     """
     session.install("-e", ".[test,examples,browser]")
     if session.posargs:
@@ -104,12 +105,10 @@ def tests(session: nox.Session) -> None:
         return
     with _shared_cluster(session) as cluster:
         session.run(
-            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile"),
-            *("-m", f"not serial and {LONG}"),
+            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile", "--no-loadscope-reorder"),
+            *("-m", LONG),
             env=cluster,
         )
-        # The tests marked serial, alone; none so marked (exit status 5) is no failure.
-        session.run("pytest", "-m", f"serial and {LONG}", env=cluster, success_codes=[0, 5])
         session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
 
 

@@ -9,7 +9,9 @@ Layers, each importing only those below it (``tests/test_exports.py`` checks the
 layers)::
 
     the public face      __init__, group, errors       ConsumerGroup and the error tree
-    the command          cli/, dashboard/              the aio-cluster command, the web dashboard
+    the front ends       __main__, cli/, dashboard/    the aio-cluster command, the web dashboard
+                                                       (side by side: __main__ joins them)
+    operator tools       operator/                     looks, plans, health rules, control writes
     one member           member/                       the machinery behind the facade
     operator control     control/                      pauses, skips, stops: model and store
     telemetry            otel/                         spans and metrics through OpenTelemetry
@@ -20,9 +22,9 @@ layers)::
 
 Module map (one line per module or folder; each folder's docstring maps its own modules)::
 
-    __main__.py     ``python -m aio_cluster``: the aio-cluster command
+    __main__.py     the aio-cluster command, ``python -m aio_cluster``: cli/ and dashboard/ joined
     assign/         who should own what: the pure strategies and the published sticky target
-    cli/            the aio-cluster command: arguments, plans, ZooKeeper reads, tables
+    cli/            the aio-cluster command: its flags, options, printing, tables
     concurrency.py  the one way to wait and cancel: task groups; the tasks that outlive a call
     config.py       the configuration: Timing, Fetching, Membership, ZooKeeperSecurity, Processing
     control/        an operator's pauses and skips of a running group: the model, its store
@@ -34,6 +36,7 @@ Module map (one line per module or folder; each folder's docstring maps its own 
     member/         one member's machinery: the group protocol, the delivery, the processing
     metrics.py      a member's figures for Prometheus (the ``metrics`` extra)
     net/            server addresses and TLS handshakes, shared by both server packages
+    operator/       an operator's tools: looks at a group, reset and skip plans, health rules
     otel/           spans and metrics through OpenTelemetry (the ``otel`` extra)
     testing.py      the opt-in pytest plugin: local_cluster, new_topic, produce
     zookeeper/      the only package that speaks ZooKeeper, and the layout of its nodes

@@ -21,7 +21,8 @@ from typing import Any, Literal, TypedDict, TypeVar, cast
 
 from .assign.strategies import Strategy
 from .errors import ConfigurationError
-from .kafka.fetcher import ISOLATION_LEVELS, Deserializer, IsolationLevel
+from .kafka.decoding import Deserializer
+from .kafka.fetcher import ISOLATION_LEVELS, IsolationLevel
 from .kafka.options import KafkaOptions
 from .zookeeper.layout import check_member_name
 from .zookeeper.security import Acl, ZooKeeperTLS, checked_auth, default_acl

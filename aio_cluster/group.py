@@ -14,8 +14,10 @@ after the loop body finished, and after its offset was stored, so graceful joins
 lose nor repeat a message (a body that outlasts ``rebalance_timeout`` is abandoned, uncommitted).
 
 `ConsumerGroup` is the facade: its options become the configuration objects of
-`aio_cluster.config`, and the work is done by a `aio_cluster.member.member.Member`, which builds
-the member's parts from them and owns the task its background and its closing run in.
+`aio_cluster.config`, it checks its user's arguments and names, and it hands every call on to a
+`aio_cluster.member.member.Member`, whose own methods do the work: the member builds its parts
+from the configuration, runs each way to consume beneath it, and owns the task its background
+and its closing run in.
 
 A member on many topics (a list, or a pattern) is the same machinery: its parts know each
 partition by a key (`aio_cluster.kafka.topics.PartitionKey`, made by
@@ -27,11 +29,9 @@ turns the ``int`` or `TopicPartition` its user names into keys and back through 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, overload
-
-import anyio
 
 from .assign.strategies import Strategy
 from .assign.subscription import Subscription
@@ -45,15 +45,15 @@ from .config import (
     Timing,
     ZooKeeperSecurity,
 )
-from .errors import ConfigurationError, TransactionDeniedError
+from .errors import ConfigurationError
 from .kafka.records import Record
 from .kafka.topics import PartitionKey, PartitionT, TopicKeys, TopicPartition
+from .member.assembly import Blueprint
 from .member.delivery.claims import Batch
-from .member.exactly_once import Output, TransactionalHandler, Transactions
+from .member.exactly_once import Output, TransactionalHandler
 from .member.lifecycle import GroupState
 from .member.member import Member
 from .member.naming import UNKNOWN, PartitionNames
-from .member.processing.bulk import run_bulk
 from .member.processing.workers import check_handler
 from .member.protocol.keyed_layout import KeyedLayout
 from .member.protocol.listener import NamingListener, RebalanceListener
@@ -193,16 +193,18 @@ class ConsumerGroup(Generic[PartitionT]):
             kafka_options=kafka_options,
         )
         self._member = Member(
-            brokers,
-            zookeepers,
-            layout,
-            subscription,
-            settings,
-            listener=(
-                listener
-                if listener is None or not subscription.many
-                else NamingListener(listener, self._names.name)
-            ),
+            Blueprint(
+                brokers,
+                zookeepers,
+                layout,
+                subscription,
+                settings,
+                listener=(
+                    listener
+                    if listener is None or not subscription.many
+                    else NamingListener(listener, self._names.name)
+                ),
+            )
         )
 
     # -- what a user reads -------------------------------------------------------------------
@@ -237,7 +239,7 @@ class ConsumerGroup(Generic[PartitionT]):
         """The topics this member reads now, sorted (a pattern's as of the last metadata check)."""
         if not self._subscription.is_pattern:
             return sorted(self._subscription.topics)
-        return self._member.membership.topics
+        return self._member.topics()
 
     @property
     def strategy(self) -> Strategy:
@@ -252,12 +254,12 @@ class ConsumerGroup(Generic[PartitionT]):
     @property
     def partitions(self) -> list[PartitionT]:
         """Every partition of the topics read, sorted (as of the last metadata check)."""
-        return self._names.names(self._member.membership.partitions)
+        return self._names.names(self._member.partitions())
 
     @property
     def claimed(self) -> list[PartitionT]:
         """The partitions this member owns now, sorted."""
-        return self._names.names(list(self._member.states.claims))
+        return self._names.names(self._member.claimed())
 
     async def offset(self, partition: PartitionT) -> int | None:
         """The stored next offset of ``partition``, or None when none is stored.
@@ -293,14 +295,14 @@ class ConsumerGroup(Generic[PartitionT]):
     def _owned(self, partitions: tuple[PartitionT, ...]) -> list[PartitionKey]:
         """The keys of the given partitions (all claimed ones when none is given), each checked
         to be ours."""
-        self._member.check_open()
-        states = self._member.states
+        member = self._member
+        member.check_open()
         if not partitions:
-            return sorted(states.claims)
+            return member.claimed()
         keys = []
         for partition in partitions:
             key = self._names.key(partition)
-            if not states.owned(key):
+            if not member.owns(key):
                 raise self._names.not_owned(partition, self.id)
             keys.append(key)
         return sorted(set(keys))
@@ -315,17 +317,16 @@ class ConsumerGroup(Generic[PartitionT]):
             NotOwnedError: a partition is not owned by this member.
         """
         if partitions:
-            self._member.states.pause(self._owned(partitions))
+            self._member.pause(self._owned(partitions))
 
     def resume(self, *partitions: PartitionT) -> None:
         """Hand out batches of these partitions again, from where they stopped; partitions not
         paused (or no longer owned) are ignored."""
-        self._member.states.resume([self._names.key(partition) for partition in partitions])
-        self._member.delivery.wake()
+        self._member.resume([self._names.key(partition) for partition in partitions])
 
     def paused(self) -> list[PartitionT]:
         """The paused partitions, sorted."""
-        return self._names.names(self._member.states.paused)
+        return self._names.names(self._member.paused())
 
     async def seek(self, partition: PartitionT, offset: int) -> None:
         """Start the next batch of ``partition`` at ``offset``.
@@ -383,7 +384,7 @@ class ConsumerGroup(Generic[PartitionT]):
     # -- joining and leaving -----------------------------------------------------------------
 
     async def __aenter__(self) -> ConsumerGroup[PartitionT]:
-        if self._member.settings.membership.register:
+        if self._member.registers:
             await self.register()
         return self
 
@@ -454,24 +455,7 @@ class ConsumerGroup(Generic[PartitionT]):
             AioClusterError: the member failed in the background (the cause is kept).
         """
         self._not_exactly_once("async for / batches()", "transactions()")
-        batches = self._batches(commit)
-        telemetry = self._member.telemetry
-        return batches if telemetry is None else telemetry.body_spans(batches)
-
-    async def _batches(self, commit: bool) -> AsyncGenerator[tuple[PartitionT, Batch], None]:
-        """The batches as `batches()` hands them out, without spans."""
-        member = self._member
-        with member.iterating():
-            while (picked := await member.next_batch()) is not None:
-                claim, batch = picked
-                completed = False
-                body = member.stuck.body_started(claim.partition, batch[0].offset)
-                try:
-                    yield self._names.name(claim.partition), batch
-                    completed = True
-                finally:
-                    member.stuck.body_ended(body)
-                    member.delivery.finish(claim, batch, completed=completed, commit=commit)
+        return self._member.batches(self._names.name, commit=commit)
 
     async def process(
         self,
@@ -550,7 +534,7 @@ class ConsumerGroup(Generic[PartitionT]):
             Exception: a record's error alone, with ``on_failure="raise"``.
         """
         self._not_exactly_once("process_bulk()", "process_transactional()")
-        await run_bulk(self._member, handler, size, linger, Processing.of(processing, options))
+        await self._member.process_bulk(handler, size, linger, Processing.of(processing, options))
 
     # -- exactly once ------------------------------------------------------------------------
 
@@ -560,25 +544,23 @@ class ConsumerGroup(Generic[PartitionT]):
         Raises:
             ConfigurationError: the group is ``exactly_once``.
         """
-        if self._member.transactions is not None:
+        if self._member.exactly_once:
             raise ConfigurationError(
                 f"{call} cannot run on an exactly_once group: what it wrote would not be in "
                 f"the partition's transaction; use {instead}"
             )
 
-    def _exactly_once(self, call: str) -> Transactions:
-        """The member's transactions.
+    def _exactly_once(self, call: str) -> None:
+        """Refuse a way of consuming that needs the transactions of an exactly-once group.
 
         Raises:
             ConfigurationError: the group is not ``exactly_once``.
         """
-        transactions = self._member.transactions
-        if transactions is None:
+        if not self._member.exactly_once:
             raise ConfigurationError(
                 f"{call} needs ConsumerGroup(..., exactly_once=True): the output and the "
                 "offsets commit in one transaction only in that mode"
             )
-        return transactions
 
     def transactions(self) -> AsyncIterator[tuple[PartitionT, Batch, Output]]:
         """Exactly once: yield ``(partition, batch, output)`` until the member closes. What
@@ -602,34 +584,8 @@ class ConsumerGroup(Generic[PartitionT]):
             FetchError, DeserializationError: as for `batches()`.
             AioClusterError: the member failed in the background (the cause is kept).
         """
-        batches = self._transactions(self._exactly_once("transactions()"))
-        telemetry = self._member.telemetry
-        return batches if telemetry is None else telemetry.body_spans(batches)
-
-    async def _transactions(
-        self, transactions: Transactions
-    ) -> AsyncGenerator[tuple[PartitionT, Batch, Output], None]:
-        member = self._member
-        with member.iterating():
-            while (picked := await member.next_batch()) is not None:
-                claim, batch = picked
-                output = transactions.output(claim)
-                completed = False
-                body = member.stuck.body_started(claim.partition, batch[0].offset)
-                try:
-                    yield self._names.name(claim.partition), batch, output
-                    completed = True
-                finally:
-                    member.stuck.body_ended(body)
-                    sends = output.close()
-                    # Kept only when the batch still counts (no seek or handover overtook it).
-                    finished = member.delivery.finish(
-                        claim, batch, completed=completed, commit=True
-                    )
-                    if finished and completed:
-                        transactions.keep(claim, batch[0].offset, sends)
-                if completed:
-                    await transactions.commit([claim.partition], raising=True)
+        self._exactly_once("transactions()")
+        return self._member.transactions(self._names.name)
 
     async def process_transactional(
         self,
@@ -667,38 +623,13 @@ class ConsumerGroup(Generic[PartitionT]):
             Exception: the handler's error, with ``on_failure="raise"`` (an
                 `OutputRefusedError` when Kafka refused the record's output).
         """
-        transactions = self._exactly_once("process_transactional()")
+        self._exactly_once("process_transactional()")
         check_handler(handler)
         interval: object = commit_interval
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
             raise ConfigurationError(
                 f"commit_interval must be a positive number of seconds, not {commit_interval!r}"
             )
-        policy = Processing.of(processing, options)
-        member = self._member
-        claims = member.states.claims
-
-        failed: list[Exception] = []
-
-        async def commit_every() -> None:
-            while True:
-                await anyio.sleep(commit_interval)
-                try:
-                    await transactions.commit(list(claims))
-                except TransactionDeniedError as exc:
-                    failed.append(exc)
-                    tasks.cancel_scope.cancel()
-                    return
-
-        # The errors are raised past the task group, which would wrap them (process() is its
-        # host): the documented error comes out as itself.
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(commit_every)
-            try:
-                await member.process(transactions.handler(handler), policy)
-            except Exception as exc:
-                failed.append(exc)
-            finally:
-                tasks.cancel_scope.cancel()
-        if failed:
-            raise failed[0]
+        await self._member.process_transactional(
+            handler, commit_interval, Processing.of(processing, options)
+        )

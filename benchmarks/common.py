@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,6 +137,18 @@ def show(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> s
         shown.add_row(*row)
     Console(width=180).print(shown)
     return f"{title}.\n\n{markdown_table(headers, rows)}\n"
+
+
+def write_result(name: str, heading: str, table: str, note: str) -> None:
+    """Write ``benchmarks/results/<name>``: ``heading``, the command that ran with when and the
+    machine's load average, then ``table`` (from `show()`) and ``note``."""
+    command = " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = os.getloadavg()[0]
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / name).write_text(
+        f"# {heading}\n\n`{command}`, {when}, load average {load:.1f}\n\n{table}\n{note}\n"
+    )
 
 
 def bar_chart(

@@ -23,13 +23,14 @@ import time
 import httpx
 from common import RESULTS, create_topic, fresh, markdown_table
 
-from aio_cluster.cli.plans import LagRow
 from aio_cluster.dashboard import Dashboard
 from aio_cluster.dashboard.pages import group_fragments
 from aio_cluster.dashboard.views import Filters
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Create, ZooKeeper
+from aio_cluster.operator.plans import LagRow
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, ids_path
+from aio_cluster.zookeeper.values import Create
 
 
 async def write_group(zk: ZooKeeper, group: str, topic: str, partitions: int, members: int) -> None:

@@ -31,13 +31,13 @@ from pathlib import Path
 
 import anyio
 from common import (
-    RESULTS,
     create_topic,
     delete_topic,
     fresh,
     median,
     show,
     worker_addresses,
+    write_result,
     zookeeper_packets,
 )
 
@@ -174,13 +174,11 @@ async def main(args: argparse.Namespace) -> None:
         f"{args.members} partitions, {args.window:g} s windows, medians of {args.rounds} rounds"
     )
     table = show(title, ["what", "packets/s per member", "ratio to the pings alone"], rows)
-    command = "python benchmarks/idle.py " + " ".join(sys.argv[1:])
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = os.getloadavg()[0]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "idle.md").write_text(
-        f"# An idle group\n\n`{command.strip()}`, {when}, load average {load:.1f}\n\n{table}"
-        "\nTarget: within 10 % of the pings alone (a ratio of at most 1.10).\n"
+    write_result(
+        "idle.md",
+        "An idle group",
+        table,
+        "Target: within 10 % of the pings alone (a ratio of at most 1.10).",
     )
 
 

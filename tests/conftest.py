@@ -37,6 +37,10 @@ pytest_plugins = ["secured"]
 # Tests assert outcomes, not durations: hypothesis's default deadline (200 ms a case) failed a
 # pure assignment property in CI when parallel workers shared the cores (one case took 389 ms).
 settings.register_profile("aio_cluster", deadline=None)
+settings.register_profile("compat", deadline=None, max_examples=10)
+"""``--hypothesis-profile compat``: the other claimed Pythons (``nox -s tests_compat``, ``deps``)
+check that the properties run there, with a tenth of the cases; the whole search runs once, on
+the default Python (``nox -s tests``)."""
 settings.load_profile("aio_cluster")
 
 MakeTopic = Callable[..., Awaitable[str]]
@@ -54,8 +58,8 @@ that a module's cluster starts once and its tests use it one at a time."""
 
 RESTARTED = ("restartable", "multi_cluster")
 """The fixtures whose servers the tests stop and start again: such a test waits for a JVM to
-restart within a session's time, which a machine whose cores the parallel workers (and a
-browser) share did not always give it, so it is marked ``serial`` and runs alone."""
+restart within a session's time, so it is marked ``faults``: its module starts first in a
+parallel run (see `pytest_collection_modifyitems`), on servers of its own."""
 
 
 _SHARED = pytest.StashKey[shared_cluster.SharedCluster]()
@@ -81,16 +85,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`
-    (and ``serial`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
-    fixture."""
+    (and ``faults`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
+    fixture. Then put the modules that hold a ``faults`` test first, keeping the order
+    otherwise: they are the fault tests, the longest modules of the suite, and a parallel run
+    (``--dist loadfile --no-loadscope-reorder``) hands out modules in this order, so they start
+    at once instead of ending the run."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
         if any(name in fixtures for name in OWN_CLUSTERS):
             item.add_marker(pytest.mark.own_cluster)
         if any(name in fixtures for name in RESTARTED):
-            item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.faults)
         elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
             item.add_marker(pytest.mark.server_free)
+    first = {item.path for item in items if item.get_closest_marker("faults") is not None}
+    items.sort(key=lambda item: item.path not in first)  # stable: each module's order stays
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -359,8 +359,9 @@ async def churn_new_pipeline(
 ) -> None:
     """`churn_pipeline` from a fresh input topic to a fresh output topic (of ``partitions``
     partitions each), then the check: every input came out, and with ``exactly_once`` each
-    once; without it some came out twice (at least once can write an input again, the check
-    can fail)."""
+    once. Without it nothing is checked of duplicates: at least once may write an input again,
+    and does only when a kill or a cut lands between an output and its input's commit, which
+    the faults' timing leaves to chance (the summary prints how many there were)."""
     source = await add_topic(admin, partitions, prefix="input")
     sink = await add_topic(admin, partitions, prefix="output")
     churned = await churn_pipeline(
@@ -381,5 +382,3 @@ async def churn_new_pipeline(
     if exactly_once:
         twice = list(churned.duplicates.items())[:5]
         assert not churned.duplicates, f"inputs written twice (seed {seed}): {twice}"
-    else:
-        assert churned.duplicates, f"at least once wrote no input twice (seed {seed})"

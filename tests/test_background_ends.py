@@ -48,7 +48,7 @@ Ending = Callable[[asyncio.Event], Awaitable[None]]
 def break_loop(group: ConsumerGroup, loop: str, ending: Ending, ended: asyncio.Event) -> None:
     """Make the member's ``loop`` (``"liveness"`` or ``"controls"``) end by ``ending`` once
     ``ended`` is set."""
-    part = getattr(group._member, loop)
+    part = getattr(group._member.parts, loop)
 
     async def run() -> None:
         await ending(ended)

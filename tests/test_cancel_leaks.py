@@ -160,9 +160,9 @@ async def test_a_leave_cut_short_by_the_closing_deadline_ends_the_close_normally
     await group.register()
     layout = GroupLayout(group_name, topic)
     await wait_until(
-        lambda: group._member.states.claims.get(PartitionKey(0)) is not None, what="the claim"
+        lambda: group._member.parts.states.claims.get(PartitionKey(0)) is not None, what="the claim"
     )
-    nodes = group._member.membership._rebalancer._nodes
+    nodes = group._member.parts.membership._rebalancer._nodes
     release = nodes.release
 
     async def released(partition: PartitionKey, node_version: int, epoch: int) -> None:

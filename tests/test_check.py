@@ -13,7 +13,8 @@ import pytest
 import pytest_asyncio
 
 from aio_cluster import ConfigurationError, ConsumerGroup
-from aio_cluster.cli.health import (
+from aio_cluster.local import LocalCluster
+from aio_cluster.operator.health import (
     Sample,
     Severity,
     Status,
@@ -22,7 +23,6 @@ from aio_cluster.cli.health import (
     parse_duration,
     verdict,
 )
-from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic, Produce
 from support import closable

@@ -14,8 +14,9 @@ import pytest
 
 from aio_cluster import ConsumerGroup, CoordinationError, CoordinationTimeout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Create, Op, SessionState, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import Create, Op, SessionState, Stat
 
 from conftest import MakeTopic
 from support import member, settled, wait_until
@@ -94,7 +95,7 @@ class QueuedAcrossExpiry:
 
 
 def has_new_session(group: ConsumerGroup, old: int) -> bool:
-    zk = group._member.zk
+    zk = group._member.parts.zk
     return zk.state is SessionState.CONNECTED and zk.session_id not in (None, old)
 
 
@@ -118,22 +119,22 @@ async def test_an_owner_node_made_on_the_next_session_is_given_back(
     options: dict[str, Any] = {"strategy": "range", "claim_timeout": 2.0}
     second = member(cluster, group_name, topic, member_name="b", **options)
     first = member(cluster, group_name, topic, member_name="a", **options)
-    held = Held(second._member.zk, layout, [0], limit=1)
-    monkeypatch.setattr(second._member.zk, "transaction", held)
+    held = Held(second._member.parts.zk, layout, [0], limit=1)
+    monkeypatch.setattr(second._member.parts.zk, "transaction", held)
     # "a" claims nothing until "b"'s create was sent: its claims wait too.
-    waiting = Held(first._member.zk, layout, [0, 1], limit=1_000)
-    monkeypatch.setattr(first._member.zk, "transaction", waiting)
+    waiting = Held(first._member.parts.zk, layout, [0, 1], limit=1_000)
+    monkeypatch.setattr(first._member.parts.zk, "transaction", waiting)
     joins: list[asyncio.Task[None]] = []
     try:
         joins.append(asyncio.create_task(second.register()))
         await wait_until(held.reached.is_set, what="b's claim of partition 0 is held")
-        old = second._member.zk.session_id
-        password = second._member.zk.session_password
+        old = second._member.parts.zk.session_id
+        password = second._member.parts.zk.session_password
         assert old is not None
         assert password is not None
         await cluster.expire_session(old, password)
         await wait_until(lambda: has_new_session(second, old), what="b has a new session")
-        assert second._member.membership._rebalancer._epoch >= 1, "b heard of the loss"
+        assert second._member.parts.membership._rebalancer._epoch >= 1, "b heard of the loss"
 
         joins.append(asyncio.create_task(first.register()))
         # Registered, "a" is given partition 0 by the range strategy, and "b" partition 1.
@@ -171,10 +172,10 @@ async def test_an_owner_node_made_by_a_create_that_timed_out_is_reconciled_on_th
     # The fence made beforehand, as an earlier claim of the partition would have: the queued
     # transaction is then the claim's one (it bumps the fence).
     await zk.ensure_path(layout.fence(0))
-    queued = QueuedAcrossExpiry(second._member.zk, layout, 0)
-    monkeypatch.setattr(second._member.zk, "transaction", queued)
-    waiting = Held(first._member.zk, layout, [0, 1], limit=1_000)
-    monkeypatch.setattr(first._member.zk, "transaction", waiting)
+    queued = QueuedAcrossExpiry(second._member.parts.zk, layout, 0)
+    monkeypatch.setattr(second._member.parts.zk, "transaction", queued)
+    waiting = Held(first._member.parts.zk, layout, [0, 1], limit=1_000)
+    monkeypatch.setattr(first._member.parts.zk, "transaction", waiting)
     joins: list[asyncio.Task[None]] = []
     try:
         joins.append(asyncio.create_task(second.register()))
@@ -182,7 +183,7 @@ async def test_an_owner_node_made_by_a_create_that_timed_out_is_reconciled_on_th
         joins.append(asyncio.create_task(first.register()))
         # Registered, "a" is given partition 0 by the range strategy, and "b" partition 1.
         await wait_until(lambda: registered(zk, layout, "a"), what="a registered")
-        old, password = queued.session, second._member.zk.session_password
+        old, password = queued.session, second._member.parts.zk.session_password
         assert old is not None
         assert password is not None
         await cluster.expire_session(old, password)

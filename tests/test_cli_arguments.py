@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
 from aio_cluster import ConfigurationError, Strategy, ZooKeeperSecurity
-from aio_cluster.cli.arguments import (
+from aio_cluster.cli.arguments import parse, resolve
+from aio_cluster.cli.flags import COMMANDS, Command
+from aio_cluster.cli.options import (
     CheckOptions,
     ConsumeOptions,
     DescribeOptions,
     ListOptions,
+    PauseOptions,
     ResetOptions,
-    parse,
-    resolve,
+    SkipOptions,
 )
-from aio_cluster.cli.health import Thresholds
-from aio_cluster.cli.plans import ShiftBy, ToOffset
 from aio_cluster.local.cli import LocalOptions, add_local_arguments, local_options
+from aio_cluster.operator.health import Thresholds
+from aio_cluster.operator.plans import ShiftBy, ToOffset
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +76,24 @@ def test_each_subcommand_has_its_typed_options() -> None:
     assert resolve(parse(["consume", "g", "t", "--strategy", "range"])).options == (
         ConsumeOptions("g", "t", False, Strategy.RANGE, "read_uncommitted")
     )
+    resume = resolve(
+        parse(
+            ["resume", "g", "--topic", "t", "--topic", "t", "--partition", "3", "--partition", "1"]
+        )
+    ).options
+    assert isinstance(resume, PauseOptions)
+    assert (resume.action, resume.topics, resume.partitions) == ("resume", ("t",), (1, 3))
+    skip = resolve(parse(["skip", "g", "--topic", "t", "--partition", "2", "--execute"])).options
+    assert isinstance(skip, SkipOptions)
+    assert skip == SkipOptions("g", "t", 2, None, execute=True, json=False, by=skip.by)
+    assert "@" in skip.by
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: command.name)
+def test_each_subcommand_takes_the_fields_of_its_options(command: Command) -> None:
+    """The table names each field of a subcommand's options once, in their order."""
+    fields = [field.name for field in dataclasses.fields(command.options)]
+    assert [flag.field for flag in command.takes] == fields
 
 
 @pytest.mark.parametrize(

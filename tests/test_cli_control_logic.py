@@ -8,10 +8,10 @@ import re
 import pytest
 
 from aio_cluster import ConfigurationError, ControlConflictError, SkipRefusedError
-from aio_cluster.cli.controls import plan_skip, select_keys
-from aio_cluster.cli.health import Sample, Severity, Status, Thresholds, judge
-from aio_cluster.cli.plans import lag_rows
 from aio_cluster.control.model import Controls, Pause, Skip, Stopped
+from aio_cluster.operator.controls import plan_skip, select_keys
+from aio_cluster.operator.health import Sample, Severity, Status, Thresholds, judge
+from aio_cluster.operator.plans import lag_rows
 
 PAUSE = Pause("t", 1, "ops@host", 1_780_000_000.0)
 STOP = Stopped("t", 1, "m1", 42, "ValueError: bad record", 1_780_000_000.0)

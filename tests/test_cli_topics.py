@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 
 from aio_cluster import ConsumerGroup
-from aio_cluster.cli.survey import RESET_FENCE_DATA
 from aio_cluster.local import LocalCluster
+from aio_cluster.operator.survey import RESET_FENCE_DATA
 from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 

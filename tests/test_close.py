@@ -12,8 +12,9 @@ import pytest
 
 from aio_cluster import ConsumerGroup, GroupClosedError, GroupState, RebalanceListener
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import SessionState
 
 from conftest import MakeTopic
 from support import owners, settled, wait_until
@@ -133,7 +134,9 @@ async def test_close_is_bounded_by_close_timeout_with_a_listener_that_hangs(
         await group.close()
     assert listener.revoked == [[0, 1]]
     assert group.state is GroupState.CLOSED
-    assert group._member.zk.state is SessionState.CLOSED, "the clients were closed within the bound"
+    assert group._member.parts.zk.state is SessionState.CLOSED, (
+        "the clients were closed within the bound"
+    )
     async with member(cluster, group_name, topic) as successor:
         await wait_until(lambda: successor.claimed == [0, 1], what="the session's claims went")
 

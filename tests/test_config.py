@@ -20,7 +20,7 @@ from aio_cluster import (
     ZooKeeperSecurity,
 )
 from aio_cluster.config import Options, ProcessOptions, Settings
-from aio_cluster.member.member import milliseconds
+from aio_cluster.member.assembly import milliseconds
 
 SERVERS = ("g", "127.0.0.1:9092", "127.0.0.1:2181", "t")
 
@@ -136,7 +136,7 @@ async def test_the_group_takes_either_spelling() -> None:
         *SERVERS, timing=Timing(session_timeout=30.0), zookeeper_security=ZooKeeperSecurity()
     )
     try:
-        assert by_keyword._member.settings == by_object._member.settings
+        assert by_keyword._member.parts.settings == by_object._member.parts.settings
     finally:
         await by_keyword.close()
         await by_object.close()
@@ -144,7 +144,7 @@ async def test_the_group_takes_either_spelling() -> None:
         old = ConsumerGroup(*SERVERS, max_wait_ms=20)
     await old.close()
     assert warned[0].filename == __file__, "the warning points at the ConsumerGroup call"
-    assert old._member.settings.fetching.max_wait == 0.02
+    assert old._member.parts.settings.fetching.max_wait == 0.02
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "5", True])

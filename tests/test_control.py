@@ -88,7 +88,9 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
         # The moving partition's body runs: the handover starts but revoked must wait for it.
         joining = asyncio.create_task(second.register())
         try:
-            await wait_until(lambda: moving in first._member.states.withheld, what="handover began")
+            await wait_until(
+                lambda: moving in first._member.parts.states.withheld, what="handover began"
+            )
             assert heard.calls == [("assigned", [0, 1])], "revoked waits for the running body"
             ending = asyncio.ensure_future(anext(batches))
             await joining
@@ -118,10 +120,10 @@ async def test_listener_hears_a_lost_session_and_commit_is_refused(
     heard = Recorder()
     async with member(cluster, group_name, topic, listener=heard, session_timeout=4.0) as group:
         heard.group = group
-        old = group._member.zk.session_id
+        old = group._member.parts.zk.session_id
         assert old is not None
-        assert group._member.zk.session_password is not None
-        await cluster.expire_session(old, group._member.zk.session_password)
+        assert group._member.parts.zk.session_password is not None
+        await cluster.expire_session(old, group._member.parts.zk.session_password)
         await wait_until(lambda: ("lost", [0, 1]) in heard.calls, what="lost heard")
         assert isinstance(heard.lost_commit, NotOwnedError)
         await wait_until(lambda: group.claimed == [0, 1], what="claims back")
@@ -385,11 +387,13 @@ async def test_after_an_expiry_a_pause_holds_and_uncommitted_batches_come_again(
         batches = closable(group.batches())
         first = [(p, record.offset) for p, record in await take(batches, sent[1])]
         assert {p for p, _o in first} == {1}
-        old = group._member.zk.session_id
+        old = group._member.parts.zk.session_id
         assert old is not None
-        assert group._member.zk.session_password is not None
-        await cluster.expire_session(old, group._member.zk.session_password)
-        await wait_until(lambda: group._member.zk.session_id not in (None, old), what="new session")
+        assert group._member.parts.zk.session_password is not None
+        await cluster.expire_session(old, group._member.parts.zk.session_password)
+        await wait_until(
+            lambda: group._member.parts.zk.session_id not in (None, old), what="new session"
+        )
         await wait_until(lambda: group.claimed == [0, 1], what="claims back")
         assert group.paused() == [0], "the pause survives the expiry"
         again = [(p, record.offset) for p, record in await take(batches, sent[1])]

@@ -68,13 +68,14 @@ async def test_a_pause_holds_when_its_owner_loses_its_session(
         await _stored_at(zk, layout, held_from)
 
         owner = next(g for g in groups if PAUSED in g.claimed)
-        old = owner._member.zk.session_id
-        password = owner._member.zk.session_password
+        old = owner._member.parts.zk.session_id
+        password = owner._member.parts.zk.session_password
         assert old is not None
         assert password is not None
         await cluster.expire_session(old, password)
         await wait_until(
-            lambda: owner._member.zk.session_id not in (None, old), what="the owner's new session"
+            lambda: owner._member.parts.zk.session_id not in (None, old),
+            what="the owner's new session",
         )
 
         async def all_claimed() -> bool:
@@ -197,11 +198,11 @@ async def test_a_resume_written_after_the_session_expired_is_read_by_the_next_se
     async with load(producer, topic), consuming(group, seen, "async for"):
         await wait_until(lambda: seen.of(1, since=0) > 0, what="partition 1 flowing")
         assert seen.of(0, since=0) == 0
-        old = group._member.zk.session_id
-        password = group._member.zk.session_password
+        old = group._member.parts.zk.session_id
+        password = group._member.parts.zk.session_password
         assert old is not None
         assert password is not None
         await cluster.expire_session(old, password)
         assert [p.partition for p in await store.resume([(topic, 0)], "test@host")] == [0]
         await wait_until(lambda: seen.of(0, since=0) > 0, what="partition 0 read once resumed")
-        assert group._member.zk.session_id not in (None, old)
+        assert group._member.parts.zk.session_id not in (None, old)

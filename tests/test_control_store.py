@@ -11,8 +11,9 @@ from aio_cluster import ConfigurationError, ControlConflictError, SkipRefusedErr
 from aio_cluster.control.model import Stopped
 from aio_cluster.control.store import HISTORY_KEPT, ControlStore
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Op, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, history_path
+from aio_cluster.zookeeper.values import Op, Stat
 
 pytestmark = pytest.mark.asyncio
 

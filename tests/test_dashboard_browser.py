@@ -152,7 +152,7 @@ async def a_stored_offset(cluster: LocalCluster) -> tuple[str, str]:
     return topic, group
 
 
-@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
+@pytest.mark.faults  # it stops the servers of its own cluster, as test_faults.py does
 async def test_the_page_says_zookeeper_is_down_and_recovers(
     restartable: LocalCluster, browser_page: Page
 ) -> None:
@@ -171,7 +171,7 @@ async def test_the_page_says_zookeeper_is_down_and_recovers(
         await page.screenshot(path=artifacts("zookeeper") / "recovered.png", full_page=True)
 
 
-@pytest.mark.serial  # it stops the servers of its own cluster, as test_faults.py does
+@pytest.mark.faults  # it stops the servers of its own cluster, as test_faults.py does
 async def test_the_page_says_kafka_is_down_and_recovers(
     restartable: LocalCluster, browser_page: Page
 ) -> None:

@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from aio_cluster.cli.plans import LagRow
 from aio_cluster.control.model import ControlEvent, Pause, Skip, Stopped
 from aio_cluster.dashboard.controls import ControlPlan, Request, parse_request, refusal
 from aio_cluster.dashboard.history import GroupHistory
@@ -19,6 +18,7 @@ from aio_cluster.errors import (
     ControlConflictError,
     SkipRefusedError,
 )
+from aio_cluster.operator.plans import LagRow
 
 PAUSE = Pause("t", 0, "alice@ops", 1_700_000_000.0)
 STOPPED = Stopped("t", 1, "g-box-1-2-3", 41, "ValueError: <bad> record", 1_700_000_001.0)

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from aio_cluster.cli.arguments import TOKEN_VAR, DashboardOptions, parse, resolve
-from aio_cluster.cli.health import Severity, Status
-from aio_cluster.cli.plans import LagRow, ShiftBy, ToEarliest, ToOffset, ToTime
+from aio_cluster.cli.arguments import parse, resolve
+from aio_cluster.cli.options import DashboardOptions
 from aio_cluster.dashboard.charts import lag_chart, timeline
 from aio_cluster.dashboard.history import GroupHistory, Span
 from aio_cluster.dashboard.pages import group_fragments, status
 from aio_cluster.dashboard.resets import reset_target
 from aio_cluster.dashboard.views import NO_OWNER, Filters, aggregate, member_rows, partition_page
 from aio_cluster.errors import ConfigurationError
+from aio_cluster.operator.environment import TOKEN_VAR
+from aio_cluster.operator.health import Severity, Status
+from aio_cluster.operator.plans import LagRow, ShiftBy, ToEarliest, ToOffset, ToTime
 from aio_cluster.zookeeper.layout import Registration
 
 

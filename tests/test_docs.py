@@ -130,6 +130,16 @@ def test_each_python_snippet_runs_up_to_its_event_loop(source: str, where: str) 
     exec(compile(module, where, "exec"), {"__name__": "snippet"})
 
 
+def test_the_front_page_links_every_page() -> None:
+    """``docs/index.md`` is where a reader of the site starts: it links every other page of
+    ``docs/``, so that a page added is a page found."""
+    front = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)(?:#[\w-]*)?\)", front))
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    missing = sorted(pages - linked)
+    assert not missing, f"docs/index.md links none of {missing}"
+
+
 def _snippet_with(text: str) -> str:
     matching = [source for source, *_ in (param.values for param in SNIPPETS) if text in source]
     assert matching, f"no snippet contains {text!r}"

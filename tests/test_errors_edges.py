@@ -30,7 +30,8 @@ from aio_cluster import (
 )
 from aio_cluster.kafka import options as kafka_options
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.values import SessionState
 
 from support import wait_until
 

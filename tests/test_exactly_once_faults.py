@@ -132,7 +132,7 @@ async def test_refused_outputs_a_restart_and_a_close_mid_commit(
             await cluster.start_kafka()
             await send(total // 2, total // 2)
             await outputs.wait_for(good // 2, timeout=120, what="output after the restart")
-            transactions = first._member.transactions
+            transactions = first._member.parts.transactions
             assert transactions is not None
 
             def committing() -> bool:

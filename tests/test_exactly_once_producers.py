@@ -52,7 +52,7 @@ def producing(members: list[ConsumerGroup[int]], count: int) -> bool:
 
 
 def producers(group: ConsumerGroup[int]) -> int:
-    transactions = group._member.transactions
+    transactions = group._member.parts.transactions
     assert transactions is not None
     return transactions.producers
 
@@ -72,7 +72,7 @@ async def test_a_stop_cut_short_is_finished_at_the_close(
     before = running()
     async with member(cluster, group_name, source, exactly_once=True) as group:
         await wait_until(lambda: producers(group) == 6, what="six producers")
-        transactions = group._member.transactions
+        transactions = group._member.parts.transactions
         assert transactions is not None
         stopping = asyncio.create_task(transactions.stop())
         await asyncio.sleep(0)  # the stops begin

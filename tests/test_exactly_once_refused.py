@@ -243,7 +243,7 @@ async def test_a_commit_cancelled_in_flight_leaves_no_transaction_open(
         handled.add(record.offset)
 
     async with member(cluster, group_name, source, exactly_once=True) as group:
-        transactions = group._member.transactions
+        transactions = group._member.parts.transactions
         assert transactions is not None
         processing = asyncio.create_task(
             group.process_transactional(handler, commit_interval=3600, concurrency=50)
@@ -255,7 +255,7 @@ async def test_a_commit_cancelled_in_flight_leaves_no_transaction_open(
 
         await wait_until(all_handled, what="every record handled")
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(transactions.commit, list(group._member.states.claims))
+            tasks.start_soon(transactions.commit, list(group._member.parts.states.claims))
 
             async def sending() -> bool:
                 return (await stable_end(cluster, sink))[1] > 0

@@ -70,8 +70,9 @@ def test_every_error_the_package_defines_is_in_the_documented_tree() -> None:
 
 PACKAGE = Path(aio_cluster.__file__).parent
 
-# Which of the package's parts each part may import: nothing low imports anything high, and the
-# two server packages never import each other.
+# Which of the package's parts each part may import: nothing low imports anything high, the two
+# server packages never import each other, and neither do the two front ends (the command line and
+# the dashboard) that stand on the operator's tools: ``__main__`` above them joins them.
 LAYERS: dict[str, set[str]] = {
     "net": {"errors", "net"},
     "assign": {"errors", "assign"},
@@ -88,11 +89,19 @@ LAYERS: dict[str, set[str]] = {
     "local": {"errors", "net", "zookeeper", "kafka", "local"},
     "testing": {"errors", "local"},
     "metrics": {"errors", "group", "member"},
-    # Beside the command at the top: it reads what the command reads (cli's looks, survey,
-    # health and plans); only the command's ``dashboard`` subcommand imports it, lazily.
+    # The operator's tools (looks, plans, health rules, control writes) on one member's layer.
+    "operator": {
+        *("errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "control"),
+        *("member", "operator"),
+    },
+    # The two front ends, side by side on the operator's tools.
+    "cli": {
+        *("errors", "net", "assign", "zookeeper", "kafka", "config", "otel", "control"),
+        *("member", "operator", "group", "local", "cli"),
+    },
     "dashboard": {
-        *("errors", "net", "assign", "zookeeper", "kafka", "config", "member", "cli"),
-        *("control", "dashboard"),
+        *("errors", "net", "assign", "zookeeper", "kafka", "config", "control", "member"),
+        *("operator", "dashboard"),
     },
     "errors": set(),
     "concurrency": set(),
@@ -120,11 +129,17 @@ PURE = [
     "assign/racks.py",
     "kafka/placement.py",
     "zookeeper/layout.py",
+    "zookeeper/values.py",
     "control/model.py",
-    "cli/plans.py",
-    "cli/health.py",
+    "member/delivery/announcements.py",
+    "operator/controls.py",
+    "operator/health.py",
+    "operator/plans.py",
     "member/delivery/claims.py",
+    "member/delivery/commits.py",
+    "member/delivery/feed.py",
     "member/delivery/partitions.py",
+    "kafka/budget.py",
     "kafka/topics.py",
     "member/protocol/keyed_layout.py",
     "member/naming.py",
@@ -189,11 +204,23 @@ def _part(name: str) -> str | None:
 def test_no_module_imports_above_its_layer(path: Path) -> None:
     part = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
     allowed = LAYERS.get(part)
-    if allowed is None:  # the top: __init__, __main__, cli
+    if allowed is None:  # the top: __init__, __main__
         return
     reached = {p for name in _imports(path) if (p := _part(name)) is not None and p in LAYERS}
-    reached |= {p for name in _imports(path) if (p := _part(name)) in ("cli", "__main__")}
+    reached |= {"__main__" for name in _imports(path) if _part(name) == "__main__"}
     assert reached <= allowed, f"{path.name} imports {sorted(reached - allowed)}"
+
+
+def test_layers_run_one_way() -> None:
+    """The parts' table is an order: no two parts may import each other, through others
+    neither; the command line and the dashboard stand side by side, neither reaching the other."""
+    graph = {part: allowed - {part} for part, allowed in LAYERS.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        pytest.fail(f"parts that may reach each other: {' -> '.join(reversed(exc.args[1]))}")
+    assert "dashboard" not in LAYERS["cli"]
+    assert "cli" not in LAYERS["dashboard"]
 
 
 def _member_part(name: str) -> str | None:

@@ -12,7 +12,8 @@ import pytest_asyncio
 
 from aio_cluster import ConfigurationError, CoordinationError
 from aio_cluster.local import FaultProxy, LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.values import SessionState
 
 from support import wait_until
 

@@ -12,7 +12,8 @@ import pytest_asyncio
 
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.values import SessionState
 
 from support import (
     Pairs,
@@ -25,9 +26,9 @@ from support import (
     wait_until,
 )
 
-# serial: a ZooKeeper restart must end within the member's session, which four workers beside it
-# can stretch past; the server restarts are theirs alone once they run after the others.
-pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
+# faults: servers of its own are stopped and restarted, the longest waits of the suite; a
+# parallel run starts the module first.
+pytestmark = [pytest.mark.asyncio, pytest.mark.faults]
 
 Send = Callable[[int, int], Awaitable[None]]
 
@@ -63,15 +64,17 @@ async def test_zookeeper_restart_within_the_session_keeps_claims(
     ) as group:
         batches = closable(group.batches())
         await consume(batches, seen, 20)
-        session = group._member.zk.session_id
+        session = group._member.parts.zk.session_id
         await cluster.stop_zookeeper()
-        await wait_until(lambda: group._member.zk.state is SessionState.SUSPENDED, what="suspended")
+        await wait_until(
+            lambda: group._member.parts.zk.state is SessionState.SUSPENDED, what="suspended"
+        )
         await send(20, 20)
         await cluster.start_zookeeper()
         await wait_until(
-            lambda: group._member.zk.state is SessionState.CONNECTED, what="reconnected"
+            lambda: group._member.parts.zk.state is SessionState.CONNECTED, what="reconnected"
         )
-        assert group._member.zk.session_id == session, "the session outlived the restart"
+        assert group._member.parts.zk.session_id == session, "the session outlived the restart"
         assert group.claimed == [0, 1]
         await consume(batches, seen, 40)
         await batches.aclose()

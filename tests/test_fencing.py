@@ -20,12 +20,13 @@ import anyio.lowlevel
 import pytest
 
 from aio_cluster import ConsumerGroup, CoordinationTimeout, NotOwnedError
-from aio_cluster.cli import main as cli
-from aio_cluster.cli import survey
+from aio_cluster import __main__ as command_line
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Delete, NoNodeError, Op, Stat, ZooKeeper
+from aio_cluster.operator import survey
+from aio_cluster.zookeeper.client import NoNodeError, ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import Delete, Op, Stat
 
 from conftest import MakeTopic, Produce
 from support import closable, create_topic, settled, wait_until
@@ -77,7 +78,7 @@ async def test_a_replaced_owner_node_refuses_the_commit_and_survives_the_leave(
 
 
 def claimed_anew(group: ConsumerGroup, partition: int) -> bool:
-    claim = group._member.membership.claims.get(PartitionKey(partition))
+    claim = group._member.parts.membership.claims.get(PartitionKey(partition))
     return claim is not None and not claim.fenced
 
 
@@ -115,7 +116,7 @@ async def test_a_stray_owner_node_of_the_members_session_is_reconciled(
     async with releasing as (failing, second):
         for path in failing.failed:
             _data, stat = await zk.get(path)
-            assert stat.ephemeral_owner == second._member.zk.session_id
+            assert stat.ephemeral_owner == second._member.parts.zk.session_id
 
 
 @contextlib.asynccontextmanager
@@ -134,8 +135,8 @@ async def a_release_failing(
     # A long claim_timeout: the newcomer could not get the stray's partition by waiting it out.
     async with member(cluster, group_name, topic, claim_timeout=120.0) as first:
         assert first.claimed == [0, 1, 2, 3]
-        failing = failure(first._member.zk, layout)
-        monkeypatch.setattr(first._member.zk, "transaction", failing)
+        failing = failure(first._member.parts.zk, layout)
+        monkeypatch.setattr(first._member.parts.zk, "transaction", failing)
         async with member(cluster, group_name, topic, claim_timeout=120.0) as second:
             await wait_until(lambda: settled(zk, [first, second]), what="the group settled")
             assert failing.failed, "a release failed"
@@ -186,7 +187,7 @@ async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_
         claim_timeout=claim_timeout,
     )
     restarted = asyncio.Event()
-    ensure_path = group._member.zk.ensure_path
+    ensure_path = group._member.parts.zk.ensure_path
 
     async def restart() -> None:
         await cluster.start_zookeeper()
@@ -200,7 +201,7 @@ async def test_a_zookeeper_restart_during_a_join_settles_within_twice_the_claim_
         await ensure_path(path, shared=shared)
 
     tasks: list[asyncio.Task[None]] = []
-    monkeypatch.setattr(group._member.zk, "ensure_path", stop_zookeeper_then_ensure_path)
+    monkeypatch.setattr(group._member.parts.zk, "ensure_path", stop_zookeeper_then_ensure_path)
     join = asyncio.create_task(group.register())
     try:
         await wait_until(restarted.is_set, timeout=120, what="ZooKeeper restarted")
@@ -263,12 +264,12 @@ async def test_a_reset_wins_over_a_member_that_claims_between_plan_and_execute(
         cluster.zookeeper,
     ]
     levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
-    command = asyncio.ensure_future(asyncio.to_thread(cli.main, argv))
+    command = asyncio.ensure_future(asyncio.to_thread(command_line.main, argv))
     try:
         await asyncio.to_thread(planned.wait, 60)
         async with member(cluster, group_name, topic) as group:
             assert group.claimed == [0]
-            assert group._member.membership.claims[PartitionKey(0)].stored == 3, (
+            assert group._member.parts.membership.claims[PartitionKey(0)].stored == 3, (
                 "the member read the old offset"
             )
             claimed.set()
@@ -323,7 +324,7 @@ async def test_a_reset_plans_again_when_an_offset_changes_before_the_write(
     ]
     levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
     try:
-        assert await asyncio.to_thread(cli.main, argv) == 0
+        assert await asyncio.to_thread(command_line.main, argv) == 0
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
@@ -345,7 +346,7 @@ async def test_a_claim_reads_and_watches_the_node_in_its_way_in_one_request(
     layout = GroupLayout(group_name, topic)
     await zk.create(layout.owner(0), b"leaving", ephemeral=True, makepath=True)
     group = member(cluster, group_name, topic, claim_timeout=60.0)
-    client = group._member.zk
+    client = group._member.parts.zk
     reads: Counter[str] = Counter()
     for name in ("get", "exists"):
         original = getattr(client, name)
@@ -390,7 +391,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
     layout = GroupLayout(group_name, topic)
     options: dict[str, Any] = {"strategy": "range", "claim_timeout": 1.0}
     first = member(cluster, group_name, topic, member_name="a", **options)
-    read = first._member.offsets.stored
+    read = first._member.parts.offsets.stored
     failures = 0
 
     async def failing_for_one(partition: PartitionKey) -> int | None:
@@ -400,7 +401,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
             raise CoordinationTimeout("injected: the offset read did not return")
         return await read(partition)
 
-    monkeypatch.setattr(first._member.offsets, "stored", failing_for_one)
+    monkeypatch.setattr(first._member.parts.offsets, "stored", failing_for_one)
     async with first:
         await wait_until(lambda: failures >= 2, what="the claim of partition 1 failed twice")
         assert first.claimed == [0]
@@ -408,7 +409,7 @@ async def test_a_claim_whose_offset_read_fails_gives_its_node_back(
         async with member(cluster, group_name, topic, member_name="b", **options) as second:
             await wait_until(lambda: second.claimed == [1], what="the newcomer owns partition 1")
             _data, stat = await zk.get(layout.owner(1))
-            assert stat.ephemeral_owner == second._member.zk.session_id
+            assert stat.ephemeral_owner == second._member.parts.zk.session_id
             assert first.claimed == [0]
 
 
@@ -423,9 +424,9 @@ async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read
     session was recorded, since its epoch was checked before the read)."""
     topic = await make_topic(2)
     first = member(cluster, group_name, topic, claim_timeout=1.0)
-    membership = first._member.membership
-    read = first._member.offsets.stored
-    record = first._member.states.claimed
+    membership = first._member.parts.membership
+    read = first._member.parts.offsets.stored
+    record = first._member.parts.states.claimed
     rebalances = 0
     lost_in: int | None = None
     recorded: list[tuple[int, int]] = []
@@ -452,8 +453,8 @@ async def test_a_claim_is_not_recorded_for_a_session_lost_during_its_offset_read
         record(claim)
 
     monkeypatch.setattr(rebalancer, "_rebalance", counted)
-    monkeypatch.setattr(first._member.offsets, "stored", losing_during_the_read)
-    monkeypatch.setattr(first._member.states, "claimed", recording)
+    monkeypatch.setattr(first._member.parts.offsets, "stored", losing_during_the_read)
+    monkeypatch.setattr(first._member.parts.states, "claimed", recording)
     async with first:
         await wait_until(lambda: first.claimed == [0, 1], what="claimed afresh")
     assert lost_in is not None

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiokafka.client import AIOKafkaClient
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.fetch import FetchRequest
 
@@ -480,3 +480,96 @@ async def test_an_opening_request_cancelled_in_flight_leaves_no_session_on_the_b
     finally:
         await stop(fetcher)
     assert await held(cluster, witness.made) == dict.fromkeys(witness.made, False)
+
+
+class Connections:
+    """Every aiokafka connection opened from now on (closed ones included)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[AIOKafkaConnection] = []
+        init = AIOKafkaConnection.__init__
+
+        def made(connection: AIOKafkaConnection, *args: Any, **options: Any) -> None:
+            init(connection, *args, **options)
+            self.made.append(connection)
+
+        monkeypatch.setattr(AIOKafkaConnection, "__init__", made)
+
+    def open(self) -> list[AIOKafkaConnection]:
+        return [connection for connection in self.made if connection.connected()]
+
+
+async def idle_in_a_long_poll(fetcher: Fetcher, topic: str, ends: Counter[int]) -> FetchSession:
+    """Fetch every partition of ``topic`` from its end until the session is open and a fetch
+    of it waits at the broker; the session."""
+    await fetcher.partitions(topic)
+    fetcher.assign({PartitionKey(p): ends[p] for p in range(len(ends))})
+    sessions = sessions_of(fetcher)
+    while not sessions._sessions or any(
+        s.stage is not Stage.OPEN for s in sessions._sessions.values()
+    ):
+        await fetcher.fetch(list(fetcher.assigned), 100)
+    await wait_until(lambda: bool(sessions._sends), what="a fetch of the session out")
+    (session,) = sessions._sessions.values()
+    return session
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_fetcher_stopped_in_a_long_poll_closes_its_session_and_leaves_nothing_running(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close rides the second connection, past the fetch waiting on the first: the broker
+    holds the session no more, and once it answered the waiting fetch (nowhere now) it holds
+    none either; no connection stays open, no task of the fetcher runs."""
+    topic = await make_topic(partitions=2)
+    ends = await produce(topic, 20)
+    connections = Connections(monkeypatch)
+    before = asyncio.all_tasks()
+    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_wait_ms=1500)
+    await fetcher.start()
+    try:
+        session = await idle_in_a_long_poll(fetcher, topic, ends)
+        opened = session.session_id
+        assert await held(cluster, [opened]) == {opened: True}
+    finally:
+        await fetcher.stop()
+    assert await held(cluster, [opened]) == {opened: False}
+    assert connections.open() == [], "every connection closed"
+    await wait_until(lambda: asyncio.all_tasks() <= before, what="the fetcher's tasks ended")
+    await asyncio.sleep(1.5)  # the broker answers the waiting fetch within its max_wait
+    assert await held(cluster, [opened]) == {opened: False}, "its late answer made none again"
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_close_cut_short_while_opening_the_second_connection_leaves_it_closed(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second connection closed meanwhile (as aiokafka closes one idle for
+    ``connections_max_idle_ms``), and the broker slow to greet it anew: the close's bound cuts
+    the opening short, the session is left to the broker to evict, and the connection is
+    closed all the same."""
+    topic = await make_topic(partitions=1)
+    ends = await produce(topic, 5)
+    connections = Connections(monkeypatch)
+    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_wait_ms=1500)
+    await fetcher.start()
+    try:
+        await idle_in_a_long_poll(fetcher, topic, ends)
+        conns = fetcher._consumer._client._conns
+        for node, group in list(conns):
+            if group is ConnectionGroup.COORDINATION:
+                await conns.pop((node, group)).close()
+        greeted = AIOKafkaConnection._do_version_lookup
+
+        async def slow(connection: AIOKafkaConnection) -> None:
+            await asyncio.sleep(3600)  # every connection opened from now on: the second one
+            await greeted(connection)
+
+        monkeypatch.setattr(AIOKafkaConnection, "_do_version_lookup", slow)
+        count = len(connections.made)
+    finally:
+        await fetcher.stop()
+    assert len(connections.made) == count + 1, "the close opened the second connection"
+    assert connections.open() == [], "every connection closed, the one cut short included"

@@ -32,7 +32,7 @@ RECORDS = 2_000
 
 def inner_fetcher(group: ConsumerGroup) -> Any:
     """aiokafka's fetcher under ``group``'s member now."""
-    return group._member.fetcher._consumer._fetcher
+    return group._member.parts.fetcher._consumer._fetcher
 
 
 def break_once(group: ConsumerGroup) -> None:
@@ -49,7 +49,7 @@ def break_once(group: ConsumerGroup) -> None:
 def break_metadata(group: ConsumerGroup) -> None:
     """Make the compact metadata's update fail once, at the next refresh of aiokafka's client,
     which runs it in the client's background refresh: that ends, for good."""
-    client = group._member.fetcher._consumer._client
+    client = group._member.parts.fetcher._consumer._client
     original = seams.replace_tables
     broke: list[bool] = []
 
@@ -99,7 +99,7 @@ async def consume_through_a_death(
         consuming = asyncio.ensure_future(consume(seen))
         try:
             await wait_until(lambda: sum(seen.values()) >= RECORDS, what="the first records")
-            fetcher = group._member.fetcher
+            fetcher = group._member.parts.fetcher
             dead = inner_fetcher(group).error_future
             if kill is break_metadata:
                 dead = fetcher._consumer._client._sync_task
@@ -167,7 +167,7 @@ async def test_without_the_task_to_watch_a_fetch_that_stops_is_found_by_its_lag(
         seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_once)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
-    assert Seam.FETCH_TASK in group._member.fetcher._seams.off
+    assert Seam.FETCH_TASK in group._member.parts.fetcher._seams.off
     assert any("partition(s) had more" in r.getMessage() for r in caplog.records)
 
 
@@ -185,11 +185,11 @@ async def test_an_end_through_a_hook_of_ours_switches_the_hooks_off(
 
         monkeypatch.setattr(FetchSessions, "wrap", broken)
 
-    assert group._member.fetcher._sessions is None  # not started yet
+    assert group._member.parts.fetcher._sessions is None  # not started yet
     seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_sessions)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
-    assert group._member.fetcher._sessions is None, "fetch sessions stayed on"
+    assert group._member.parts.fetcher._sessions is None, "fetch sessions stayed on"
 
 
 @pytest.mark.seams
@@ -204,7 +204,7 @@ async def test_a_metadata_refresh_that_dies_is_started_again_without_our_tables(
     seen = await consume_through_a_death(cluster, topic, group, iterating(group), break_metadata)
     assert set(seen) == keys(0, 2 * RECORDS), "a record was lost"
     assert set(seen.values()) == {1}, "a record came twice"
-    assert Seam.COMPACT_METADATA in group._member.fetcher._seams.off
+    assert Seam.COMPACT_METADATA in group._member.parts.fetcher._seams.off
 
 
 @pytest.mark.seams

@@ -296,13 +296,14 @@ async def test_session_expiry_drops_claims_then_rejoins(
     topic = await make_topic(2)
     await produce(topic, 10)
     async with member(cluster, group_name, topic, session_timeout=4.0) as group:
-        old_session = group._member.zk.session_id
+        old_session = group._member.parts.zk.session_id
         assert old_session is not None
-        assert group._member.zk.session_password is not None
-        await cluster.expire_session(old_session, group._member.zk.session_password)
+        assert group._member.parts.zk.session_password is not None
+        await cluster.expire_session(old_session, group._member.parts.zk.session_password)
         await wait_until(
             lambda: (
-                group._member.zk.session_id not in (None, old_session) and group.claimed == [0, 1]
+                group._member.parts.zk.session_id not in (None, old_session)
+                and group.claimed == [0, 1]
             ),
             what="a new session with the claims back",
         )
@@ -347,7 +348,8 @@ async def test_handover_waits_for_the_batch_being_processed(
         tasks: list[asyncio.Future[Any]] = [joining]
         try:
             await wait_until(
-                lambda: moving in first._member.states.withheld, what="first starts to hand over"
+                lambda: moving in first._member.parts.states.withheld,
+                what="first starts to hand over",
             )
             # A second in which a wrong handover would happen: the join must not finish.
             with pytest.raises(asyncio.TimeoutError):

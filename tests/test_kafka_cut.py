@@ -37,7 +37,7 @@ from support import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.serial]
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.faults]
 
 PARTITIONS = 4
 FETCH_TIMEOUT = 5.0

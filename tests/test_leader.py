@@ -88,7 +88,10 @@ async def test_one_leader_after_the_oldest_session_expires(
     async with joined(oldest, middle, youngest):
         ids = [oldest.id, middle.id, youngest.id]
         await wait_until(lambda: settled_on(zk, layout, ids), what="three settle")
-        session, password = oldest._member.zk.session_id, oldest._member.zk.session_password
+        session, password = (
+            oldest._member.parts.zk.session_id,
+            oldest._member.parts.zk.session_password,
+        )
         assert session is not None
         assert password is not None
         await cluster.expire_session(session, password)
@@ -97,7 +100,7 @@ async def test_one_leader_after_the_oldest_session_expires(
         await wait_until(
             lambda: settled_on(zk, layout, back), timeout=60, what="the group settles again"
         )
-        assert oldest._member.zk.session_id != session
+        assert oldest._member.parts.zk.session_id != session
         await assert_still(zk, layout)
         assert sorted(len(group.claimed) for group in (oldest, middle, youngest)) == [4, 4, 4]
 
@@ -158,7 +161,7 @@ async def test_a_lost_target_moves_nothing(
         assert found is not None
         before, version = found
         claims = await claim_versions(zk, layout)
-        rebalances = [group._member.membership.rebalances for group in groups]
+        rebalances = [group._member.parts.membership.rebalances for group in groups]
         if loss == "deleted":
             await zk.delete(layout.assignment)
         else:
@@ -176,7 +179,7 @@ async def test_a_lost_target_moves_nothing(
         # that released what it owned on a lost target did so then.
         await wait_until(
             lambda: all(
-                group._member.membership.rebalances > count
+                group._member.parts.membership.rebalances > count
                 for group, count in zip(groups, rebalances, strict=True)
             ),
             what="every member rebalanced",
@@ -189,7 +192,7 @@ async def test_a_lost_target_moves_nothing(
         assert sorted(len(group.claimed) for group in groups) == [4, 4, 4]
 
 
-@pytest.mark.serial  # timed: alone, and it dumps the tasks should the join time out
+@pytest.mark.faults  # a stuck leader waited out; it dumps the tasks should the join time out
 async def test_a_stuck_leader_does_not_freeze_a_join(
     cluster: LocalCluster,
     zk: ZooKeeper,
@@ -247,7 +250,7 @@ async def test_an_unknown_topic_answer_during_a_join_releases_nothing(
         async def unknown() -> list[int]:
             raise ConfigurationError(f"topic {topic!r} does not exist in Kafka (injected)")
 
-        monkeypatch.setattr(first._member.fetcher, "partitions", unknown)
+        monkeypatch.setattr(first._member.parts.fetcher, "partitions", unknown)
         third = member(cluster, group_name, topic, claim_timeout=5.0)
         async with third:
             ids = [first.id, second.id, third.id]

@@ -29,7 +29,7 @@ short of the whole bound, so that the clients still close (the session ends)."""
 def slow_to_stop(group: ConsumerGroup, seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make a background loop of ``group`` take ``seconds`` to stop once cancelled (as a
     shielded offset store on a slow ZooKeeper does)."""
-    run = group._member.liveness.run
+    run = group._member.parts.liveness.run
 
     async def slow() -> None:
         try:
@@ -38,7 +38,7 @@ def slow_to_stop(group: ConsumerGroup, seconds: float, monkeypatch: pytest.Monke
             with anyio.CancelScope(shield=True):
                 await asyncio.sleep(seconds)
 
-    monkeypatch.setattr(group._member.liveness, "run", slow)
+    monkeypatch.setattr(group._member.parts.liveness, "run", slow)
 
 
 async def test_a_member_whose_background_stops_slowly_stores_its_completed_offsets(

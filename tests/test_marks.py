@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from aio_cluster.assign.marks import Mark, barred, settles_at
 from aio_cluster.assign.strategies import Strategy, assign, sticky
 from aio_cluster.assign.target import next_target
-from aio_cluster.cli.health import Severity, Status, Thresholds, judge
-from aio_cluster.cli.plans import lag_rows
 from aio_cluster.errors import CoordinationError
 from aio_cluster.kafka.progress import ReadProgress
+from aio_cluster.operator.health import Severity, Status, Thresholds, judge
+from aio_cluster.operator.plans import lag_rows
 from aio_cluster.zookeeper.layout import decode_mark, decode_target, encode_mark, encode_target
 
 members_st = st.lists(

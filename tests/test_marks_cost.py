@@ -26,7 +26,7 @@ async def test_marks_cost_nothing_at_rest_nor_for_a_change_of_members(
     topic = await make_topic(6)
     marks = marks_path(group_name)
     members = [member(cluster, group_name, topic, fetch_timeout=2.0) for _ in range(3)]
-    noted = [Requests(group._member.zk) for group in members]
+    noted = [Requests(group._member.parts.zk) for group in members]
     async with members[0], members[1], members[2]:
         await wait_until(lambda: settled(zk, members), what="three settle")
         # The leader (and its deputy) read the marks once, at their first target.
@@ -39,7 +39,7 @@ async def test_marks_cost_nothing_at_rest_nor_for_a_change_of_members(
         asked = [n.since(b) for n, b in zip(noted, at_rest, strict=True)]
         assert [[p for p in paths if p != "/"] for paths in asked] == [[]] * 3
         newcomer = member(cluster, group_name, topic, fetch_timeout=2.0)
-        newcomer_noted = Requests(newcomer._member.zk)
+        newcomer_noted = Requests(newcomer._member.parts.zk)
         async with newcomer:
             await wait_until(lambda: settled(zk, [*members, newcomer]), what="four settle")
         await wait_until(lambda: settled(zk, members), what="three settle again")

@@ -81,7 +81,7 @@ async def test_off_does_nothing() -> None:
     await side.mirror(owned, [P0])
     states = PartitionStates()
     states.claimed(owned[P0])
-    assert await side.take_over(states.claims, states.migrated) == {}
+    assert await side.take_over(states.claims, states.commits.migrated) == {}
     await side.run(owned)  # returns at once
     assert owned[P0].next_offset == UNPOSITIONED
 
@@ -93,7 +93,7 @@ async def test_migrate_starts_unpositioned_claims_at_kafkas_offsets(migrate: boo
     for claim in claims(P0, P1, P2, next_offset=UNPOSITIONED).values():
         states.claimed(claim)
     states.sought(P1, 9)
-    taken = await side.take_over(states.claims, states.migrated)
+    taken = await side.take_over(states.claims, states.commits.migrated)
     assert taken == ({0: 40} if migrate else {})
     owned = states.claims
     if migrate:
@@ -112,14 +112,14 @@ async def test_a_new_claim_mirrors_the_offset_it_starts_from_once() -> None:
     states.claimed(Claim(P0, 0, 7, 7))
     states.claimed(Claim(P1, 0, UNPOSITIONED, None))
     owned = states.claims
-    await side.take_over(owned, states.migrated)
+    await side.take_over(owned, states.commits.migrated)
     await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}]
-    await side.take_over(owned, states.migrated)
+    await side.take_over(owned, states.commits.migrated)
     await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}], "only a new claim is mirrored on its own"
     side.forget([P0])
-    await side.take_over(owned, states.migrated)
+    await side.take_over(owned, states.commits.migrated)
     await side.mirror(owned, [P0, P1])
     assert kafka.commits == [{0: 7}, {0: 7}], "claimed again after a release: new again"
 
@@ -133,7 +133,7 @@ async def test_migrating_again_goes_on_from_the_further_offset() -> None:
     states.claimed(Claim(P0, 0, 20, 20))
     states.claimed(Claim(P1, 0, 30, 30))
     owned = states.claims
-    assert await side.take_over(owned, states.migrated) == {0: 40}
+    assert await side.take_over(owned, states.commits.migrated) == {0: 40}
     assert (owned[P0].next_offset, owned[P0].pending) == (40, 40)
     assert (owned[P1].next_offset, owned[P1].pending) == (30, None)
     await side.mirror(owned, [P0, P1])

@@ -29,8 +29,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import ConsumerGroup, LocalClusterError
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
+from aio_cluster.zookeeper.values import SessionState
 
 from support import create_topic, fresh, settled, stored_offsets, wait_until
 
@@ -72,7 +73,7 @@ class Member:
 
     @property
     def session(self) -> SessionState:
-        return self.group._member.zk.state
+        return self.group._member.parts.zk.state
 
     async def consume(self) -> None:
         async for partition, batch in self.group:
@@ -241,7 +242,7 @@ async def test_leader_broker_dies_mid_consumption(multi_cluster: LocalCluster, t
             for partition in led:
                 assert await multi_cluster.leader(topic, partition) != leader
             # A member's metadata requests go to the live brokers, never to the dead one.
-            fetcher = run.members[0].group._member.fetcher
+            fetcher = run.members[0].group._member.parts.fetcher
             for _ in range(10):
                 assert await fetcher.partitions(topic) == list(range(PARTITIONS))
             await run.progress(lambda: run.consumed_from(led), 100, "consumed from the new leaders")
@@ -281,7 +282,7 @@ async def test_zookeeper_server_of_a_member_dies(multi_cluster: LocalCluster, to
     stopped: int | None = None
     try:
         async with members_at_work(multi_cluster, topic) as run:
-            sessions = [member.group._member.zk.session_id for member in run.members]
+            sessions = [member.group._member.parts.zk.session_id for member in run.members]
             server = await zookeeper_server_of(multi_cluster, sessions[0])
             assert server is not None
             await multi_cluster.stop_zookeeper_node(server)
@@ -295,7 +296,7 @@ async def test_zookeeper_server_of_a_member_dies(multi_cluster: LocalCluster, to
             await run.progress(run.consumed, 200, "consumed after the move")
             await multi_cluster.start_zookeeper_node(server)
             stopped = None
-            assert [member.group._member.zk.session_id for member in run.members] == sessions
+            assert [member.group._member.parts.zk.session_id for member in run.members] == sessions
         check(run)
     finally:
         if stopped is not None:
@@ -310,7 +311,7 @@ async def test_zookeeper_quorum_lost_pauses_the_members(
     stopped: list[int] = []
     try:
         async with members_at_work(multi_cluster, topic) as run:
-            sessions = [member.group._member.zk.session_id for member in run.members]
+            sessions = [member.group._member.parts.zk.session_id for member in run.members]
             for server in (1, 2):
                 await multi_cluster.stop_zookeeper_node(server)
                 stopped.append(server)
@@ -325,7 +326,7 @@ async def test_zookeeper_quorum_lost_pauses_the_members(
                 await multi_cluster.start_zookeeper_node(stopped[0])
                 stopped.pop(0)
             await run.progress(run.consumed, 300, "consumed after the quorum came back")
-            assert [member.group._member.zk.session_id for member in run.members] == sessions
+            assert [member.group._member.parts.zk.session_id for member in run.members] == sessions
         check(run)
     finally:
         for server in stopped:

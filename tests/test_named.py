@@ -17,7 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aio_cluster import ConfigurationError, ConsumerGroup, MemberReplacedError, Strategy
 from aio_cluster.assign.target import StickyTarget, follows, grace_ends, next_target
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import (
     GroupLayout,
     decode_registration,
@@ -25,6 +25,7 @@ from aio_cluster.zookeeper.layout import (
     encode_registration,
     encode_target,
 )
+from aio_cluster.zookeeper.values import Stat
 
 from conftest import MakeTopic, Produce
 from support import Worker, closable, member, numbered_by, settled, take, wait_until
@@ -288,18 +289,18 @@ async def test_a_replaced_member_stops_at_once_while_its_rebalance_is_busy(
                 pass
 
         draining = asyncio.ensure_future(drain())
-        rebalances = first._member.membership.rebalances
-        busy = first._member.membership._lock
+        rebalances = first._member.parts.membership.rebalances
+        busy = first._member.parts.membership._lock
         await busy.acquire()
         second = member(cluster, group_name, topic, member_name="twin", rejoin_grace=30.0)
         async with second:
             try:
                 with pytest.raises(MemberReplacedError, match="'twin'"):
                     await asyncio.wait_for(draining, 30)
-                assert first._member.membership.rebalances == rebalances, (
+                assert first._member.parts.membership.rebalances == rebalances, (
                     "no rebalance of its own ran"
                 )
-                assert first._member.states.pick() is None, "nothing more is handed out"
+                assert first._member.parts.states.pick() is None, "nothing more is handed out"
             finally:
                 busy.release()
             await batches.aclose()

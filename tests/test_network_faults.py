@@ -25,7 +25,7 @@ from support import observed, settled, stored_offsets, wait_until
 # The members' 6-second sessions and the phases of their silence are timed against the real
 # servers: tests running beside them on a small machine slow ZooKeeper's answers enough to expire
 # a session nobody cut. So these run after the parallel pass, alone (noxfile.py).
-pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
+pytestmark = [pytest.mark.asyncio, pytest.mark.faults]
 
 SESSION = 6.0
 PARTITIONS = 4

@@ -195,8 +195,8 @@ async def test_a_mirror_commit_that_failed_at_the_handover_is_sent_again(
 
     async with consuming(first) as keys:
         # Every commit of this member to Kafka fails, the one at its leave included.
-        assert first._member.mirror._kafka is not None
-        monkeypatch.setattr(first._member.mirror._kafka, "commit", refused)
+        assert first._member.parts.mirror._kafka is not None
+        monkeypatch.setattr(first._member.parts.mirror._kafka, "commit", refused)
         await wait_until(lambda: len(keys) >= 10, what="every record")
         await wait_until(lambda: is_stored(zk, layout, 10), what="the offset stored")
     assert await in_kafka(cluster, group_name, topic) is None, "the injected fault did nothing"

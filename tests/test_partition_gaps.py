@@ -42,7 +42,7 @@ async def test_records_taken_out_of_the_fetcher_are_delivered_all_the_same(
     lost: list[int] = []
 
     async def consume(group: ConsumerGroup) -> None:
-        fetcher = group._member.fetcher
+        fetcher = group._member.parts.fetcher
         consumer, tp = fetcher._consumer, fetcher._tp(P0)
         async for _partition, batch in group:
             got.extend(batch)

@@ -134,10 +134,10 @@ class PartitionStatesMachine(RuleBasedStateMachine):
 
     @rule(start=st.integers(0, 5), store=st.booleans())
     def position(self, start: int, store: bool) -> None:
-        for partition in self.states.unpositioned():
-            assert self.states.positioned(partition, start, earliest=0, store=store)
+        for partition in self.states.commits.unpositioned():
+            assert self.states.commits.positioned(partition, start, earliest=0, store=store)
             self.next[partition] = start
-            assert not self.states.positioned(partition, start + 1), "positioned only once"
+            assert not self.states.commits.positioned(partition, start + 1), "positioned only once"
 
     @precondition(lambda self: self.fetching is None)
     @rule()
@@ -372,7 +372,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
         claim = self.states.claims.get(partition)
         if claim is None:
             return
-        assert self.states.fenced_off([claim]) == [partition]
+        assert self.states.commits.fenced_off([claim]) == [partition]
         assert partition in self.states.fenced
         with pytest.raises(NotOwnedError):
             self.states.to_store(partition, 0)
@@ -381,7 +381,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
 
     @rule()
     def store(self) -> None:
-        due = self.states.unstored(map(PartitionKey, range(PARTITIONS)))
+        due = self.states.commits.unstored(map(PartitionKey, range(PARTITIONS)))
         written = {}
         for claim in due:
             assert claim.pending is not None
@@ -396,7 +396,7 @@ class PartitionStatesMachine(RuleBasedStateMachine):
                     )
             written[claim] = claim.pending
         self.zookeeper.update({claim.partition: offset for claim, offset in written.items()})
-        held = self.states.stored(written)
+        held = self.states.commits.stored(written)
         assert held == {claim.partition: offset for claim, offset in written.items()}
 
     # -- what holds after every step ---------------------------------------------------------
@@ -426,8 +426,8 @@ class PartitionStatesMachine(RuleBasedStateMachine):
 
 
 PartitionStatesMachine.TestCase.settings = settings(
-    max_examples=400, stateful_step_count=80, deadline=None
-)
+    max_examples=4 * settings().max_examples, stateful_step_count=80, deadline=None
+)  # four times the profile's cases: 400, or 40 under the compat profile (tests/conftest.py)
 test_partition_states = PartitionStatesMachine.TestCase
 
 
@@ -634,9 +634,9 @@ def test_a_fenced_claim_stores_nothing_more() -> None:
     claim = Claim(P0, 0, 3, 3)
     states.claimed(claim)
     states.to_store(P0, 5)
-    assert states.fenced_off([claim]) == [0]
+    assert states.commits.fenced_off([claim]) == [0]
     assert states.fenced == [0]
-    assert states.unstored([P0]) == []
+    assert states.commits.unstored([P0]) == []
     with pytest.raises(NotOwnedError):
         states.to_store(P0, 6)
     assert states.released(P0) is claim, "the rebalance drops it"
@@ -649,7 +649,7 @@ def test_a_fenced_claim_hands_out_nothing_more() -> None:
     states.claimed(claim)
     assert states.assignment() == {0: 0}
     states.fetched(P0, [FakeRecord("t", 0, offset) for offset in range(3)])
-    assert states.fenced_off([claim]) == [0]
+    assert states.commits.fenced_off([claim]) == [0]
     assert states.pick() is None, "its buffered records stay where they are"
     assert states.fetchable() == [], "and nothing more is fetched for it"
 
@@ -684,11 +684,11 @@ def test_migrate_takes_kafkas_offset_only_when_further_and_unmoved() -> None:
     states.claimed(Claim(P2, 0, 20, 20))
     states.claimed(Claim(P3, 0, 20, 20))
     states.sought(P3, 25)
-    assert states.migrated(P0, 40)
-    assert states.migrated(P1, 30)
-    assert not states.migrated(P2, 10), "behind the stored offset"
-    assert not states.migrated(P3, 30), "a seek came first"
-    assert not states.migrated(P4, 30), "not owned"
+    assert states.commits.migrated(P0, 40)
+    assert states.commits.migrated(P1, 30)
+    assert not states.commits.migrated(P2, 10), "behind the stored offset"
+    assert not states.commits.migrated(P3, 30), "a seek came first"
+    assert not states.commits.migrated(P4, 30), "not owned"
     claims = states.claims
     assert [(c.next_offset, c.pending) for c in claims.values()] == [
         (40, 40),
@@ -766,8 +766,8 @@ def test_exactly_once_a_completed_offset_waits_for_its_transaction_before_it_is_
     assert picked is not None
     states.progressed(claim, picked[1], 2)
     assert (claim.ready, claim.pending) == (2, None), "a prefix is ready, not pending"
-    assert states.unstored([P0]) == [], "nothing for ZooKeeper before Kafka committed"
-    assert states.committed(claim, 2)
+    assert states.commits.unstored([P0]) == [], "nothing for ZooKeeper before Kafka committed"
+    assert states.commits.committed(claim, 2)
     assert (claim.ready, claim.pending) == (None, 2)
     assert states.finished(*picked, completed=True, commit=True)
     assert (claim.ready, claim.pending) == (4, 2)
@@ -775,7 +775,9 @@ def test_exactly_once_a_completed_offset_waits_for_its_transaction_before_it_is_
     assert (claim.ready, claim.pending) == (3, 2), "commit() goes through a transaction too"
     states.sought(P0, 1)
     assert claim.ready is None
-    assert not states.committed(Claim(P0, 0, 0, 0), 9), "another claim's commit changes nothing"
+    assert not states.commits.committed(Claim(P0, 0, 0, 0), 9), (
+        "another claim's commit changes nothing"
+    )
     states.to_store(P0, 5)
     states.lost()
     assert claim.ready is None

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aio_cluster import ConfigurationError, CoordinationError, Strategy
-from aio_cluster.cli.plans import (
+from aio_cluster.operator.plans import (
     LagRow,
     PlanRow,
     ResetTarget,

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from aio_cluster import ConsumerGroup, Record
-from aio_cluster.cli import main as cli
+from aio_cluster import __main__ as command_line
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -150,7 +150,7 @@ async def test_an_offset_reset_makes_the_note_stale(
     ]
     levels = {name: logging.getLogger(name).level for name in ("kazoo", "aiokafka")}
     try:
-        assert await asyncio.to_thread(cli.main, argv) == 0
+        assert await asyncio.to_thread(command_line.main, argv) == 0
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)

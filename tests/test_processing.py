@@ -141,7 +141,10 @@ async def test_bad_input_is_refused_before_any_record_is_taken(
 
         async with processing(group, blocked, concurrency=2):
             await wait_until(
-                lambda: group._member.processor is not None and group._member.processor.running
+                lambda: (
+                    group._member.processes.processor is not None
+                    and group._member.processes.processor.running
+                )
             )
             with pytest.raises(ConfigurationError, match="runs already"):
                 await group.process(handler)
@@ -204,11 +207,11 @@ async def test_key_order_and_offsets_past_the_completed_prefix_only(
                 await wait_until(
                     lambda: (
                         all(
-                            group._member.membership.claims[PartitionKey(p)].pending is None
+                            group._member.parts.membership.claims[PartitionKey(p)].pending is None
                             for p in (0, 1)
                         )
                         and all(
-                            group._member.membership.claims[PartitionKey(p)].stored == end[p]
+                            group._member.parts.membership.claims[PartitionKey(p)].stored == end[p]
                             for p in (0, 1)
                         )
                     ),
@@ -336,7 +339,10 @@ async def test_handover_abandons_handlers_after_rebalance_timeout(
     second = member(cluster, group_name, topic, strategy="range")
     async with first, processing(first, stuck, concurrency=100):
         await wait_until(
-            lambda: first._member.processor is not None and first._member.processor.in_flight == 20
+            lambda: (
+                first._member.processes.processor is not None
+                and first._member.processes.processor.in_flight == 20
+            )
         )
         stats = await first.statistics()
         assert stats.in_flight == 20
@@ -389,7 +395,8 @@ async def test_a_handler_that_ignores_cancellation_keeps_its_partition_until_it_
         async with first, processing(first, stubborn):
             await wait_until(
                 lambda: (
-                    first._member.processor is not None and first._member.processor.in_flight == 2
+                    first._member.processes.processor is not None
+                    and first._member.processes.processor.in_flight == 2
                 )
             )
             async with second, processing(second, quick):
@@ -634,13 +641,16 @@ async def test_cancellation_and_close_end_the_call(
         processes.cancel()
         with pytest.raises(asyncio.CancelledError):
             await processes
-        assert group._member.processor is not None
-        assert group._member.processor.in_flight == 0
+        assert group._member.processes.processor is not None
+        assert group._member.processes.processor.in_flight == 0
         assert await group.offset(0) == 4, "the completed prefix"
         # Closing the member lets the handlers in flight finish, and stores their offset.
         processes = asyncio.create_task(group.process(handler, ordering="none"))
         await wait_until(
-            lambda: group._member.processor is not None and group._member.processor.in_flight == 6
+            lambda: (
+                group._member.processes.processor is not None
+                and group._member.processes.processor.in_flight == 6
+            )
         )
         gate.set()
         await group.close()

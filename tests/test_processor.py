@@ -17,6 +17,7 @@ from aiokafka.structs import ConsumerRecord
 
 from aio_cluster.config import Processing
 from aio_cluster.errors import CoordinationError
+from aio_cluster.kafka.budget import FetchBudget
 from aio_cluster.kafka.records import DecodedRecord, Record
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.delivery.claims import Claim
@@ -25,7 +26,7 @@ from aio_cluster.member.delivery.partitions import PartitionStates
 from aio_cluster.member.processing.processor import Processor
 from aio_cluster.member.processing.workers import SLICE
 from aio_cluster.member.protocol.liveness import Liveness, Phase, phase
-from aio_cluster.zookeeper.client import SessionState
+from aio_cluster.zookeeper.values import SessionState
 
 from support import wait_until
 
@@ -72,16 +73,8 @@ class LogFetcher:
     def position(self, partition: PartitionKey) -> int | None:
         return self.positions.get(partition)
 
-    @property
-    def budgeted(self) -> bool:
-        return True  # as a member's default: partitions are fetched on while batches run
-
-    @property
-    def ahead_bytes(self) -> int:
-        return 1 << 20
-
-    def fits(self, held: int) -> bool:
-        return True
+    # As a member's default: partitions are fetched on while batches run, within the budget.
+    budget = FetchBudget(limit=1 << 23, max_bytes=1 << 20)
 
     def hold(self, partitions: Collection[PartitionKey]) -> None:
         pass

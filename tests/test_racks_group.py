@@ -24,7 +24,7 @@ from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
 
 from support import create_topic, fresh, member, observed, owners, producer_of, wait_until
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.serial]
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.faults]
 
 RACKS = ["a", "b", "c"]
 PARTITIONS = 12
@@ -183,7 +183,7 @@ async def test_replication_factor_two_joins_leaves_strangers_and_a_reassignment(
         await stack.enter_async_context(members[2])
         now = await settle_on(zk, group, topic, members)
         assert sum(now[p] != left[p] for p in now) == 4
-        noted = [Requests(m._member.zk) for m in members]
+        noted = [Requests(m._member.parts.zk) for m in members]
         await moved_replicas(admin, topic, placed, now, racks, keep_local=True)
         await anyio.sleep(6 * 0.5)  # several metadata checks of the leader
         assert await owned(zk, group, topic) == now

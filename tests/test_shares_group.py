@@ -106,7 +106,7 @@ async def group_of(
 def noted(cluster: LocalCluster, group: str, topic: str) -> tuple[ConsumerGroup, Requests]:
     """A member not started yet, and its ZooKeeper requests, noted from its start."""
     joining = member(cluster, group, topic)
-    return joining, Requests(joining._member.zk)
+    return joining, Requests(joining._member.parts.zk)
 
 
 def moved(before: StickyTarget, after: StickyTarget, member_id: str) -> bool:
@@ -197,10 +197,11 @@ async def test_a_share_deleted_by_hand_keeps_its_partitions_and_is_written_again
         third = members[2][0]
         held = sorted(third.claimed)
         claims = await claim_zxids(zk, layout)
-        rebalances = third._member.membership.rebalances
+        rebalances = third._member.parts.membership.rebalances
         await zk.delete(layout.share(third.id))
         await wait_until(
-            lambda: third._member.membership.rebalances > rebalances, what="the third rebalances"
+            lambda: third._member.parts.membership.rebalances > rebalances,
+            what="the third rebalances",
         )
         assert sorted(third.claimed) == held, "a member lost its partitions with its share"
         assert await claim_zxids(zk, layout) == claims

@@ -114,7 +114,7 @@ async def test_the_budget_is_checked() -> None:
 
 def _aiokafka_bytes(member: ConsumerGroup) -> int:
     """The bytes of the responses aiokafka holds for the member and it did not take yet."""
-    inner = member._member.fetcher._consumer._fetcher
+    inner = member._member.parts.fetcher._consumer._fetcher
     return sum(
         result._partition_records._records.size_in_bytes()
         for result in list(inner._records.values())
@@ -129,7 +129,7 @@ class Sampler:
     def __init__(self, member: ConsumerGroup) -> None:
         self.member = member
         self.most = 0
-        fetcher = member._member.fetcher
+        fetcher = member._member.parts.fetcher
         fetch = fetcher.fetch
 
         async def sampled(partitions: Collection[PartitionKey], timeout_ms: int) -> Any:
@@ -139,7 +139,7 @@ class Sampler:
         fetcher.fetch = sampled  # type: ignore[method-assign]
 
     def sample(self) -> None:
-        held = self.member._member.states.buffered_bytes + _aiokafka_bytes(self.member)
+        held = self.member._member.parts.states.buffered_bytes + _aiokafka_bytes(self.member)
         self.most = max(self.most, held)
 
     @contextlib.asynccontextmanager

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from aio_cluster.cli.health import Sample, Severity, Status, Thresholds, judge, stuck_text
-from aio_cluster.cli.plans import LagRow
 from aio_cluster.control.model import Stuck, decode_stuck, encode_stuck
 from aio_cluster.dashboard.history import GroupHistory
 from aio_cluster.dashboard.pages import group_fragments
 from aio_cluster.dashboard.views import Filters
 from aio_cluster.errors import CoordinationError
+from aio_cluster.operator.health import Sample, Severity, Status, Thresholds, judge, stuck_text
+from aio_cluster.operator.plans import LagRow
 from aio_cluster.zookeeper.layout import Registration
 
 MARK = Stuck("t", 3, "m-1", "handler", 42, 1_700_000_000.0)

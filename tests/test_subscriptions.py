@@ -23,8 +23,9 @@ from aio_cluster.kafka.group_offsets import KafkaGroupOffsets
 from aio_cluster.kafka.topics import PartitionKey, TopicKeys
 from aio_cluster.local import LocalCluster
 from aio_cluster.metrics import GroupMetrics
-from aio_cluster.zookeeper.client import Delete, Op, Stat, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
+from aio_cluster.zookeeper.values import Delete, Op, Stat
 
 from support import KafkaWire, closable, fresh, leaderless, topic_known, wait_until
 
@@ -188,7 +189,7 @@ async def test_a_pattern_follows_the_topics_of_the_cluster(
             await wait_until(lambda: seen[(later, "b3")] == 1, what="reading on after the delete")
             assert not task.done()
             assert group.topics == [later]
-            client = group._member.fetcher._consumer._client
+            client = group._member.parts.fetcher._consumer._client
             assert first not in client._topics, "the member's client follows the deleted topic"
     assert not any(topic in (skipped, other) for topic, _key in seen)
 
@@ -419,7 +420,7 @@ async def test_a_transient_metadata_error_keeps_a_pattern_topic_and_its_claims(
             return sum(1 for s in asked if s.metadata_topics is None and s.answered.is_set())
 
         await wait_until(lambda: listings() >= 2, what="the topic listed without a leader twice")
-        membership = group._member.membership
+        membership = group._member.parts.membership
 
         async def rebalanced() -> None:
             count = membership.rebalances
@@ -454,7 +455,7 @@ async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
         data, _stat = await zk.get(target)
         written: list[int] = []
         tried = asyncio.Event()
-        transaction = group._member.zk.transaction
+        transaction = group._member.parts.zk.transaction
 
         async def written_first(ops: Sequence[Op]) -> list[Stat | None]:
             if not (ops and isinstance(ops[0], Delete) and ops[0].path == target):
@@ -467,7 +468,7 @@ async def test_the_target_of_a_deleted_topic_written_again_meanwhile_stays(
             finally:
                 tried.set()
 
-        monkeypatch.setattr(group._member.zk, "transaction", written_first)
+        monkeypatch.setattr(group._member.parts.zk, "transaction", written_first)
         await admin.delete_topics([topic])
         await wait_until(lambda: gone(admin, topic), what="the topic deleted")
         await wait_until(tried.is_set, what="the member deleting the deleted topic's target")

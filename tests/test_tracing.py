@@ -106,7 +106,7 @@ async def test_a_member_without_telemetry_when_turned_off(
 ) -> None:
     monkeypatch.setenv(DISABLING_VARIABLE, "aio_cluster")
     group = ConsumerGroup("g", "127.0.0.1:9", "127.0.0.1:2181", "t")
-    assert group._member.telemetry is None
+    assert group._member.parts.telemetry is None
     await group.close()
 
 
@@ -135,7 +135,7 @@ async def test_the_body_span_is_current_only_while_the_body_runs(otel: Telemetri
     context as it was once the loop is left, whichever way."""
     exporter, _reader = otel
     exporter.clear()
-    telemetry = Telemetry("g", "m", lambda key: TopicPartition("t", key), lambda: [])
+    telemetry = Telemetry("g", "m", lambda key: TopicPartition("t", key), lambda: [], lambda: [])
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("outer") as outer:
         seen = []
@@ -172,7 +172,7 @@ async def test_closing_after_a_cancelled_next_batch(otel: Telemetries) -> None:
         await asyncio.Event().wait()
         yield 0, [_Record(1)]
 
-    telemetry = Telemetry("g", "m", lambda key: TopicPartition("t", key), lambda: [])
+    telemetry = Telemetry("g", "m", lambda key: TopicPartition("t", key), lambda: [], lambda: [])
     batches = BodySpans(waiting(), telemetry)
     await batches.__anext__()
     waiter = asyncio.ensure_future(batches.__anext__())
@@ -458,7 +458,7 @@ async def main():
     await producer.stop()
     async with ConsumerGroup({group_name!r}, {cluster.bootstrap!r}, {cluster.zookeeper!r},
                              {group_name!r}, loop_delay=0.1) as group:
-        assert group._member.telemetry is None
+        assert group._member.parts.telemetry is None
         taken = 0
         async for partition, batch in group:
             taken += len(batch)

@@ -365,5 +365,7 @@ class WindowMachine(RuleBasedStateMachine):
         assert not self.window.busy
 
 
-WindowMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+WindowMachine.TestCase.settings = settings(
+    max_examples=3 * settings().max_examples, stateful_step_count=40, deadline=None
+)  # three times the profile's cases: 300, or 30 under the compat profile (tests/conftest.py)
 test_window_machine = WindowMachine.TestCase

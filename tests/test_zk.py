@@ -10,16 +10,8 @@ import pytest
 
 from aio_cluster import ConfigurationError, CoordinationTimeout
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import (
-    BadVersionError,
-    Check,
-    Create,
-    NodeExistsError,
-    NoNodeError,
-    SessionState,
-    SetData,
-    ZooKeeper,
-)
+from aio_cluster.zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
+from aio_cluster.zookeeper.values import Check, Create, SessionState, SetData
 
 from support import wait_until
 

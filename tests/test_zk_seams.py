@@ -21,8 +21,9 @@ from kazoo.protocol.connection import ConnectionHandler
 
 from aio_cluster.local import LocalCluster
 from aio_cluster.zookeeper import seams
-from aio_cluster.zookeeper.client import SessionState, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.threads import LoopHandler
+from aio_cluster.zookeeper.values import SessionState
 
 ASKED = 120.0
 """A session timeout above the test servers' longest (60 s): what the server grants differs."""

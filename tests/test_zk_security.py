@@ -17,7 +17,8 @@ from kazoo.exceptions import NoAuthError
 
 from aio_cluster import AccessDeniedError, ConfigurationError, ZooKeeperTLS
 from aio_cluster.local import LocalCluster
-from aio_cluster.zookeeper.client import Create, SetData, ZooKeeper
+from aio_cluster.zookeeper.client import ZooKeeper
+from aio_cluster.zookeeper.values import Create, SetData
 
 ALICE = ("digest", "alice:alice-Pa55word")
 BOB = ("digest", "bob:bob-Pa55word")

@@ -21,11 +21,11 @@ or ``--zookeeper-auth-file`` (never from the command line, never printed), its T
 ``--zookeeper-cafile`` and friends. A failure is one line on stderr and exit status 1 (2 for bad
 arguments; ``check`` exits 2 when it cannot look), never a traceback. The flags and those
 variables are resolved once, in `aio_cluster.cli.arguments`, into the typed values that each
-subcommand's function here takes. ZooKeeper is read and written in `aio_cluster.cli.survey`,
-Kafka in `aio_cluster.kafka`, a look at a group across both in `aio_cluster.cli.looks`; what is
-shown, planned or judged is computed in `aio_cluster.cli.plans` and `aio_cluster.cli.health` and
-drawn in `aio_cluster.cli.tables`. ``pause``, ``resume`` and ``skip`` are
-`aio_cluster.cli.operate`'s.
+subcommand's function here takes. The operator's tools are `aio_cluster.operator`'s: ZooKeeper
+is read and written in its ``survey``, a look at a group across both servers is its ``looks``,
+what is planned or judged is computed in its ``plans`` and ``health``; what is shown is drawn in
+`aio_cluster.cli.tables`. ``pause``, ``resume`` and ``skip`` are `aio_cluster.cli.operate`'s;
+``dashboard`` is served by what the console script (`aio_cluster.__main__`) gives `main`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import logging
 import signal
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -49,14 +49,24 @@ from ..errors import AccessDeniedError, AioClusterError, ConfigurationError, Coo
 from ..group import ConsumerGroup
 from ..kafka.offset_reader import OffsetReader
 from ..local.cli import LocalOptions
+from ..operator import looks, survey
+from ..operator.connection import Connection
+from ..operator.environment import AUTH_VAR, PROG
+from ..operator.health import PartitionHealth, Sample, judge, verdict
+from ..operator.plans import (
+    LagRow,
+    PlanRow,
+    member_json,
+    readers,
+    registered_host,
+    reset_topics,
+)
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, group_path
-from . import looks, operate, survey, tables
-from .arguments import (
-    AUTH_VAR,
-    PROG,
+from . import operate, tables
+from .arguments import parse, resolve
+from .options import (
     CheckOptions,
-    Connection,
     ConsumeOptions,
     DashboardOptions,
     DescribeOptions,
@@ -65,27 +75,22 @@ from .arguments import (
     PauseOptions,
     ResetOptions,
     SkipOptions,
-    parse,
-    resolve,
-)
-from .health import PartitionHealth, Sample, judge, verdict
-from .plans import (
-    LagRow,
-    PlanRow,
-    member_json,
-    readers,
-    registered_host,
-    reset_topics,
 )
 
-__all__ = ["main"]
+__all__ = ["ServeDashboard", "main"]
+
+ServeDashboard = Callable[[Connection, DashboardOptions], Coroutine[Any, Any, int]]
+"""What runs the ``dashboard`` subcommand (its exit status): given by the console script,
+`aio_cluster.__main__`, which stands above both front ends, so that the command line never
+imports the dashboard nor the dashboard the command line."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, dashboard: ServeDashboard) -> int:
     """Run the command.
 
     Args:
         argv: the arguments after the program name; default ``sys.argv[1:]``.
+        dashboard: serves the ``dashboard`` subcommand.
 
     Returns:
         The exit status: 0 on success, 1 on failure (the reason on stderr), 2 on bad arguments.
@@ -97,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A health check that cannot look is as bad as a failing group: it must page.
     failed = 2 if args.command == "check" else 1
     try:
-        return _run(resolve(args))  # every value checked before any server is asked
+        # every value checked before any server is asked
+        return _run(resolve(args), dashboard)
     except AioClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
     except KeyboardInterrupt:  # Ctrl-C before a command set up its own handling of it
@@ -108,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return failed
 
 
-def _run(invocation: Invocation) -> int:
+def _run(invocation: Invocation, dashboard: ServeDashboard) -> int:
     """The subcommand's function, with its typed values."""
     options = invocation.options
     if isinstance(options, LocalOptions):
@@ -133,7 +139,7 @@ def _run(invocation: Invocation) -> int:
         case ConsumeOptions():
             command = _consume(connection, options)
         case DashboardOptions():
-            command = _dashboard(connection, options)
+            command = dashboard(connection, options)
     return asyncio.run(command)
 
 
@@ -385,45 +391,6 @@ async def _reset(connection: Connection, options: ResetOptions) -> int:
         tables.show(f"stored the new offsets of {count} partition(s) of {len(plans)} topic(s)")
         if moved:
             tables.show(f"and the group's offsets in Kafka of {moved} partition(s)")
-    return 0
-
-
-async def _dashboard(connection: Connection, options: DashboardOptions) -> int:
-    """Serve the dashboard until SIGINT or SIGTERM (uvicorn handles both)."""
-    try:
-        import uvicorn  # noqa: PLC0415 - the dashboard extra's, only this command needs it
-
-        from ..dashboard import Dashboard  # noqa: PLC0415 - it needs Starlette, of that extra
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"the dashboard needs the dashboard extra ({exc.name} is missing): "
-            "pip install 'aio-cluster[dashboard]'"
-        ) from None
-    dashboard = Dashboard(
-        connection.bootstrap_address(),
-        connection.zookeeper_address(),
-        groups=options.groups,
-        interval=options.interval,
-        keep=options.keep,
-        window=options.window,
-        lag_threshold=options.thresholds.lag,
-        max_lag=options.thresholds.max_lag,
-        timeout=connection.timeout,
-        kafka_options=connection.kafka,
-        zookeeper_security=connection.security,
-        write_token=options.token,
-    )
-    config = uvicorn.Config(
-        dashboard.app,
-        host=options.host,
-        port=options.port,
-        log_level="warning",
-        timeout_graceful_shutdown=2,  # the event streams never end by themselves
-    )
-    server = uvicorn.Server(config)
-    writes = "offset resets allowed with the token" if dashboard.writes else "read-only"
-    print(f"{PROG}: dashboard on http://{options.host}:{options.port}/ ({writes})", file=sys.stderr)
-    await server.serve()
     return 0
 
 

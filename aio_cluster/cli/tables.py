@@ -1,8 +1,8 @@
 """The tables the ``aio-cluster`` command prints, drawn with rich (a dependency of the package,
 so that the installed command always does its main job).
 
-Only drawing here: the rows come computed from `aio_cluster.cli.plans` and
-`aio_cluster.cli.health`.
+Only drawing here: the rows come computed from `aio_cluster.operator.plans` and
+`aio_cluster.operator.health`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..control.model import Pause, format_at
+from ..operator.health import PartitionHealth
+from ..operator.plans import LagRow, PlanRow, Unreadable, registered_host, subscription_text
 from ..zookeeper.layout import Registration
-from .health import PartitionHealth
-from .plans import LagRow, PlanRow, Unreadable, registered_host, subscription_text
 
 __all__ = [
     "console",

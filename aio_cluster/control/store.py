@@ -30,7 +30,7 @@ from ..errors import (
     NoNodeError,
     SkipRefusedError,
 )
-from ..zookeeper.client import Check, Create, Delete, Op, Stat, ZooKeeper
+from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import (
     GroupLayout,
     check_name,
@@ -43,6 +43,7 @@ from ..zookeeper.layout import (
     stuck_path,
     topic_name,
 )
+from ..zookeeper.values import Check, Create, Delete, Op, Stat
 from .model import (
     Action,
     ControlEvent,

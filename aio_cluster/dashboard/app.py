@@ -36,11 +36,11 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..cli.arguments import Connection
-from ..cli.health import Thresholds
 from ..config import ZooKeeperSecurity
 from ..errors import AioClusterError, ConfigurationError
 from ..kafka.options import KafkaOptions
+from ..operator.connection import Connection
+from ..operator.health import Thresholds
 from . import pages
 from .controls import ControlPlans, parse_request
 from .resets import Resets, reset_target

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ..cli import looks, survey
-from ..cli.plans import LagRow
 from ..control.model import format_at
 from ..control.store import ControlStore
 from ..errors import ConfigurationError, ControlConflictError, ControlError, SkipRefusedError
 from ..kafka.offset_reader import OffsetReader
+from ..operator import looks, survey
+from ..operator.plans import LagRow
 from ..zookeeper.client import ZooKeeper
 from .kept import KeptPlans
 

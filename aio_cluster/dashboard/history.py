@@ -5,11 +5,12 @@ waiting for a skip), the newest entries of the group's control history; and whet
 server answered. Pure: the looks come from
 `aio_cluster.dashboard.watch`.
 
-Nothing here is read from the servers twice: a look is what `aio_cluster.cli.looks.look` returns
-(the members, a `LagRow` per partition), and the verdict is `aio_cluster.cli.health.judge` applied
-to the samples of the last ``window`` seconds, as ``check --window`` applies it to the samples it
-takes. Memory is bounded by time: lag points older than ``keep`` seconds, samples older than
-``window`` seconds and ownership spans that ended before ``keep`` seconds ago are dropped.
+Nothing here is read from the servers twice: a look is what `aio_cluster.operator.looks.look`
+returns (the members, a `LagRow` per partition), and the verdict is
+`aio_cluster.operator.health.judge` applied to the samples of the last ``window`` seconds, as
+``check --window`` applies it to the samples it takes. Memory is bounded by time: lag points
+older than ``keep`` seconds, samples older than ``window`` seconds and ownership spans that ended
+before ``keep`` seconds ago are dropped.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..cli.health import PartitionHealth, Sample, Severity, Thresholds, judge, verdict
-from ..cli.plans import LagRow
 from ..control.model import ControlEvent
+from ..operator.health import PartitionHealth, Sample, Severity, Thresholds, judge, verdict
+from ..operator.plans import LagRow
 from ..zookeeper.layout import Registration
 
 __all__ = [

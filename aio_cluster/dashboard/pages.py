@@ -11,9 +11,9 @@ import html
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlencode
 
-from ..cli.health import Severity, Status, stuck_text, unreadable_text
-from ..cli.plans import LagRow, PlanRow, Unreadable
 from ..control.model import Stuck, format_at
+from ..operator.health import Severity, Status, stuck_text, unreadable_text
+from ..operator.plans import LagRow, PlanRow, Unreadable
 from . import charts
 from .controls import ControlPlan
 from .history import UNOWNED, GroupHistory, LagPoint, Reachability

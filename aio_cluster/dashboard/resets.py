@@ -16,8 +16,10 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..cli import looks, survey
-from ..cli.plans import (
+from ..errors import ConfigurationError, CoordinationError
+from ..kafka.offset_reader import OffsetReader
+from ..operator import looks, survey
+from ..operator.plans import (
     PlanRow,
     ResetTarget,
     ShiftBy,
@@ -29,8 +31,6 @@ from ..cli.plans import (
     parse_timestamp,
     readers,
 )
-from ..errors import ConfigurationError, CoordinationError
-from ..kafka.offset_reader import OffsetReader
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout
 from .kept import KeptPlans

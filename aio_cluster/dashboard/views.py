@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..cli.health import PartitionHealth, Severity, Status
-from ..cli.plans import LagRow, member_host, member_json
+from ..operator.health import PartitionHealth, Severity, Status
+from ..operator.plans import LagRow, member_host, member_json
 from ..zookeeper.layout import Registration
 from .history import GroupHistory
 

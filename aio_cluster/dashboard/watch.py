@@ -1,5 +1,5 @@
 """The dashboard's periodic reads: every ``interval`` seconds one look at each group (the look
-``aio-cluster describe`` takes, `aio_cluster.cli.looks.look`), recorded in its
+``aio-cluster describe`` takes, `aio_cluster.operator.looks.look`), recorded in its
 `GroupHistory`, and whether each server answered.
 
 Cost per refresh, for a group of P partitions in T topics: ZooKeeper ``2 + 2T`` child listings,
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 import anyio
 
-from ..cli import looks, survey
-from ..cli.arguments import Connection
-from ..cli.health import Thresholds
 from ..control.store import ControlStore
 from ..errors import AioClusterError, BrokerError, CoordinationError
 from ..kafka.offset_reader import OffsetReader
+from ..operator import looks, survey
+from ..operator.connection import Connection
+from ..operator.health import Thresholds
 from ..zookeeper.client import ZooKeeper
 from .history import GroupHistory, Reachability
 

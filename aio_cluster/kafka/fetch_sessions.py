@@ -27,7 +27,8 @@ The broker keeps a session until it is closed or evicted, in a cache of its own
 (``max.incremental.fetch.session.cache.slots``, 1,000 by default) shared by every client of the
 broker: a session left behind takes a slot another client's session needs. So every session the
 broker made for us is closed: by the next opening request (which names it), or by
-`FetchSessions.close()` when the fetcher stops. Answers are read even for requests aiokafka gave up
+`FetchSessions.close()` when the fetcher stops (on the client's second connection, not to
+wait behind a long-polling fetch). Answers are read even for requests aiokafka gave up
 on (it cancels its fetches at every new assignment): an opening request's answer is the only
 place the new session's id appears.
 """
@@ -44,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from aiokafka import errors
+from aiokafka.client import ConnectionGroup
 from aiokafka.protocol.fetch import FetchRequest
 
 from ..concurrency import background, detached, gather, settled
@@ -254,6 +257,27 @@ class _ClosingFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is u
         return _with_session(built, self.wire)
 
 
+def _outcome(request: Any, response: Any) -> tuple[list[tuple[str, int]], list[str]]:
+    """What a session's answer tells of the partitions ``request`` asked (aiokafka's, every one
+    in ``topics``): those answered without an error, and the errors named (the session's own
+    error, when it has one, fails every partition)."""
+    if response.error_code:
+        return [], [f"fetch session error {response.error_code}"]
+    failed = {
+        (topic, partition): errors.for_code(error_code).__name__
+        for topic, partitions in response.topics
+        for partition, error_code, *_rest in partitions
+        if error_code
+    }
+    answered = [
+        (topic, partition)
+        for topic, partitions in request.topics
+        for partition, *_rest in partitions
+        if (topic, partition) not in failed
+    ]
+    return answered, list(failed.values())
+
+
 class FetchSessions:
     """A session per broker for one aiokafka consumer's background fetch (see the module).
 
@@ -271,13 +295,14 @@ class FetchSessions:
         """aiokafka's assignment the sessions were made for."""
         self._client: Any = None
         self._sends: dict[asyncio.Future[Any], _SessionFetchRequest] = {}
+        """The session requests whose answers are still to come."""
         self._closed = False
         """Set by `close()`: requests from then on open no session and are sent unshielded."""
-        self.answered: Callable[[Any, Any], None] | None = None
-        """Told of each answer within a session, with aiokafka's request (every partition it
-        asked, in ``topics``), if set: an answer names only the partitions that changed, so a
-        partition it leaves out was answered without an error too (the fetcher's progress)."""
-        """The session requests whose answers are still to come."""
+        self.answered: Callable[[list[tuple[str, int]], list[str]], None] | None = None
+        """Told of each answer within a session, if set: the partitions it answered without
+        an error (an answer names only the partitions that changed, so every partition asked
+        that it leaves out was answered too), and the errors it names (the fetcher's
+        progress)."""
 
     def install(self, fetcher: Any, client: Any) -> None:
         """Send ``fetcher``'s requests (aiokafka's) within sessions, through ``client``."""
@@ -347,18 +372,22 @@ class FetchSessions:
             response = sending.result()
             request.session.answered(wire, response.session_id, response.error_code)
             if self.answered is not None:
-                self.answered(request, response)
+                self.answered(*_outcome(request, response))
 
     async def close(self, timeout: float) -> None:
         """Close the sessions the brokers hold for us, within ``timeout`` seconds; call it while
         the client is still connected (before the consumer stops). From now on no request
         opens a session. The answers to opening requests still out are awaited first: they name
-        sessions to close. The closing requests ride the connection the fetches use (it exists:
-        each session was opened on it), where one may wait behind a long-polling fetch, at most
-        its ``max_wait``: a connection opened here and cut short by the bound would stay open
-        (aiokafka leaves a connection whose opening was cancelled unclosed). A broker that does
-        not answer in time keeps its session until it evicts it; errors are logged, never
-        raised: a stop goes on whatever the brokers do.
+        sessions to close (a broker makes an opening request's session as it answers it). The
+        closing requests ride the client's second connection to each broker (the look-ups'):
+        on the fetches' own one each would wait behind the long-polling fetch, up to its
+        ``max_wait``, since a broker answers a connection in order. A broker takes a session's
+        close on any connection, at once, and the fetch still waiting there ends without it.
+        Where that connection is not open it is opened here; cut short by the bound, aiokafka
+        closes it again (its opening closes what it made when cancelled), and the task group
+        has ended it before the consumer stops. A broker that does not answer in time keeps its
+        session until it evicts it; errors are logged, never raised: a stop goes on whatever the
+        brokers do.
         """
         self._closed = True
         for session in self._sessions.values():
@@ -380,22 +409,22 @@ class FetchSessions:
         if scope.cancelled_caught:
             log.info("fetch sessions not all closed within %gs: the brokers evict them", timeout)
 
-    async def drained(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds (a fetch's answer comes within its ``max_wait``),
-        for the session requests sent before `close()` to end, then cancel those still out,
-        before the client closes: a shielded send that outlived the client could open a
-        connection nobody closes (aiokafka's connecting is safe to cancel)."""
-        sends = list(self._sends)
-        with anyio.move_on_after(timeout):
-            await settled(sends)
-        pending = [sending for sending in sends if not sending.done()]
+    async def abandon(self) -> None:
+        """Cancel the session requests still out, once `close()` ended: their answers name no
+        session to close any more (those of the opening requests were awaited there), and an
+        idle fetch's would come only after its ``max_wait``. Before the client closes: a
+        shielded send that outlived the client could open a connection nobody closes
+        (aiokafka's connecting is safe to cancel)."""
+        pending = [sending for sending in self._sends if not sending.done()]
         for sending in pending:
             sending.cancel()
         await settled(pending)
 
     async def _close_one(self, node: int, wire: Wire) -> None:
         try:
-            response = await self._client.send(node, _ClosingFetchRequest(wire))
+            response = await self._client.send(
+                node, _ClosingFetchRequest(wire), group=ConnectionGroup.COORDINATION
+            )
         except Exception as exc:  # a stop goes on whatever the broker does
             log.info("fetch session %d on broker %d not closed: %r", wire.session_id, node, exc)
             return

@@ -15,91 +15,60 @@ only what changed, not every partition the member owns. The client keeps its met
 (`aio_cluster.kafka.metadata`): a member of a large topic would otherwise hold four objects for
 the collector to go over for each of its partitions.
 
-A fetch error that retrying cannot mend (a codec this machine lacks, a corrupt batch, a topic not
-authorized) becomes a [FetchError][aio_cluster.FetchError] naming the partition and the first
-offset that cannot be read; the records before it are still returned first. Every other fetch
-error is a retriable `BrokerError`. Keys and values go through the deserializers here, so that one
-that fails names its record exactly.
+A fetch error that retrying cannot mend becomes a [FetchError][aio_cluster.FetchError] naming the
+partition and the first offset that cannot be read (`aio_cluster.kafka.unreadable`); the records
+before it are still returned first. Every other fetch error is a retriable `BrokerError`. Keys
+and values go through the deserializers (`aio_cluster.kafka.decoding`).
 
 aiokafka fetches in one background task, and its client refreshes the metadata in another; any
 error ends either for good, and the consumer then returns nothing while the member would keep its
 claims. Both are looked at before each fetch: one that ended is noticed within one ``max_wait``
 of the fetch under way, and a new consumer fetches on from the positions held (nothing skipped,
-nothing read twice). The fourth end within five minutes raises `FetchStalledError`. What this
-module reaches under aiokafka for goes through `aio_cluster.kafka.seams`, each use checked first.
+nothing read twice), as often as `aio_cluster.kafka.restarts` allows. What this module reaches
+under aiokafka for goes through `aio_cluster.kafka.seams`, each use checked first.
 
-Memory: with a budget (``max_buffered_bytes``) the records buffered for the member, in aiokafka
-and after it, stay within the budget however many partitions are assigned, as librdkafka's
-``queued.max.messages.kbytes`` keeps them, while each partition is still fetched in chunks of
-``max_bytes``: small chunks, not small responses, are what slows aiokafka at many partitions.
-aiokafka fetches in the background, one request per broker at a time; here it holds at most one
-response per broker until the caller takes its records (its prefetch backoff, after which it
-would send the next request while records of the last still wait, is set to never). A response
-brings at most the budget over four times the brokers known at `start()`. The caller (the
-member's delivery) keeps what it took within the rest: while what it holds plus one response per
-broker would pass the budget (`fits()`), it holds every partition (`hold()`, aiokafka's pause),
-so that no request goes out; and it holds a partition of which it has `ahead_bytes` waiting, so
-that one partition whose batches are slow to finish cannot take the whole budget. Whatever
-aiokafka fetched of a held or unassigned partition is dropped at the next `fetch()` (read again
-from the same offset later), so that it never keeps aiokafka from fetching. The bound is soft as
-Kafka's own: a broker returns the first record batch of a fetch whole, however small the bound.
+Memory: with a budget (``max_buffered_bytes``), the bytes buffered for the member stay within it
+(`aio_cluster.kafka.budget`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Literal
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition, errors
-from aiokafka.errors import (
-    CorruptRecordException,
-    KafkaError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-    TopicAuthorizationFailedError,
-    UnsupportedCodecError,
-)
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
-from ..errors import (
-    BrokerError,
-    DeserializationError,
-    FetchError,
-    FetchStalledError,
-    OffsetsOutOfRange,
-    ReadRefusedError,
-)
+from ..errors import BrokerError, OffsetsOutOfRange
 from . import seams
+from .budget import FetchBudget
+from .decoding import Decoder, Deserializer
 from .diagnosis import connect_failure
 from .fetch_sessions import FetchSessions
+from .look_ups import LookUps
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
 from .placement import Replicas
 from .progress import NoProgress, ReadProgress
 from .read_probe import ReadAnswer
-from .records import DecodedRecord
-from .seams import Seam, Seams
+from .restarts import Restarts
+from .seams import Seams
 from .topics import PartitionKey, TopicKeys
 from .topics import TopicPartition as Named
+from .unreadable import UNREADABLE, isolate, reason
 
-__all__ = ["Deserializer", "Fetcher", "IsolationLevel"]
+__all__ = ["Fetcher", "IsolationLevel"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_uncommitted", "read_committed")
-
-Deserializer = Callable[[bytes], Any]
-"""Turns a record's raw key or value into what the batches hand out."""
 
 _IDLE_LOOK_MS = 2_000
 """How often aiokafka's background fetch looks at every partition when nothing woke it
@@ -114,55 +83,6 @@ number at most 1/_KEPT_GONE of those assigned. aiokafka's background fetch goes 
 partition of its assignment at each turn, paused or not, and waits on each paused one's resume:
 a member that gave up partitions one by one as a group of a hundred grew from one member kept
 each of its 10,000 partitions there, and spent most of its CPU at rest on them."""
-
-_UNREADABLE = (
-    UnsupportedCodecError,
-    CorruptRecordException,
-    RecordTooLargeError,
-    TopicAuthorizationFailedError,
-)
-"""aiokafka's fetch errors that fetching again does not mend."""
-
-_PROBE_MS = 5_000
-"""How long the search for the partition behind an unreadable fetch waits for its answers."""
-
-_RESTARTS = 3
-"""How often aiokafka's background fetch is started again within `_RESTART_WINDOW`: once more
-and the fetcher raises `FetchStalledError` (the member then gives its partitions up)."""
-_RESTART_WINDOW = 300.0
-
-_IN_FETCH_ROUTINE = frozenset(
-    {Seam.FETCH_SESSIONS, Seam.RESPONSE_BOUND, Seam.COMPACT_METADATA, Seam.DROP_PAUSED}
-)
-"""The seams whose code runs inside aiokafka's background fetch (see `Fetcher._restart`)."""
-
-_PACKAGE = str(Path(__file__).resolve().parent.parent)
-
-
-def _raised_here(error: BaseException) -> bool:
-    """Whether ``error``, or an error it was raised from, passed through this package."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        trace = current.__traceback__
-        while trace is not None:
-            if trace.tb_frame.f_code.co_filename.startswith(_PACKAGE):
-                return True
-            trace = trace.tb_next
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _reason(exc: KafkaError) -> str:
-    if isinstance(exc, UnsupportedCodecError):
-        return (
-            f"{exc}; aiokafka decodes snappy, lz4 and zstd with cramjam, a dependency of "
-            "aio-cluster: install it (pip install cramjam) where it is missing"
-        )
-    if isinstance(exc, TopicAuthorizationFailedError):
-        return f"Kafka refused to let this client read the topic ({type(exc).__name__})"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Fetcher:
@@ -222,9 +142,9 @@ class Fetcher:
         self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
         self._client_id = client_id
         self._max_bytes = max_bytes
-        self._budget = max_buffered_bytes
-        self._brokers = 1
-        """How many responses aiokafka may hold at once: one per broker (see the module)."""
+        self.budget = FetchBudget(max_buffered_bytes, max_bytes)
+        """The budget of the bytes buffered (`aio_cluster.kafka.budget`): aiokafka holds at
+        most one response per broker."""
         self._isolation_level = isolation_level
         self._fetch_options = {
             "max_partition_fetch_bytes": max_bytes,
@@ -238,16 +158,13 @@ class Fetcher:
         self._tasks: tuple[asyncio.Future[Any], ...] = ()
         """aiokafka's background fetch and metadata refresh, watched (see `_watch`); none
         where they cannot be."""
-        self._deaths: list[float] = []
-        """When the background fetch was found dead, within the last `_RESTART_WINDOW`."""
+        self._restarts = Restarts()
         self._counted: asyncio.Future[Any] | None = None
-        """The last ended task counted in `_deaths`."""
+        """The last ended task counted in `_restarts`."""
         self._drops = False
         """Whether `Seam.DROP_PAUSED` serves (set at start)."""
-        self._looking_up: dict[OffsetReader, int] = {}
-        """The look-ups running, by the reader they run on (see `_look_up`)."""
-        self._looked_up = asyncio.Event()
-        """Set as a reader's last look-up ends."""
+        self._look_ups = LookUps()
+        """The look-ups running (a renewed fetcher closes the old reader once they ended)."""
         self._empty_since: float | None = None
         """Without the task to watch: since when fetches of fetchable partitions came back
         empty (see `_stalled`)."""
@@ -260,8 +177,7 @@ class Fetcher:
         self._positions: dict[PartitionKey, int] = {}
         """Partition -> the next offset to read: past every record returned, and past the
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
-        self._key_deserializer = key_deserializer
-        self._value_deserializer = value_deserializer
+        self._decoder = Decoder(key_deserializer, value_deserializer)
         self._sessions: FetchSessions | None = None
         """The fetches' incremental sessions, one per broker (see the module), once started."""
         self.progress: ReadProgress[PartitionKey] = ReadProgress(fetch_timeout, fetch_gap)
@@ -277,7 +193,7 @@ class Fetcher:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            fetch_max_bytes=self.response_bytes,  # with a budget, set again over the brokers
+            fetch_max_bytes=self.budget.response_bytes,  # with a budget, set again over the brokers
             consumer_timeout_ms=_IDLE_LOOK_MS,
             isolation_level=self._isolation_level,
             **self._fetch_options,
@@ -341,12 +257,12 @@ class Fetcher:
             self._sessions = FetchSessions()
             self._sessions.answered = self._answered
             self._sessions.install(inner, client)
-        if self._budget is not None and client is not None:
+        if self.budget.budgeted and client is not None:
             # Make aiokafka hold at most one response per broker, of at most
-            # `response_bytes` (see the module): its fetcher reads both for every request.
-            self._brokers = max(1, len(client.cluster.brokers()))
-            if not self._seams.bound(consumer, self.response_bytes):
-                self._brokers = 1
+            # `response_bytes` (see the budget): its fetcher reads both for every request.
+            self.budget.brokers = max(1, len(client.cluster.brokers()))
+            if not self._seams.bound(consumer, self.budget.response_bytes):
+                self.budget.brokers = 1
         self._drops = self._seams.drops(consumer)
         self._tasks = self._seams.background(consumer)
 
@@ -365,10 +281,9 @@ class Fetcher:
         whose background tasks ended (see `_watch`) is stopped all the same."""
         if sessions is not None:
             # Bounded apart from max_wait, which may be minutes: what is not closed within it,
-            # the brokers evict; sends still out then are cancelled (see `drained`).
-            bound = min(self._max_wait, 1.0) + 1.0
-            await sessions.close(bound)
-            await sessions.drained(bound)
+            # the brokers evict; the fetches still out are cancelled (see `abandon`).
+            await sessions.close(min(self._max_wait, 1.0) + 1.0)
+            await sessions.abandon()
         # The connections close whatever cancels the caller meanwhile: a stop cut short would
         # leave them open, each with a task reading it.
         with anyio.CancelScope(shield=True):
@@ -384,27 +299,6 @@ class Fetcher:
                     with contextlib.suppress(Exception):
                         await client.close()
 
-    async def _look_up(self, call: Callable[[OffsetReader], Awaitable[T]]) -> T:
-        """``call(reader)`` on the reader of now, counted while it runs: a renewed fetcher
-        closes the old reader's client only once its look-ups ended (see `_renew`), or one
-        would open a connection on the closed client that nobody closes."""
-        reader = self._reader
-        self._looking_up[reader] = self._looking_up.get(reader, 0) + 1
-        try:
-            return await call(reader)
-        finally:
-            left = self._looking_up.pop(reader) - 1
-            if left:
-                self._looking_up[reader] = left
-            else:
-                self._looked_up.set()
-
-    async def _looked_up_on(self, reader: OffsetReader) -> None:
-        """Until no look-up runs on ``reader``."""
-        while reader in self._looking_up:
-            self._looked_up.clear()
-            await self._looked_up.wait()
-
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see
         `OffsetReader.forget`)."""
@@ -419,7 +313,7 @@ class Fetcher:
             ConfigurationError: the topic does not exist.
             BrokerError: the metadata request failed.
         """
-        return await self._look_up(lambda reader: reader.partitions(topic))
+        return await self._look_ups.run(self._reader, lambda reader: reader.partitions(topic))
 
     @property
     def fetched(self) -> Mapping[int, int]:
@@ -437,7 +331,7 @@ class Fetcher:
         Raises:
             BrokerError: the metadata request failed.
         """
-        return await self._look_up(lambda reader: reader.topics(names))
+        return await self._look_ups.run(self._reader, lambda reader: reader.topics(names))
 
     def _tp(self, key: PartitionKey) -> Any:
         """aiokafka's name of the partition of ``key``, made once: every assignment names each
@@ -457,32 +351,6 @@ class Fetcher:
     def assigned(self) -> frozenset[PartitionKey]:
         """The partitions fetched from now."""
         return self._assigned
-
-    @property
-    def budgeted(self) -> bool:
-        """Whether a budget bounds the bytes buffered (see the module)."""
-        return self._budget is not None
-
-    @property
-    def response_bytes(self) -> int:
-        """The most bytes one fetch response brings: with a budget, the budget over four times
-        the brokers (soft, see the module); else aiokafka's 50 MB."""
-        if self._budget is None:
-            return max(self._max_bytes, 52_428_800)
-        return max(1, self._budget // (4 * self._brokers))
-
-    @property
-    def ahead_bytes(self) -> int:
-        """With a budget, the bytes of one partition taken and not yet handed out past which
-        it is held: an eighth of the budget (it may then hold up to one chunk, ``max_bytes``,
-        more). So that one partition whose batches are slow to finish cannot spend the budget
-        of all."""
-        return max(1, (self._budget or 0) // 8)
-
-    def fits(self, held: int) -> bool:
-        """Whether aiokafka may fetch more while the caller holds ``held`` bytes of records it
-        took: ``held`` plus one response per broker within the budget (always without one)."""
-        return self._budget is None or held + self._brokers * self.response_bytes <= self._budget
 
     def hold(self, partitions: Collection[PartitionKey]) -> None:
         """Have aiokafka fetch none of ``partitions`` (assigned ones) from now, and every other
@@ -579,7 +447,7 @@ class Fetcher:
             BrokerError: the request failed.
         """
         wanted = self.keys.by_topic(set(partitions))
-        found = await self._look_up(lambda reader: reader.bounds(wanted))
+        found = await self._look_ups.run(self._reader, lambda reader: reader.bounds(wanted))
         return {self.keys.key(topic, p): bounds for (topic, p), bounds in found.items()}
 
     async def ends(self, partitions: Collection[PartitionKey]) -> dict[PartitionKey, int]:
@@ -590,7 +458,7 @@ class Fetcher:
             BrokerError: the request failed.
         """
         wanted = self.keys.by_topic(set(partitions))
-        found = await self._look_up(lambda reader: reader.ends(wanted))
+        found = await self._look_ups.run(self._reader, lambda reader: reader.ends(wanted))
         return {self.keys.key(topic, p): end for (topic, p), end in found.items()}
 
     async def readable(self, offsets: Mapping[PartitionKey, int]) -> dict[PartitionKey, ReadAnswer]:
@@ -604,7 +472,7 @@ class Fetcher:
             BrokerError: the metadata request failed.
         """
         wanted = {Named(*self.keys.split(key)): at for key, at in offsets.items()}
-        found = await self._look_up(lambda reader: reader.readable(wanted))
+        found = await self._look_ups.run(self._reader, lambda reader: reader.readable(wanted))
         return {self.keys.of(tp): answer for tp, answer in found.items()}
 
     async def offsets_for_time(
@@ -617,7 +485,9 @@ class Fetcher:
             BrokerError: the request failed.
         """
         wanted = self.keys.by_topic(set(partitions))
-        found = await self._look_up(lambda reader: reader.offsets_for_time(wanted, timestamp_ms))
+        found = await self._look_ups.run(
+            self._reader, lambda reader: reader.offsets_for_time(wanted, timestamp_ms)
+        )
         return {self.keys.key(topic, p): offset for (topic, p), offset in found.items()}
 
     async def fetch(
@@ -655,11 +525,11 @@ class Fetcher:
             except OffsetOutOfRangeError as exc:
                 detail = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
                 raise OffsetsOutOfRange({self._key(tp): off for tp, off in detail.items()}) from exc
-            except _UNREADABLE as exc:
-                self.progress.failed(_reason(exc), time.time())
-                fetched = await self._isolate(tps, before, exc)
+            except UNREADABLE as exc:
+                self.progress.failed(reason(exc), time.time())
+                fetched = await isolate(self._consumer, tps, before, self._key, self._leader)
             except KafkaError as exc:
-                self.progress.failed(_reason(exc), time.time())
+                self.progress.failed(reason(exc), time.time())
                 raise BrokerError(f"fetch failed: {exc}") from exc
             moved = {self._key(tp): await self._consumer.position(tp) for tp in tps}
         except BaseException:
@@ -673,9 +543,9 @@ class Fetcher:
         if not self._tasks:
             await self._check_progress(fetched, before)
         found = {self._key(tp): records for tp, records in fetched.items() if records}
-        if self._key_deserializer is None and self._value_deserializer is None:
+        if self._decoder.changes_nothing:
             return found
-        return self._deserialize(found, before)
+        return self._decoder.decode(found, before, self.seek)
 
     def _note_progress(self, tps: Sequence[Any], fetched: Mapping[Any, list[Any]]) -> None:
         """Tell `progress` of the partitions whose leader answered without an error (aiokafka's
@@ -691,24 +561,14 @@ class Fetcher:
                 if polled is not None:
                     self.progress.progressed(key, polled / 1000)
 
-    def _answered(self, request: Any, response: Any) -> None:
-        """A fetch session's answer: every partition it asked made progress, but those the
-        answer names with an error (and none, for an error of the session itself)."""
+    def _answered(self, answered: list[tuple[str, int]], errors: list[str]) -> None:
+        """A fetch session's answer (see `FetchSessions.answered`), told to `progress`."""
         now = time.time()
-        if response.error_code:
-            self.progress.failed(f"fetch session error {response.error_code}", now)
-            return
-        failed = set()
-        for topic, partitions in response.topics:
-            for partition, error_code, *_rest in partitions:
-                if error_code:
-                    failed.add((topic, partition))
-                    self.progress.failed(errors.for_code(error_code).__name__, now)
-        for topic, partitions in request.topics:
-            for partition, *_rest in partitions:
-                key = self.keys.lookup(topic, partition)
-                if key is not None and (topic, partition) not in failed:
-                    self.progress.progressed(key, now)
+        for error in errors:
+            self.progress.failed(error, now)
+        for topic, partition in answered:
+            if (key := self.keys.lookup(topic, partition)) is not None:
+                self.progress.progressed(key, now)
 
     def unreadable(self) -> dict[PartitionKey, NoProgress]:
         """The partitions asked for that made no progress for longer than ``fetch_timeout``
@@ -777,32 +637,13 @@ class Fetcher:
             )
 
     async def _restart(self, cause: BaseException | None, what: str) -> None:
-        """Count a death of the background fetch, and fetch on with a consumer made anew.
-
-        An end whose cause passed through code of this package (a hook under aiokafka) switches
-        off, for this fetcher, every seam that runs inside aiokafka's fetch routine, so that
-        the new consumer fetches the public way.
+        """Count a death of the background fetch (see `aio_cluster.kafka.restarts`), and fetch
+        on with a consumer made anew.
 
         Raises:
-            FetchStalledError: the `_RESTARTS` + 1st death within `_RESTART_WINDOW`.
+            FetchStalledError: too many deaths of late.
         """
-        now = time.monotonic()
-        self._deaths = [at for at in self._deaths if now - at < _RESTART_WINDOW]
-        self._deaths.append(now)
-        if len(self._deaths) > _RESTARTS:
-            raise FetchStalledError(
-                f"{what}, {len(self._deaths)} times within {_RESTART_WINDOW:g} s; last cause: "
-                f"{cause!r}"
-            ) from cause
-        ours = cause is not None and _raised_here(cause)
-        if ours:
-            self._seams.off |= _IN_FETCH_ROUTINE
-        log.warning(
-            "%s (%r); fetching on with a new consumer from the positions held%s",
-            what,
-            cause,
-            ", without the seams under aiokafka's fetch" if ours else "",
-        )
+        self._seams.off |= self._restarts.died(cause, what)
         await self._renew()
 
     async def _renew(self) -> None:
@@ -828,133 +669,5 @@ class Fetcher:
         # look-ups end first (within a bound); then its close bounds itself.
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(2 * (self._max_wait + 1)):
-                await self._looked_up_on(old[1])
+                await self._look_ups.ended(old[1])
             await self._close(*old)
-
-    async def _isolate(
-        self, tps: list[Any], before: dict[PartitionKey, int], error: KafkaError
-    ) -> dict[Any, list[Any]]:
-        """Find the partition behind an unreadable fetch, and return what can be read before it.
-
-        aiokafka raises such an error without naming the partition, and may have dropped records
-        of other partitions it had drained in the same call. So every partition is read again
-        from where it was, each on its own; the first one that fails is read again record by
-        record up to the unreadable one.
-
-        Raises:
-            FetchError: no record of the failing partition can be read before the failure.
-        """
-        for tp in tps:
-            self._consumer.seek(tp, before[self._key(tp)])
-        fetched: dict[Any, list[Any]] = {}
-        failed: list[tuple[Any, KafkaError]] = []
-        async with anyio.create_task_group() as probing:
-
-            async def probe(tp: Any) -> None:
-                try:
-                    fetched.update(await self._consumer.getmany(tp, timeout_ms=_PROBE_MS))
-                    return
-                except _UNREADABLE as unreadable:
-                    failed.append((tp, unreadable))
-                except Exception:
-                    self._consumer.seek(tp, before[self._key(tp)])  # a passing error: again
-                # The first failure ends the probes: one still waiting for the broker has taken
-                # no record yet, safe to cancel.
-                probing.cancel_scope.cancel()
-
-            for tp in tps:
-                probing.start_soon(probe, tp)
-        if not failed:
-            return fetched
-        failed.sort(key=lambda item: self._key(item[0]))
-        for tp, _error in failed[1:]:
-            self._consumer.seek(tp, before[self._key(tp)])
-        culprit, cause = failed[0]
-        readable, failing = await self._read_up_to_failure(culprit, before[self._key(culprit)])
-        if readable or not failing:
-            if readable:
-                fetched[culprit] = readable
-            return fetched
-        for tp in fetched:
-            self._consumer.seek(tp, before[self._key(tp)])
-        offset = before[self._key(culprit)]
-        if isinstance(cause, TopicAuthorizationFailedError):
-            raise ReadRefusedError(
-                culprit.topic,
-                culprit.partition,
-                offset,
-                _reason(cause),
-                broker=self._leader(self._key(culprit)),
-                error=type(cause).__name__,
-            ) from cause
-        raise FetchError(culprit.topic, culprit.partition, offset, _reason(cause)) from cause
-
-    async def _read_up_to_failure(self, tp: Any, offset: int) -> tuple[list[Any], bool]:
-        """The records of ``tp`` from ``offset`` that can be read before the unreadable one,
-        taken one at a time so that aiokafka's position stops exactly in front of it, and
-        whether the failure came again (False: nothing more arrived in time, or another error)."""
-        self._consumer.seek(tp, offset)
-        readable: list[Any] = []
-        while True:
-            try:
-                more = await self._consumer.getmany(tp, timeout_ms=_PROBE_MS, max_records=1)
-            except KafkaError as exc:
-                # Read on from here next time (this also drops what aiokafka holds of the batch).
-                self._consumer.seek(tp, readable[-1].offset + 1 if readable else offset)
-                return readable, isinstance(exc, _UNREADABLE)
-            if not more:
-                return readable, False
-            readable += more[tp]
-
-    def _deserialize(
-        self, fetched: dict[PartitionKey, list[Any]], before: dict[PartitionKey, int]
-    ) -> dict[PartitionKey, list[Any]]:
-        """The records with their keys and values deserialized; a partition's records stop in
-        front of the first that fails, and the fetcher reads that one again next time.
-
-        Raises:
-            DeserializationError: the first record of a partition failed (then nothing of this
-                fetch is returned: every partition is read again from where it was).
-        """
-        decoded: dict[PartitionKey, list[Any]] = {}
-        for partition, records in fetched.items():
-            good: list[Any] = []
-            for record in records:
-                try:
-                    good.append(self._decode(record))
-                except DeserializationError:
-                    self.seek(partition, record.offset)
-                    if good:
-                        break
-                    for other in fetched:
-                        if other != partition:
-                            self.seek(other, before[other])
-                    raise
-            if good:
-                decoded[partition] = good
-        return decoded
-
-    def _decode(self, record: Any) -> Any:
-        changes: dict[str, Any] = {}
-        for field, deserializer in (
-            ("key", self._key_deserializer),
-            ("value", self._value_deserializer),
-        ):
-            raw = getattr(record, field)
-            if deserializer is None or raw is None:
-                continue
-            try:
-                changes[field] = deserializer(raw)
-            except Exception as exc:
-                raise DeserializationError(
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    key=record.key,
-                    value=record.value,
-                    field=field,
-                    reason=f"{type(exc).__name__}: {exc}",
-                ) from exc
-        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-        fields.update(changes)
-        return DecodedRecord(**fields, raw_key=record.key, raw_value=record.value)

@@ -39,10 +39,11 @@ Modules::
     faults.py       FaultProxy: a TCP proxy that drops, delays or cuts one client's traffic;
                     KafkaProxies: one per broker, for all of one client's Kafka traffic
     jars.py         the Maven fetch of the jars, and its cache
-    probes.py       free ports, readiness
+    probes.py       free ports, readiness, a partition's leader
     process.py      child processes, the JVM command line
+    proxy_sets.py   ProxySets: the Kafka listeners for proxies, lent one set at a time
     security.py     the TLS certificates and SCRAM user of a secured cluster
-    servers.py      the JVMs of every node
+    servers.py      the JVMs of every node, each stoppable and restartable (the fault hooks)
 
 For people there is a command line (also installed as ``aio-cluster-local``)::
 

@@ -1,4 +1,9 @@
-"""LocalCluster: the servers' lifecycle, from wherever they come (Java, Docker, the environment)."""
+"""LocalCluster: the servers' lifecycle, from wherever they come (Java, Docker, the environment).
+
+Its fault hooks are its interface to the tests; what they do is the JVMs' (`servers`: stopping
+and starting nodes, running Kafka's tools), the proxy sets' (`proxy_sets`) and the probes'
+(`probes`: a partition's leader).
+"""
 
 from __future__ import annotations
 
@@ -16,24 +21,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-import anyio
-
-from ..concurrency import settle
 from ..errors import ConfigurationError, LocalClusterError
 from ..kafka.options import KafkaOptions
 from ..zookeeper import client as zk
 from ..zookeeper.security import ZooKeeperTLS
 from . import acls, config, docker, env, jars, probes, process, servers
 from .faults import KafkaProxies
+from .proxy_sets import ProxySets
 from .security import Security
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 _log = logging.getLogger(__name__)
-
-_METADATA_PROPAGATION = 5.0
-"""Seconds a broker may take to hear of a topic just created (well under one, normally)."""
 
 Mode = Literal["java", "docker", "environment"]
 
@@ -171,8 +171,7 @@ class LocalCluster:
         self._servers: servers.JavaServers | None = None
         self._containers: docker.Containers | None = None
         self._proxy_sets = int(kafka_proxies)
-        self._layout: servers.Ports | None = None
-        self._proxies_in_use: set[int] = set()
+        self._proxies: ProxySets | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -205,10 +204,7 @@ class LocalCluster:
         Raises:
             LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
         """
-        self._require_running()
-        if self._security is None:
-            raise LocalClusterError("a CA exists only in a LocalCluster(tls=True)")
-        return self._security.ca_file
+        return self._security_or("a CA exists only in a LocalCluster(tls=True)").ca_file
 
     @property
     def zookeeper_secure(self) -> str:
@@ -229,10 +225,9 @@ class LocalCluster:
         Raises:
             LocalClusterError: the cluster was not started with ``tls`` or ``sasl``.
         """
-        self._require_running()
-        if self._security is None:
-            raise LocalClusterError("ZooKeeper serves TLS only in a LocalCluster(tls=True)")
-        return self._security.zookeeper_tls
+        return self._security_or(
+            "ZooKeeper serves TLS only in a LocalCluster(tls=True)"
+        ).zookeeper_tls
 
     @property
     def mode(self) -> Mode:
@@ -300,7 +295,7 @@ class LocalCluster:
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await _stop(self._java("zookeeper").zookeepers)
+        await self._java("zookeeper").stop_all("zookeeper")
 
     async def start_zookeeper(self) -> None:
         """Start ZooKeeper (every server) again on the same ports with the same data, and wait
@@ -310,7 +305,7 @@ class LocalCluster:
             LocalClusterError: this object did not start the cluster with Java, or ZooKeeper did
                 not answer within ``startup_timeout``.
         """
-        await _start(self._java("zookeeper").zookeepers, self._deadline())
+        await self._java("zookeeper").start_all("zookeeper", self._deadline())
 
     async def stop_kafka(self) -> None:
         """Stop Kafka, every node of it (a fault for tests); the data stays for
@@ -319,7 +314,7 @@ class LocalCluster:
         Raises:
             LocalClusterError: this object did not start the cluster with Java.
         """
-        await _stop(self._java("kafka").brokers)
+        await self._java("kafka").stop_all("kafka")
 
     async def start_kafka(self) -> None:
         """Start Kafka (every node) again on the same ports with the same data, and wait until
@@ -329,7 +324,7 @@ class LocalCluster:
             LocalClusterError: this object did not start the cluster with Java, or Kafka did not
                 answer within ``startup_timeout``.
         """
-        await _start(self._java("kafka").brokers, self._deadline())
+        await self._java("kafka").start_all("kafka", self._deadline())
 
     async def stop_broker(self, index: int) -> None:
         """Stop one Kafka node (a fault for tests): the partitions it led get new leaders among
@@ -385,34 +380,14 @@ class LocalCluster:
                 no leader within ``startup_timeout``.
         """
         self._require_running()
-        loop = asyncio.get_running_loop()
-        deadline = self._deadline()
-        unknown_until = loop.time() + _METADATA_PROPAGATION
-        while True:
-            node_id = await probes.partition_leader(
-                self._bootstrap, topic, partition, probes.attempt_timeout(deadline)
-            )
-            if node_id is None:
-                if loop.time() >= unknown_until:
-                    raise LocalClusterError(f"topic {topic!r} does not exist")
-            elif self._running_broker(node_id - 1):
-                return node_id - 1
-            if loop.time() >= deadline:
-                raise LocalClusterError(
-                    f"partition {partition} of {topic!r} had no leader for "
-                    f"{self._startup_timeout:g} s"
-                )
-            await asyncio.sleep(probes.POLL_INTERVAL)
-
-    def _running_broker(self, index: int) -> bool:
-        """Whether a leader named by the metadata may be taken at its word: a node that has not
-        heard of a failover yet may still name a node that was stopped."""
-        if index < 0:
-            return False
-        if self._servers is None:
-            return True
-        brokers = self._servers.brokers
-        return index < len(brokers) and brokers[index].running
+        java = self._servers
+        return await probes.wait_leader(
+            self._bootstrap,
+            topic,
+            partition,
+            timeout=self._startup_timeout,
+            running=lambda index: java is None or java.running_broker(index),
+        )
 
     async def add_user(self, name: str, password: str | None = None) -> KafkaOptions:
         """Create a SCRAM user of a ``sasl`` cluster (or give one a new password), allowed
@@ -496,23 +471,7 @@ class LocalCluster:
         self._require_running()
         if not self._sasl:
             raise LocalClusterError("users and ACLs need a LocalCluster(sasl=True)")
-        java = self._java("kafka")
-        layout = self._layout
-        assert layout is not None  # a sasl cluster is started with Java, by this object
-        assert self._data_dir is not None
-        running = [i for i, node in enumerate(java.brokers) if node.running] or [0]
-        bootstrap = f"{config.HOST}:{layout.internal[running[0]]}"
-        executable = process.find_java()
-        assert executable is not None  # the servers were started with it
-        await acls.run_tool(
-            executable,
-            self._cache_dir,
-            self._data_dir / "kafka-tools.log",
-            bootstrap,
-            main,
-            arguments,
-            self._deadline(),
-        )
+        await self._java("kafka").kafka_tool(self._cache_dir, main, arguments, self._deadline())
 
     @contextlib.asynccontextmanager
     async def kafka_proxies(self) -> AsyncIterator[KafkaProxies]:
@@ -532,43 +491,13 @@ class LocalCluster:
                 meanwhile.
         """
         self._require_running()
-        layout = self._layout
-        if self._servers is None or layout is None:
+        if self._servers is None or self._proxies is None:
             raise LocalClusterError(
                 f"Kafka proxies need a cluster this LocalCluster started with Java; this one "
                 f"came from {self._mode}"
             )
-        if not layout.proxied:
-            raise LocalClusterError(
-                "this cluster has no listeners for Kafka proxies: start it with "
-                "LocalCluster(kafka_proxies=1)"
-            )
-        free = [n for n in range(len(layout.proxied)) if n not in self._proxies_in_use]
-        if not free:
-            raise LocalClusterError(
-                f"the cluster's kafka_proxies={self._proxy_sets} sets are all in use; "
-                "LocalCluster(kafka_proxies=N) lets N clients through proxies at once"
-            )
-        number = free[0]
-        proxies = KafkaProxies(
-            [
-                (f"{config.HOST}:{listener}", proxy)
-                for listener, proxy in zip(
-                    layout.proxied[number], layout.proxies[number], strict=True
-                )
-            ]
-        )
-        try:
-            await proxies.start()
-        except OSError as exc:
-            raise LocalClusterError(f"a Kafka proxy could not listen: {exc}") from exc
-        self._proxies_in_use.add(number)
-        try:
+        async with self._proxies.lend() as proxies:
             yield proxies
-        finally:
-            self._proxies_in_use.discard(number)
-            with anyio.CancelScope(shield=True):  # a cancelled test leaves no proxy listening
-                await proxies.stop()
 
     @contextlib.asynccontextmanager
     async def zookeeper_down(self) -> AsyncIterator[None]:
@@ -603,7 +532,14 @@ class LocalCluster:
         if self._state is not State.RUNNING:
             raise LocalClusterError(f"the local cluster is {self._state.value}, not running")
 
-    def _java(self, service: Literal["zookeeper", "kafka"]) -> servers.JavaServers:
+    def _security_or(self, refusal: str) -> Security:
+        """The running cluster's TLS and SASL settings; ``refusal`` is the error without them."""
+        self._require_running()
+        if self._security is None:
+            raise LocalClusterError(refusal)
+        return self._security
+
+    def _java(self, service: servers.Service) -> servers.JavaServers:
         self._require_running()
         if self._servers is None:
             raise LocalClusterError(
@@ -612,14 +548,8 @@ class LocalCluster:
             )
         return self._servers
 
-    def _node(self, service: Literal["zookeeper", "kafka"], index: int) -> process.Child:
-        java = self._java(service)
-        nodes = java.zookeepers if service == "zookeeper" else java.brokers
-        if not 0 <= index < len(nodes):
-            raise LocalClusterError(
-                f"no {service} node {index}: this cluster has {len(nodes)} (0..{len(nodes) - 1})"
-            )
-        return nodes[index]
+    def _node(self, service: servers.Service, index: int) -> process.Child:
+        return self._java(service).node(service, index)
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self._startup_timeout
@@ -653,7 +583,7 @@ class LocalCluster:
             secured=self._secured,
             proxy_sets=self._proxy_sets,
         )
-        self._layout = layout
+        self._proxies = ProxySets(layout)
         self._bootstrap = layout.bootstrap
         self._zookeeper = layout.connect
         java = process.find_java()
@@ -720,19 +650,3 @@ class LocalCluster:
             shutil.rmtree(self._data_dir, ignore_errors=True)
         if self._servers is not None or self._containers is not None:
             _log.info("local cluster stopped")
-
-
-async def _stop(nodes: Sequence[process.Child]) -> None:
-    """Stop the nodes together; once all ended, raise the first failure (if any)."""
-    for result in await settle(node.stop for node in nodes):
-        if isinstance(result, Exception):
-            raise result
-
-
-async def _start(nodes: Sequence[process.Child], deadline: float) -> None:
-    """Start the nodes together (an ensemble or a quorum needs a majority up before any one
-    answers) and wait until each answers."""
-    for node in nodes:
-        await node.spawn()
-    for node in nodes:
-        await node.wait_ready(deadline)

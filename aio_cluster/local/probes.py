@@ -16,6 +16,8 @@ from ..errors import LocalClusterError
 from . import config
 
 POLL_INTERVAL = 0.2  # seconds between two probes of a starting server
+_METADATA_PROPAGATION = 5.0
+"""Seconds a broker may take to hear of a topic just created (well under one, normally)."""
 _UNKNOWN_TOPIC = 3  # Kafka's error code UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -182,3 +184,36 @@ async def partition_leader(
     if described["error_code"]:
         return -1
     raise LocalClusterError(f"topic {topic!r} has no partition {partition}")
+
+
+async def wait_leader(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    *,
+    timeout: float,
+    running: Callable[[int], bool],
+) -> int:
+    """The node (by index, from 0) that leads a partition now; while it has no leader (an
+    election), wait for one. A leader the metadata names is taken at its word only when
+    ``running`` says so: a node that has not heard of a failover yet may still name a node that
+    was stopped.
+
+    Raises:
+        LocalClusterError: the partition is unknown, or it had no leader within ``timeout``.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    unknown_until = loop.time() + _METADATA_PROPAGATION
+    while True:
+        node_id = await partition_leader(bootstrap, topic, partition, attempt_timeout(deadline))
+        if node_id is None:
+            if loop.time() >= unknown_until:
+                raise LocalClusterError(f"topic {topic!r} does not exist")
+        elif node_id > 0 and running(node_id - 1):
+            return node_id - 1
+        if loop.time() >= deadline:
+            raise LocalClusterError(
+                f"partition {partition} of {topic!r} had no leader for {timeout:g} s"
+            )
+        await asyncio.sleep(POLL_INTERVAL)

@@ -10,13 +10,17 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from ..concurrency import settle
 from ..errors import LocalClusterError
-from . import config, jars, probes, process
+from . import acls, config, jars, probes, process
 from .security import Security
 
 _log = logging.getLogger(__name__)
+
+Service = Literal["zookeeper", "kafka"]
+"""The two kinds of server, as the fault hooks name them."""
 
 PROXIED = "PROXIED"
 """The name of a Kafka node's proxied listeners, numbered from 1 (``PROXIED1``, ...)."""
@@ -159,6 +163,57 @@ class JavaServers:
     async def stop(self) -> None:
         """Stop every JVM; safe to repeat."""
         await _all(node.stop for node in [*self.brokers, *self.zookeepers])
+
+    def nodes(self, service: Service) -> list[process.Child]:
+        """The JVMs of ``service``, by node index."""
+        return self.zookeepers if service == "zookeeper" else self.brokers
+
+    def node(self, service: Service, index: int) -> process.Child:
+        """The JVM of one node of ``service`` (a fault hook stops or starts it alone).
+
+        Raises:
+            LocalClusterError: no such node.
+        """
+        nodes = self.nodes(service)
+        if not 0 <= index < len(nodes):
+            raise LocalClusterError(
+                f"no {service} node {index}: this cluster has {len(nodes)} (0..{len(nodes) - 1})"
+            )
+        return nodes[index]
+
+    async def stop_all(self, service: Service) -> None:
+        """Stop every node of ``service`` together (a fault); the data stays for `start_all`."""
+        await _all(node.stop for node in self.nodes(service))
+
+    async def start_all(self, service: Service, deadline: float) -> None:
+        """Start every node of ``service`` again on its port with its data, together (an
+        ensemble or a quorum needs a majority up before any one answers), and wait until each
+        answers."""
+        for node in self.nodes(service):
+            await node.spawn()
+        for node in self.nodes(service):
+            await node.wait_ready(deadline)
+
+    def running_broker(self, index: int) -> bool:
+        """Whether Kafka node ``index`` runs now."""
+        return 0 <= index < len(self.brokers) and self.brokers[index].running
+
+    async def kafka_tool(
+        self, cache_dir: Path, main: str, arguments: Sequence[str], deadline: float
+    ) -> None:
+        """Run one of Kafka's tools (`aio_cluster.local.acls`) against the first running node's
+        plaintext listener between nodes (a super user's), for a secured cluster."""
+        running = [i for i, node in enumerate(self.brokers) if node.running] or [0]
+        bootstrap = f"{config.HOST}:{self._ports.internal[running[0]]}"
+        await acls.run_tool(
+            self._java,
+            cache_dir,
+            self._data / "kafka-tools.log",
+            bootstrap,
+            main,
+            arguments,
+            deadline,
+        )
 
     def _zookeeper(self, index: int, classpath: Path) -> process.Child:
         ensemble = len(self._ports.zookeeper) > 1

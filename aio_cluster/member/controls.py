@@ -41,8 +41,9 @@ from ..errors import (
     NoNodeError,
 )
 from ..kafka.topics import PartitionKey
-from ..zookeeper.client import Delete, SessionState, ZooKeeper
+from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, partition_named
+from ..zookeeper.values import Delete, SessionState
 from .delivery.delivery import Delivery
 from .delivery.partitions import PartitionStates
 from .processing.processor import Processor

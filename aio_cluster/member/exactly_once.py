@@ -11,7 +11,7 @@ What a batch's body or a record's handler sends goes into an `Output`, kept in m
 that raises or breaks, or a handler attempt that fails, drops its sends. The sends of records
 that finished are kept by the input offset they came from; the partition's completed offset
 (a batch's end, or `process()`'s completed prefix) is ``ready`` (see
-`aio_cluster.member.delivery.partitions`), and a commit (`Transactions.commit()`) writes the kept
+`aio_cluster.member.delivery.commits`), and a commit (`Transactions.commit()`) writes the kept
 sends of the records below it, in offset order, and the offset, in one transaction. Records finished
 beyond the prefix keep their sends for a later transaction, so a transaction only ever carries
 the output of inputs below the offset it commits. Only a committed offset becomes pending for
@@ -33,7 +33,7 @@ partition's next owner starts its producer. A commit that fails, or is cancelled
 from outside anyio, is aborted.
 
 A commit that Kafka fences (a newer owner started the partition's producer) gives the partition
-up: its claim is marked gone (`aio_cluster.member.delivery.partitions.PartitionStates.fenced_off`)
+up: its claim is marked gone (`aio_cluster.member.delivery.commits.Commits.fenced_off`)
 and the next rebalance drops it. A commit that fails otherwise does the same, after which the
 rebalance claims the partition again when the assignment still gives it here: the new producer's
 start aborts the open transaction, and the partition is read again from the offset Kafka
@@ -506,7 +506,7 @@ class Transactions:
                     del kept[o]
                 for o in [o for o in refusals if o < end]:
                     del refusals[o]
-                self._states.committed(claim, end)
+                self._states.commits.committed(claim, end)
 
     def _refusal(
         self, claim: Claim, refused: Refusals, kept: Mapping[int, list[Send]], *, remember: bool
@@ -547,7 +547,7 @@ class Transactions:
             self._layout.label(claim.partition),
             why,
         )
-        self._on_fenced(self._states.fenced_off([claim]))
+        self._on_fenced(self._states.commits.fenced_off([claim]))
 
 
 def _check_send(

@@ -1,9 +1,10 @@
-"""Member: one member's parts, built from its configuration, and its life.
+"""Member: one member of a group, its parts and its life; the facade's one door.
 
 The facade ([ConsumerGroup][aio_cluster.ConsumerGroup]) knows partitions by the names its user
-gives them; a `Member` knows them by key and owns everything else. It builds its parts from the
-`aio_cluster.config.Settings`: the ZooKeeper client, the fetcher, the Kafka mirror, the
-partition states, the offsets, the membership, the delivery, the liveness and the handover.
+gives them; a `Member` knows them by key and owns everything else. Its parts are built from the
+`aio_cluster.config.Settings` (`aio_cluster.member.assembly.Parts`); its ways to consume stand
+beneath it: the batch iterations (`aio_cluster.member.iterations`) and the ``process()`` calls
+(`aio_cluster.member.processes`). The facade calls the member's own methods only.
 
 Its life runs in one task, made when it joins::
 
@@ -29,22 +30,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
-import os
-import socket
-import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TypeVar
 
 import anyio
 
 from ..assign.strategies import Strategy
-from ..assign.subscription import Subscription
 from ..concurrency import background, cancel_asked, outlasting
-from ..config import Processing, Settings
+from ..config import Processing
 from ..errors import (
     AccessDeniedError,
     AioClusterError,
@@ -56,53 +52,23 @@ from ..errors import (
     GroupClosedError,
     TransactionDeniedError,
 )
-from ..kafka.dead_letters import DeadLetters
-from ..kafka.fetcher import Fetcher
-from ..kafka.group_offsets import KafkaGroupOffsets
-from ..kafka.options import parse_bootstrap
 from ..kafka.topics import PartitionKey
-from ..otel.loading import telemetry_for
-from ..zookeeper.client import SessionState, ZooKeeper
-from .controls import MemberControls
+from .assembly import Blueprint, Hooks, Parts
 from .delivery.claims import Batch, Claim
-from .delivery.delivery import Delivery
-from .delivery.partitions import PartitionStates
-from .exactly_once import Transactions
+from .exactly_once import Output, TransactionalHandler
+from .iterations import Iterations
 from .lifecycle import GroupState
-from .processing.processor import Handler, Processor, check_handler
-from .protocol.handover import Handover
-from .protocol.keyed_layout import KeyedLayout
-from .protocol.listener import RebalanceListener
-from .protocol.liveness import Liveness
-from .protocol.marks import Marker
-from .protocol.membership import GroupPlace
-from .protocol.mirror import KafkaMirror
-from .protocol.offsets import Offsets
-from .statistics import GroupStatistics, partition_statistics
-from .stuck import StuckWatch
+from .processes import Processes
+from .processing.bulk import BulkHandler
+from .processing.processor import Handler, Processor
+from .statistics import GroupStatistics, snapshot
 
-if TYPE_CHECKING:
-    from ..otel.telemetry import Telemetry
-
-__all__ = ["Member", "milliseconds"]
+__all__ = ["Member"]
 
 log = logging.getLogger(__name__)
 
-_counter = itertools.count(1)
-
 P = TypeVar("P")
 """How the facade names a partition for its user."""
-
-
-def _member_id(group: str) -> str:
-    return "-".join(
-        [group, socket.gethostname(), str(os.getpid()), str(int(time.time())), str(next(_counter))]
-    )
-
-
-def milliseconds(seconds: float) -> int:
-    """Seconds in whole milliseconds (at least 1), as Kafka's fetch request takes a wait."""
-    return max(1, round(seconds * 1000))
 
 
 def _refusal(exc: BaseException) -> AioClusterError | None:
@@ -139,199 +105,30 @@ async def _already_closing() -> None:
 
 
 class Member:
-    """One member of a group: its parts, and the one task its background and its closing run
-    in (see the module). Partitions are keys (`aio_cluster.kafka.topics.TopicKeys`)."""
+    """One member of a group: its parts, its ways to consume, and the one task its background
+    and its closing run in (see the module). Partitions are keys
+    (`aio_cluster.kafka.topics.TopicKeys`)."""
 
-    def __init__(
-        self,
-        brokers: str | Sequence[str],
-        zookeepers: str | Sequence[str],
-        layout: KeyedLayout,
-        subscription: Subscription,
-        settings: Settings,
-        *,
-        listener: RebalanceListener[PartitionKey] | None,
-    ) -> None:
+    def __init__(self, blueprint: Blueprint) -> None:
         """Build the parts; nothing connects before `register()`.
 
         Args:
-            brokers: Kafka's bootstrap servers.
-            zookeepers: ZooKeeper's servers (the last may carry a chroot).
-            layout: the group's paths, by partition key (its names checked).
-            subscription: the topics read.
-            settings: the configuration.
-            listener: told of partitions that move, by key.
+            blueprint: what the member is built from.
 
         Raises:
             ConfigurationError: malformed servers, or no event loop runs.
         """
-        timing, fetching, joining = settings.timing, settings.fetching, settings.membership
-        self.settings = settings
-        self.subscription = subscription
-        self.layout = layout
-        self.strategy = Strategy(joining.strategy)
-        self.id = (
-            joining.member_name if joining.member_name is not None else _member_id(layout.group)
+        self.parts = parts = Parts(
+            blueprint, Hooks(give_up=self._give_up, processor=self._processor)
         )
-        security = settings.zookeeper
-        self.zk = ZooKeeper(
-            zookeepers,
-            session_timeout=timing.session_timeout,
-            request_timeout=timing.request_timeout,
-            auth=security.auth,
-            acl=security.acl,
-            tls=security.tls,
-        )
-        parse_bootstrap(brokers)
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # aiokafka binds each client to the loop it is made in: checked before making them.
-            raise ConfigurationError(
-                "ConsumerGroup must be made inside a running event loop (in a coroutine, "
-                "e.g. under asyncio.run()): its Kafka clients belong to the loop they are made in"
-            ) from None
-        self.brokers = brokers
-        wait_ms = milliseconds(fetching.max_wait)
-        self.fetcher = Fetcher(
-            brokers,
-            keys=layout.keys,
-            client_id=self.id,
-            max_bytes=fetching.max_bytes,
-            max_wait_ms=wait_ms,
-            min_bytes=fetching.min_bytes,
-            options=settings.kafka,
-            isolation_level=fetching.isolation_level,
-            key_deserializer=fetching.key_deserializer,
-            value_deserializer=fetching.value_deserializer,
-            max_buffered_bytes=fetching.max_buffered_bytes,
-            # Named unreadable (and marked) after half fetch_timeout without progress; the mark
-            # settles after the other half (`Marker`), so the partitions move at fetch_timeout.
-            fetch_timeout=timing.fetch_timeout / 2,
-            # A member that keeps asking for a partition asks again within one fetch's wait,
-            # or one loop_delay after a failed fetch.
-            fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,
-            rack=joining.rack,
-        )
-        self.mirror = KafkaMirror(
-            None
-            if joining.kafka_offsets == "off"
-            else KafkaGroupOffsets(
-                brokers,
-                layout.group,
-                layout.keys,
-                client_id=self.id,
-                options=settings.kafka,
-            ),
-            member_id=self.id,
-            migrate=joining.kafka_offsets == "migrate",
-            # At most half the close bound, so that an absent Kafka leaves time to release.
-            timeout=min(timing.request_timeout, timing.close_timeout / 2),
-        )
-        self.states = PartitionStates(transactional=joining.exactly_once)
-        self.transactions: Transactions | None = (
-            Transactions(
-                brokers,
-                layout,
-                self.states,
-                member_id=self.id,
-                timeout=timing.request_timeout,
-                options=settings.kafka,
-                on_fenced=self._fenced,
-            )
-            if joining.exactly_once
-            else None
-        )
-        """Exactly once: the partitions' producers and their commits; None otherwise."""
-        self.telemetry: Telemetry | None = telemetry_for(
-            layout.group, self.id, layout.keys.split, self._lag
-        )
-        """Spans and metrics through OpenTelemetry; None without the ``otel`` extra or when
-        turned off (see `aio_cluster.otel.loading`)."""
-        if self.telemetry is not None:
-            self.telemetry.meters.paused = self._paused_reading
-        # A claim found gone at a write is dropped by the rebalance this asks for.
-        self.offsets = Offsets(self.zk, layout, self.states, on_fenced=self._fenced)
-        self.membership = GroupPlace(
-            self.zk,
-            layout,
-            self.fetcher,
-            self.offsets,
-            self.states,
-            member_id=self.id,
-            strategy=self.strategy,
-            claim_timeout=timing.claim_timeout,
-            wait_for_topic=joining.wait_for_topic,
-            rebalance_timeout=timing.rebalance_timeout,
-            named=joining.member_name is not None,
-            rejoin_grace=joining.rejoin_grace or None,
-            rack=joining.rack,
-            subscription=subscription,
-            telemetry=self.telemetry,
-            starter=self.transactions,
-        )
-        self.delivery = Delivery(
-            self.fetcher,
-            self.states,
-            member_id=self.id,
-            loop_delay=timing.loop_delay,
-            max_wait_ms=wait_ms,
-            trail=fetching.trail,
-            label=layout.label,
-        )
-        if self.telemetry is not None:
-            self.delivery.handed_out = self.telemetry.consumed
-        self.delivery.stalled = self._give_up
-        self.liveness = Liveness(
-            self.zk, self.delivery, member_id=self.id, on_back=self.membership.request_rebalance
-        )
-        self.marker = Marker(
-            self.zk,
-            layout.mark(self.id),
-            self.fetcher,
-            lambda: self.states.claims,
-            layout.keys,
-            member_id=self.id,
-            fetch_timeout=timing.fetch_timeout,
-            label=layout.label,
-            listener=listener,
-        )
-        self.handover = Handover(
-            self.states,
-            self.delivery,
-            self.offsets,
-            self.mirror,
-            member_id=self.id,
-            listener=listener,
-            rebalance_timeout=timing.rebalance_timeout,
-            label=layout.label,
-            telemetry=self.telemetry,
-            committer=self.transactions,
-        )
-        self.controls = MemberControls(
-            self.zk,
-            layout,
-            self.states,
-            self.delivery,
-            self.handover,
-            member_id=self.id,
-            topics=lambda: self.membership.topics,
-            processor=lambda: self.processor,
-        )
-        self.stuck = StuckWatch(
-            self.zk,
-            layout,
-            member_id=self.id,
-            stuck_after=timing.stuck_after,
-            handlers=self._handlers_running,
-        )
-        """What runs now, and which partitions are stuck (see `aio_cluster.member.stuck`)."""
+        self.id = parts.id
+        self.strategy: Strategy = parts.strategy
+        self.processes = Processes(parts, self)
+        """Its ``process()``, ``process_bulk()`` and ``process_transactional()`` calls."""
+        self.iterations = Iterations(parts, self.processes, is_closing=self.is_closing)
+        """The batch iterations: ``async for``, ``transactions()``."""
         self.state = GroupState.NEW
-        self.processor: Processor | None = None
-        """The processor of the running (or the last) `process()` call."""
         self._failure: AioClusterError | None = None
-        self._iterating = 0
-        """Batch iterations running now (see `iterating()`)."""
         self._joined: asyncio.Future[None] | None = None
         """Settled by the first rebalance (or the closing) while `register()` waits."""
         self._life: asyncio.Task[None] | None = None
@@ -343,13 +140,17 @@ class Member:
         self._deadline = 0.0
         """When the closing must be done (the event loop's clock)."""
 
+    # -- where it is in its life ---------------------------------------------------------------
+
     def check_open(self, *, while_closing: bool = False) -> None:
         """Raise GroupClosedError once the member began to close, or with ``while_closing``
         only once it closed: offsets may still be read and stored while closing (the
         listener's ``on_partitions_revoked`` commits what the application finished)."""
         closed = (GroupState.CLOSED,) if while_closing else (GroupState.CLOSING, GroupState.CLOSED)
         if self.state in closed:
-            raise GroupClosedError(f"member {self.id} of group {self.layout.group!r} is closed")
+            raise GroupClosedError(
+                f"member {self.id} of group {self.parts.layout.group!r} is closed"
+            )
 
     def is_closing(self) -> bool:
         """Whether the member closes (what the delivery asks before each batch).
@@ -361,21 +162,29 @@ class Member:
             raise self._failure
         return self.state in (GroupState.CLOSING, GroupState.CLOSED)
 
-    def wake(self) -> None:
-        """Something changed: waiting iterators look again, and a rebalance follows."""
-        self.delivery.wake()
-        self.membership.request_rebalance()
+    def failure(self) -> AioClusterError | None:
+        """What the member failed with, if it did."""
+        return self._failure
 
-    def _fenced(self, partitions: list[PartitionKey]) -> None:
-        """Writes found the claims of ``partitions`` gone: their offsets are never mirrored, and
-        the rebalance this asks for drops them (and claims them again where the target says)."""
-        self.mirror.forget(partitions)
-        self.wake()
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """The span in which the handlers of ``process()`` run: a ``close()`` from them stops
+        the handlers at once, itself with them, while the closing goes on in the member's
+        task."""
+        token = _WORK.set(_Work(self, self._close_from_handler))
+        try:
+            yield
+        finally:
+            _WORK.reset(token)
+
+    async def _close_from_handler(self) -> None:
+        await self.processes.shutdown(0.0)
+        await self._closed.wait()
 
     def _fail(self, error: AioClusterError) -> None:
         """The member cannot go on: the next batch (or register()) raises ``error``."""
         self._failure = error
-        self.wake()
+        self.parts.wake()
 
     def _give_up(self, error: AioClusterError) -> None:
         """The member cannot consume: it fails with ``error`` and leaves, so that its partitions
@@ -384,127 +193,55 @@ class Member:
         if self.state in (GroupState.JOINING, GroupState.JOINED):
             self._begin_closing()
 
-    def _lag(self) -> list[tuple[Mapping[str, str | int], int]]:
-        """Each claimed partition's lag for the OpenTelemetry gauge: the log end the last fetch
-        saw minus the stored offset (partitions with neither yet are left out). Read from the
-        meter provider's thread, so it copies the claims first and asks no server."""
-        telemetry = self.telemetry
-        if telemetry is None:
-            return []
-        found = []
-        for key, claim in list(self.states.claims.items()):
-            end, stored = self.fetcher.highwater(key), claim.stored
-            if end is not None and stored is not None:
-                topic, partition = self.layout.keys.split(key)
-                found.append((telemetry.metric_attributes(topic, partition), max(end - stored, 0)))
-        return found
+    def _processor(self) -> Processor | None:
+        """The processor of the running (or the last) ``process()`` call, if any."""
+        return self.processes.processor
 
-    def _paused_reading(self) -> list[tuple[Mapping[str, str | int], str]]:
-        """Each paused claimed partition for the OpenTelemetry gauge, with who holds it paused
-        (``operator``, ``member``). Read from the meter provider's thread: copies first."""
-        telemetry = self.telemetry
-        if telemetry is None:
-            return []
-        claims = set(self.states.claims)
-        holds = [(key, "operator") for key in self.states.held if key in claims]
-        holds += [(key, "member") for key in self.states.paused if key in claims]
-        found: list[tuple[Mapping[str, str | int], str]] = []
-        for key, holder in holds:
-            topic, partition = self.layout.keys.split(key)
-            found.append((telemetry.metric_attributes(topic, partition), holder))
-        return found
+    # -- what the facade reads, by key ------------------------------------------------------
 
-    def _handlers_running(self) -> list[tuple[PartitionKey, int, float]]:
-        """The records in flight in ``process()`` now, for the stuck watch."""
-        processor = self.processor
-        return [] if processor is None or not processor.running else processor.running_since()
+    @property
+    def registers(self) -> bool:
+        """Whether ``async with`` registers the member (``register=True``)."""
+        return self.parts.settings.membership.register
 
-    # -- consuming ---------------------------------------------------------------------------
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the member commits its output and offsets in Kafka transactions."""
+        return self.parts.transactions is not None
 
-    @contextlib.contextmanager
-    def iterating(self) -> Iterator[None]:
-        """The span of one batch iteration, which `process()` may not run beside.
+    def topics(self) -> list[str]:
+        """The topics read now, sorted (a pattern's as of the last metadata check)."""
+        return self.parts.membership.topics
 
-        Raises:
-            ConfigurationError: `process()` runs.
-        """
-        if self.processor is not None and self.processor.running:
-            raise ConfigurationError("batches cannot be iterated while process() runs")
-        self._iterating += 1
-        try:
-            yield
-        finally:
-            self._iterating -= 1
+    def partitions(self) -> list[PartitionKey]:
+        """Every partition of the topics read (as of the last metadata check)."""
+        return self.parts.membership.partitions
 
-    async def next_batch(self) -> tuple[Claim, Batch] | None:
-        """The next batch to hand out, or None once the member closes."""
-        return await self.delivery.next_batch(self.is_closing)
+    def claimed(self) -> list[PartitionKey]:
+        """The partitions this member owns now, sorted."""
+        return sorted(self.parts.states.claims)
 
-    async def process(self, handler: Handler, policy: Processing) -> None:
-        """Run ``handler`` for every record of the claimed partitions (see
-        `aio_cluster.member.processing.processor`), until the member closes or the call is
-        cancelled.
+    def owns(self, key: PartitionKey) -> bool:
+        """Whether this member owns ``key`` now."""
+        return self.parts.states.owned(key)
 
-        Raises:
-            ConfigurationError: a bad handler, the consumed topic as dead-letter topic, or
-                `process()` or a batch iteration runs already.
-            GroupClosedError: the member is closed.
-            AioClusterError: the member failed (in the background, or its fetching stalled),
-                also when that ended the call through the closing it started.
-        """
-        check_handler(handler)
-        topic = policy.dead_letter_topic
-        if topic is not None and self.subscription.matches(topic):
-            raise ConfigurationError(
-                f"dead_letter_topic {topic!r} is the topic consumed: failed records would come back"
-            )
-        self.check_open()
-        if self.processor is not None and self.processor.running:
-            raise ConfigurationError(f"process() runs already on member {self.id}")
-        if self._iterating:
-            raise ConfigurationError(
-                f"process() cannot run beside a running batch iteration on member {self.id}"
-            )
-        dead_letters = None
-        # With "stop", the dead-letter topic gets the records an operator skips.
-        if policy.on_failure in ("dead_letter", "stop") and topic is not None:
-            dead_letters = DeadLetters(
-                self.brokers, topic, client_id=self.id, options=self.settings.kafka
-            )
-        self.processor = processor = Processor(
-            self.delivery,
-            handler,
-            policy,
-            is_closing=self.is_closing,
-            member_id=self.id,
-            dead_letters=dead_letters,
-            telemetry=self.telemetry,
-        )
-        processor.on_stopped = self.controls.poke
-        token = _WORK.set(_Work(self, self._close_from_handler))
-        try:
-            await processor.run()
-        finally:
-            _WORK.reset(token)
-        if self._failure is not None:
-            # The member failed while the handlers ran: its closing ended them (the processor
-            # saw a close, not the failure), and the call must not end as if closed.
-            raise self._failure
-
-    async def _close_from_handler(self) -> None:
-        """``close()`` inside a handler: the handlers stop now, this one with them (its record
-        is delivered again), while the closing goes on in the member's task."""
-        if self.processor is not None:
-            await self.processor.shutdown(0.0)
-        await self._closed.wait()
-
-    # -- reading and steering, by key -------------------------------------------------------
+    def paused(self) -> list[PartitionKey]:
+        """The paused partitions."""
+        return self.parts.states.paused
 
     async def stored(self, key: PartitionKey) -> int | None:
         """The stored next offset of ``key``, a completed batch's pending one stored first."""
-        if self.states.owned(key):
-            await self.handover.store([key])
-        return await self.offsets.stored(key)
+        parts = self.parts
+        if parts.states.owned(key):
+            await parts.handover.store([key])
+        return await parts.offsets.stored(key)
+
+    async def statistics(self, name: Callable[[PartitionKey], P]) -> GroupStatistics[P]:
+        """A snapshot of this member, its partitions named by ``name``; one ListOffsets round
+        trip to Kafka."""
+        return await snapshot(self.parts, self.state, self.processes.processor, name)
+
+    # -- steering, by key ---------------------------------------------------------------------
 
     async def store(self, key: PartitionKey, offset: int) -> Claim | None:
         """Store ``offset`` as the next offset of ``key`` now, if this member owns it.
@@ -513,85 +250,73 @@ class Member:
             The claim (``fenced`` once a write found it gone: nothing was stored), or None when
             this member does not own ``key``.
         """
-        claim = self.states.claims.get(key)
+        states = self.parts.states
+        claim = states.claims.get(key)
         if claim is not None and not claim.fenced:
-            self.states.to_store(key, offset)
-            await self.handover.store([key])
+            states.to_store(key, offset)
+            await self.parts.handover.store([key])
         return claim
+
+    def pause(self, keys: list[PartitionKey]) -> None:
+        """Hand out no batch of these partitions until `resume()`."""
+        self.parts.states.pause(keys)
+
+    def resume(self, keys: list[PartitionKey]) -> None:
+        """Hand out batches of these partitions again (those not paused are ignored)."""
+        self.parts.states.resume(keys)
+        self.parts.delivery.wake()
 
     def seek(self, offsets: Mapping[PartitionKey, int]) -> None:
         """Start the next batches of these partitions (those still owned) at these offsets."""
+        states = self.parts.states
         for key, offset in offsets.items():
-            if self.states.owned(key):
-                self.states.sought(key, offset)
-        self.delivery.wake()
+            if states.owned(key):
+                states.sought(key, offset)
+        self.parts.delivery.wake()
 
     async def seek_to_beginning(self, keys: list[PartitionKey]) -> None:
-        bounds = await self.fetcher.bounds(keys)
+        bounds = await self.parts.fetcher.bounds(keys)
         self.seek({key: earliest for key, (earliest, _end) in bounds.items()})
 
     async def seek_to_end(self, keys: list[PartitionKey]) -> None:
-        self.seek(await self.fetcher.ends(keys))
+        self.seek(await self.parts.fetcher.ends(keys))
 
     async def seek_to_timestamp(self, keys: list[PartitionKey], timestamp_ms: int) -> None:
-        found = await self.fetcher.offsets_for_time(keys, timestamp_ms)
-        ends = await self.fetcher.ends([key for key, offset in found.items() if offset is None])
+        fetcher = self.parts.fetcher
+        found = await fetcher.offsets_for_time(keys, timestamp_ms)
+        ends = await fetcher.ends([key for key, offset in found.items() if offset is None])
         self.seek({key: ends[key] if offset is None else offset for key, offset in found.items()})
 
-    async def statistics(self, name: Callable[[PartitionKey], P]) -> GroupStatistics[P]:
-        """A snapshot of this member, its partitions named by ``name``; one ListOffsets round
-        trip to Kafka."""
+    # -- consuming (see the ways beneath: iterations.py, processes.py) -----------------------
 
-        def names(keys: Iterable[PartitionKey]) -> tuple[P, ...]:
-            named: list[Any] = [name(key) for key in keys]
-            return tuple(sorted(named))
+    def batches(
+        self, name: Callable[[PartitionKey], P], *, commit: bool
+    ) -> AsyncIterator[tuple[P, Batch]]:
+        """``(partition, batch)`` until the member closes (see `Iterations.batches()`)."""
+        return self.iterations.batches(name, commit=commit)
 
-        claims, paused, processor = self.states.claims, self.states.paused, self.processor
-        held = [key for key in self.states.held if key in claims]
-        marked = self.marker.marked
-        # The leaders of the partitions marked unreadable may not answer: their log ends are the
-        # last a fetch saw, so that the snapshot says what the member cannot read instead of
-        # waiting out a request timeout.
-        ends = await self.fetcher.ends(sorted(claims.keys() - marked.keys()))
-        for key in claims.keys() & marked.keys():
-            if (seen := self.fetcher.highwater(key)) is not None:
-                ends[key] = seen
-        figures = partition_statistics(claims, ends, paused, name, held)
-        membership = self.membership
-        stuck, oldest = self.stuck.stuck(), self.stuck.oldest()
-        return GroupStatistics(
-            member_id=self.id,
-            state=self.state,
-            session=self.zk.state.value,
-            claimed=names(claims),
-            paused=names(paused),
-            partitions=tuple(sorted(figures, key=lambda entry: cast(Any, entry.partition))),
-            rebalances=membership.rebalances,
-            claim_timeouts=membership.claim_timeouts,
-            unowned_nodes=membership.unowned_nodes,
-            batches=self.states.batches,
-            records=self.states.records,
-            last_rebalance=membership.last_rebalance,
-            recent_rebalances=tuple(membership.recent_rebalances),
-            in_flight=0 if processor is None else processor.in_flight,
-            retried=0 if processor is None else processor.retried,
-            dead_lettered=0 if processor is None else processor.dead_lettered,
-            oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
-            stopped=()
-            if processor is None
-            else names(p for p in processor.failed_at if p in claims and p in paused),
-            operator_paused=names(held),
-            skips_applied=self.controls.applied,
-            oldest_running=oldest,
-            stuck=names(stuck),
-            stuck_for=oldest if stuck else None,
-            unreadable=names(marked),
-            unreadable_since=min((why.since for why in marked.values()), default=None),
-            unreadable_error=max(marked.values(), key=lambda why: why.since).error
-            if marked
-            else None,
-            fetched_bytes=dict(self.fetcher.fetched),
-        )
+    def transactions(
+        self, name: Callable[[PartitionKey], P]
+    ) -> AsyncIterator[tuple[P, Batch, Output]]:
+        """Exactly once: ``(partition, batch, output)`` (see `Iterations.transactions()`)."""
+        return self.iterations.transactions(name)
+
+    async def process(self, handler: Handler, policy: Processing) -> None:
+        """Run ``handler`` on every record (see `Processes.process()`)."""
+        await self.processes.process(handler, policy)
+
+    async def process_bulk(
+        self, handler: BulkHandler, size: int, linger: float, policy: Processing
+    ) -> None:
+        """Run ``handler`` on lists of records (see `Processes.process_bulk()`)."""
+        await self.processes.process_bulk(handler, size, linger, policy)
+
+    async def process_transactional(
+        self, handler: TransactionalHandler, commit_interval: float, policy: Processing
+    ) -> None:
+        """Exactly once: run ``handler(record, output)`` on every record (see
+        `Processes.process_transactional()`)."""
+        await self.processes.process_transactional(handler, commit_interval, policy)
 
     # -- joining -----------------------------------------------------------------------------
 
@@ -608,15 +333,15 @@ class Member:
         if self.state in (GroupState.JOINING, GroupState.JOINED):
             return
         self.check_open()
-        if asyncio.get_running_loop() is not self._loop:
+        if asyncio.get_running_loop() is not self.parts.loop:
             raise ConfigurationError(
                 "ConsumerGroup must register in the event loop it was made in: its Kafka "
                 "clients belong to that loop"
             )
         self.state = GroupState.JOINING
-        self._joined = joined = self._loop.create_future()
+        self._joined = joined = self.parts.loop.create_future()
         try:
-            await self._start()
+            await self.parts.start()
             if self.state is not GroupState.JOINING:
                 raise GroupClosedError(f"member {self.id} was closed while it joined")
             self._life = background(self._live(), name=f"aio-cluster {self.id}")
@@ -631,53 +356,8 @@ class Member:
         log.info(
             "member %s joined with partitions %s",
             self.id,
-            self.layout.labels(sorted(self.states.claims)),
+            self.parts.layout.labels(sorted(self.parts.states.claims)),
         )
-
-    async def _start(self) -> None:
-        """Start the member's clients at once: the ZooKeeper session (then the group's paths),
-        the Kafka clients (then, if the member may not wait, the topic check), the mirror and,
-        exactly once, the reader of the group's committed Kafka offsets.
-
-        Each start runs to its end even when another fails, so that no client is left half
-        started; the first failure (in that order) is raised, and `register()` closes them all.
-        """
-        failures: list[BaseException | None] = [None, None, None, None]
-
-        async def attempt(index: int, start: Callable[[], Awaitable[None]]) -> None:
-            try:
-                await start()
-            except Exception as exc:
-                failures[index] = exc
-
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(attempt, 0, self._start_zookeeper)
-            tasks.start_soon(attempt, 1, self._start_kafka)
-            tasks.start_soon(attempt, 2, self.mirror.start)
-            if self.transactions is not None:
-                tasks.start_soon(attempt, 3, self.transactions.start)
-        for failure in failures:
-            if failure is not None:
-                raise failure
-
-    async def _start_zookeeper(self) -> None:
-        await self.zk.start()
-        self.zk.on_state_change(self._on_session_state)
-        await self.membership.prepare()
-
-    async def _start_kafka(self) -> None:
-        await self.fetcher.start()
-        await self.membership.check_topic()
-
-    def _on_session_state(self, state: SessionState) -> None:
-        # Suspended: nothing starts; lost: nothing in flight goes on either; connected again:
-        # it all goes on once ZooKeeper answers, after a rebalance (see protocol/liveness.py).
-        self.liveness.on_state(state)
-        if state is SessionState.LOST:
-            self.membership.lose()
-            self.membership.request_rebalance()
-            self.mirror.forget()
-        self.delivery.wake()
 
     # -- the member's task: the background, then the closing ---------------------------------
 
@@ -689,7 +369,7 @@ class Member:
         it) makes the closing that share longer, not the session endless."""
         # A listener called from the background waits for the closing's cancellation.
         _WORK.set(_Work(self, self._closed.wait))
-        timeout = self.settings.timing.close_timeout
+        timeout = self.parts.settings.timing.close_timeout
         try:
             with anyio.CancelScope() as leaving:
                 async with anyio.create_task_group() as background:
@@ -697,14 +377,14 @@ class Member:
                         background.start_soon(self._background)
                     await self._closing.wait()
                     leaving.deadline = self._deadline - timeout / 4
-                    if self.processor is not None and self.processor.running:
+                    if self.processes.running:
                         # Handlers in flight finish first (bounded), so their offsets are stored.
-                        await self.processor.shutdown(self.settings.timing.rebalance_timeout)
+                        await self.processes.shutdown(self.parts.settings.timing.rebalance_timeout)
                     await self._store_completed()
                     background.cancel_scope.cancel()
                 _WORK.set(_Work(self, _already_closing))
                 try:
-                    await self.membership.leave(self.handover)
+                    await self.parts.membership.leave(self.parts.handover)
                 except AioClusterError as exc:
                     log.warning("member %s: leaving failed: %s", self.id, exc)
             if leaving.cancelled_caught:
@@ -719,7 +399,7 @@ class Member:
         be what it skips, or their records are delivered again. The leave stores what completes
         after."""
         try:
-            await self.handover.store(list(self.states.claims))
+            await self.parts.handover.store(list(self.parts.states.claims))
         except AioClusterError as exc:
             log.warning("member %s: storing the completed offsets failed: %s", self.id, exc)
 
@@ -730,7 +410,7 @@ class Member:
         once, so that its partitions go to the others."""
         joined = self._joined
         assert joined is not None
-        timing = self.settings.timing
+        timing = self.parts.settings.timing
         try:
             async with anyio.create_task_group() as loops:
                 scope = loops.cancel_scope
@@ -738,7 +418,9 @@ class Member:
                     self._kept,
                     scope,
                     "rebalances",
-                    functools.partial(self.membership.run, joined, self.handover, self._fail),
+                    functools.partial(
+                        self.parts.membership.run, joined, self.parts.handover, self._fail
+                    ),
                 )
                 loops.start_soon(
                     self._kept,
@@ -751,20 +433,22 @@ class Member:
                     scope,
                     "metadata checks",
                     functools.partial(
-                        self._every, timing.metadata_interval, self.membership.check_partitions
+                        self._every,
+                        timing.metadata_interval,
+                        self.parts.membership.check_partitions,
                     ),
                 )
-                if self.mirror.enabled:
+                if self.parts.mirror.enabled:
                     loops.start_soon(
                         self._kept,
                         scope,
                         "Kafka mirror",
-                        functools.partial(self.mirror.run, self.states.claims),
+                        functools.partial(self.parts.mirror.run, self.parts.states.claims),
                     )
-                loops.start_soon(self._kept, scope, "liveness", self.liveness.run)
-                loops.start_soon(self._kept, scope, "controls", self.controls.run)
-                loops.start_soon(self._kept, scope, "stuck watch", self.stuck.run)
-                loops.start_soon(self._kept, scope, "marks", self.marker.run)
+                loops.start_soon(self._kept, scope, "liveness", self.parts.liveness.run)
+                loops.start_soon(self._kept, scope, "controls", self.parts.controls.run)
+                loops.start_soon(self._kept, scope, "stuck watch", self.parts.stuck.run)
+                loops.start_soon(self._kept, scope, "marks", self.parts.marker.run)
         except Exception as exc:
             error: AioClusterError | None = _refusal(exc)
             if error is not None:
@@ -832,38 +516,41 @@ class Member:
                 log.warning("member %s: %s", self.id, exc)
 
     async def _store_all(self) -> None:
-        await self.handover.store(list(self.states.claims))
+        await self.parts.handover.store(list(self.parts.states.claims))
 
     async def _end(self) -> None:
         """However the leaving went: `process()` has ended, what was not released goes with
         the session, the clients close (within what is left of the bound, and at least their
         share of it), the member is CLOSED."""
         self._begin_closing()  # the task may also end by a cancellation of its own
-        await self._processor_ended()
-        self.membership.forget()
+        # However the leaving went (the deadline may have cut the handlers' shutdown short),
+        # process() has returned before the session ends: else a handler would still run
+        # while the next owner handles its partition (a second at least).
+        await self.processes.end(max(self._deadline - self.parts.loop.time(), 1.0))
+        self.parts.membership.forget()
         # Their share even when the background's cancellation overran it (a shielded store on
         # a slow ZooKeeper): a closing cancelled before it began leaves the session open for
         # the process's life (kazoo keeps it alive), and the claims with it.
-        share = self.settings.timing.close_timeout / 4
+        share = self.parts.settings.timing.close_timeout / 4
         closes: list[Callable[[], Awaitable[None]]] = [
-            self.zk.close,
-            self.delivery.stop,
-            self.mirror.stop,
-            *([] if self.transactions is None else [self.transactions.stop]),
+            self.parts.zk.close,
+            self.parts.delivery.stop,
+            self.parts.mirror.stop,
+            *([] if self.parts.transactions is None else [self.parts.transactions.stop]),
         ]
         # A task group, not asyncio's gather(): cut short by the bound, a gather whose client
         # finished its shielded closing anyway raises a CancelledError that is not the bound's,
         # which the bound's scope lets through (Python < 3.13), ending the member's task with
         # the clients half closed and close() raising CancelledError to a caller nobody
         # cancelled.
-        with anyio.move_on_after(max(self._deadline - self._loop.time(), share)) as scope:
+        with anyio.move_on_after(max(self._deadline - self.parts.loop.time(), share)) as scope:
             async with anyio.create_task_group() as closing:
                 for close in closes:
                     closing.start_soon(self._close_client, close)
         if scope.cancelled_caught:
             log.warning("member %s: closing the clients took too long", self.id)
         self.state = GroupState.CLOSED
-        self.wake()
+        self.parts.wake()
         self._closed.set()
         log.info("member %s left", self.id)
 
@@ -874,27 +561,6 @@ class Member:
         except Exception as exc:
             log.warning("member %s: closing a client failed: %r", self.id, exc)
 
-    async def _processor_ended(self) -> None:
-        """However the leaving went (the deadline may have cut the processor's shutdown short),
-        `process()` has returned before the session ends: else a handler would still run while
-        the next owner handles its partition. A handler that ignores its cancellation is waited
-        for until the deadline (a second at least), then named."""
-        processor = self.processor
-        if processor is None or not processor.running:
-            return
-        processor.cancel()
-        bound = max(self._deadline - self._loop.time(), 1.0)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-            await processor.ended()
-        for partition, records in processor.handling().items():
-            log.warning(
-                "member %s: on closing, the handler of the record at offset %d of partition %d "
-                "ignores its cancellation; its claim ends with the session",
-                self.id,
-                records[0].offset,
-                partition,
-            )
-
     # -- closing -----------------------------------------------------------------------------
 
     def _begin_closing(self) -> None:
@@ -904,9 +570,9 @@ class Member:
         if self._closing.is_set():
             return
         self.state = GroupState.CLOSING
-        self._deadline = self._loop.time() + self.settings.timing.close_timeout
+        self._deadline = self.parts.loop.time() + self.parts.settings.timing.close_timeout
         self._closing.set()
-        self.wake()
+        self.parts.wake()
         if self._joined is not None and not self._joined.done():
             # register() (or a listener it awaits) closed the member before it joined.
             self._joined.set_exception(
@@ -928,10 +594,10 @@ class Member:
             self.state = GroupState.CLOSED
             # Never registered: the Kafka clients exist (aiokafka makes them at once) but never
             # started; closed all the same, or each warns of being left unclosed.
-            await self.fetcher.stop()
-            await self.mirror.stop()
-            if self.transactions is not None:
-                await self.transactions.stop()
+            await self.parts.fetcher.stop()
+            await self.parts.mirror.stop()
+            if self.parts.transactions is not None:
+                await self.parts.transactions.stop()
             return
         self._begin_closing()
         work = _WORK.get()

@@ -1,20 +1,27 @@
 """Statistics: an immutable snapshot of where one member stands, cheap enough for a health check.
 
 The figures come from what the member knows, plus one ListOffsets round trip for the log-end
-offsets of its claimed partitions.
+offsets of its claimed partitions (`snapshot()` takes them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..kafka.topics import PartitionKey, PartitionT
 from .delivery.claims import UNPOSITIONED, Claim
 from .lifecycle import GroupState
 
-__all__ = ["GroupStatistics", "PartitionStatistics", "lag", "partition_statistics"]
+if TYPE_CHECKING:
+    from .assembly import Parts
+    from .processing.processor import Processor
+
+__all__ = ["GroupStatistics", "PartitionStatistics", "lag", "partition_statistics", "snapshot"]
+
+P = TypeVar("P")
+"""How the facade names a partition for its user."""
 
 
 @dataclass(frozen=True)
@@ -175,3 +182,70 @@ def partition_statistics(
             )
         )
     return tuple(figures)
+
+
+async def snapshot(
+    parts: Parts,
+    state: GroupState,
+    processor: Processor | None,
+    name: Callable[[PartitionKey], P],
+) -> GroupStatistics[P]:
+    """A snapshot of a member, its partitions named by ``name``; one ListOffsets round trip to
+    Kafka.
+
+    Args:
+        parts: the member's parts.
+        state: where the member is in its life.
+        processor: the processor of its running (or its last) ``process()`` call, if any.
+        name: how the user knows a partition key.
+    """
+
+    def names(keys: Iterable[PartitionKey]) -> tuple[P, ...]:
+        named: list[Any] = [name(key) for key in keys]
+        return tuple(sorted(named))
+
+    states = parts.states
+    claims, paused = states.claims, states.paused
+    held = [key for key in states.held if key in claims]
+    marked = parts.marker.marked
+    # The leaders of the partitions marked unreadable may not answer: their log ends are the
+    # last a fetch saw, so that the snapshot says what the member cannot read instead of
+    # waiting out a request timeout.
+    ends = await parts.fetcher.ends(sorted(claims.keys() - marked.keys()))
+    for key in claims.keys() & marked.keys():
+        if (seen := parts.fetcher.highwater(key)) is not None:
+            ends[key] = seen
+    figures = partition_statistics(claims, ends, paused, name, held)
+    membership = parts.membership
+    stuck, oldest = parts.stuck.stuck(), parts.stuck.oldest()
+    return GroupStatistics(
+        member_id=parts.id,
+        state=state,
+        session=parts.zk.state.value,
+        claimed=names(claims),
+        paused=names(paused),
+        partitions=tuple(sorted(figures, key=lambda entry: cast(Any, entry.partition))),
+        rebalances=membership.rebalances,
+        claim_timeouts=membership.claim_timeouts,
+        unowned_nodes=membership.unowned_nodes,
+        batches=states.batches,
+        records=states.records,
+        last_rebalance=membership.last_rebalance,
+        recent_rebalances=tuple(membership.recent_rebalances),
+        in_flight=0 if processor is None else processor.in_flight,
+        retried=0 if processor is None else processor.retried,
+        dead_lettered=0 if processor is None else processor.dead_lettered,
+        oldest_in_flight=None if processor is None else processor.oldest_in_flight(),
+        stopped=()
+        if processor is None
+        else names(p for p in processor.failed_at if p in claims and p in paused),
+        operator_paused=names(held),
+        skips_applied=parts.controls.applied,
+        oldest_running=oldest,
+        stuck=names(stuck),
+        stuck_for=oldest if stuck else None,
+        unreadable=names(marked),
+        unreadable_since=min((why.since for why in marked.values()), default=None),
+        unreadable_error=max(marked.values(), key=lambda why: why.since).error if marked else None,
+        fetched_bytes=dict(parts.fetcher.fetched),
+    )

@@ -36,7 +36,8 @@ from ..control.model import Stuck, StuckKind
 from ..control.store import ControlStore
 from ..errors import CoordinationError
 from ..kafka.topics import PartitionKey
-from ..zookeeper.client import SessionState, ZooKeeper
+from ..zookeeper.client import ZooKeeper
+from ..zookeeper.values import SessionState
 from .protocol.keyed_layout import KeyedLayout
 
 __all__ = ["Running", "StuckWatch"]

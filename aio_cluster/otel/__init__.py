@@ -12,5 +12,6 @@ Modules::
     headers.py     a record's headers as a carrier for the propagator: the producer's context
     loading.py     telemetry_for(): a member's Telemetry, or None without the extra or when off
     meters.py      Meters: consumed records, processing time, lag and rebalances
+    seams.py       the one private name of the API used (its proxy meter provider), checked
     telemetry.py   Telemetry: one member's tracer and meters, and the spans its parts open
 """

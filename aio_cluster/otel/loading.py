@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..kafka.topics import PartitionKey, TopicPartition
 
 if TYPE_CHECKING:
-    from .meters import LagReading
+    from .meters import LagReading, PausedReading
     from .telemetry import Telemetry
 
 __all__ = ["DISABLING_VARIABLE", "telemetry_for"]
@@ -39,6 +39,7 @@ def telemetry_for(
     member_id: str,
     split: Callable[[PartitionKey], TopicPartition],
     lag: LagReading,
+    paused: PausedReading,
 ) -> Telemetry | None:
     """A member's telemetry (see `aio_cluster.otel.telemetry.Telemetry` for the arguments), or
     None without the API or when turned off (see the module)."""
@@ -50,4 +51,4 @@ def telemetry_for(
         return None
     from .telemetry import Telemetry  # noqa: PLC0415  # only with the extra installed
 
-    return Telemetry(group, member_id, split, lag)
+    return Telemetry(group, member_id, split, lag, paused)

@@ -90,7 +90,6 @@ class _Instruments:
         return [
             Observation(1, {**attributes, PAUSED_BY: holder})
             for member in list(self.members)
-            if member.paused is not None
             for attributes, holder in member.paused()
         ]
 
@@ -110,10 +109,11 @@ def _shared() -> _Instruments:
 class Meters:
     """One member's side of the shared instruments."""
 
-    def __init__(self, group: str, lag: LagReading) -> None:
+    def __init__(self, group: str, lag: LagReading, paused: PausedReading) -> None:
         """Args:
         group: the group's name, on the member's own figures.
         lag: read at each collection for the lag gauge, while this object lives.
+        paused: read at each collection for the paused gauge, likewise.
         """
         instruments = _shared()
         self.consumed = instruments.consumed
@@ -121,8 +121,7 @@ class Meters:
         self._rebalances = instruments.rebalances
         self._rebalance_duration = instruments.rebalance_duration
         self.lag = lag
-        self.paused: PausedReading | None = None
-        """Read at each collection for the paused gauge, once set."""
+        self.paused = paused
         self._attributes: Mapping[str, str] = {SYSTEM: KAFKA, CONSUMER_GROUP: group}
         instruments.members.add(self)
 

@@ -30,7 +30,6 @@ from typing import TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics._internal import _ProxyMeterProvider  # the API's own, not exported
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from ..kafka.records import Record
@@ -60,7 +59,8 @@ from .attributes import (
 )
 from .batches import BodySpans, Item
 from .headers import producer_context
-from .meters import LagReading, Meters
+from .meters import LagReading, Meters, PausedReading
+from .seams import is_api_meter_provider
 
 __all__ = ["Rebalance", "Telemetry"]
 
@@ -70,8 +70,6 @@ _UNCONFIGURED = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 """The API's own tracer providers: what `trace.get_tracer_provider()` returns until an SDK's
 is set (or when tracing was turned off with the no-op one)."""
 
-_UNCONFIGURED_METERS = (_ProxyMeterProvider, metrics.NoOpMeterProvider)
-"""The API's own meter providers, likewise."""
 P = TypeVar("P")
 
 
@@ -131,15 +129,17 @@ class Telemetry:
         member_id: str,
         split: Callable[[PartitionKey], TopicPartition],
         lag: LagReading,
+        paused: PausedReading,
     ) -> None:
         """Args:
         group: the group's name.
         member_id: this member's id, on its spans.
         split: a partition key's topic and partition.
         lag: each claimed partition's lag now (see `Meters`).
+        paused: each paused claimed partition now, and who holds it paused (see `Meters`).
         """
         self._tracer = trace.get_tracer("aio_cluster")
-        self.meters = Meters(group, lag)
+        self.meters = Meters(group, lag, paused)
         self._group = group
         self._member_id = member_id
         self._split = split
@@ -151,13 +151,8 @@ class Telemetry:
         is used from the next batch."""
         self.watching = False
         """Whether a tracer or a meter provider was configured at the last batch handed out:
-        when neither is, a handler runs without `handle()`, so that the extra without an SDK
-        costs nothing per record."""
-        self.per_record = True
-        """False while ``process_bulk()`` runs: its calls have spans (`handle_call()`), the
-        records' runs that wait for them none."""
-        self.calls_watched = False
-        """As `watching`, for the calls of ``process_bulk()``."""
+        when neither is, a handler runs without `handle()` (a bulk handler's call without
+        `handle_call()`), so that the extra without an SDK costs nothing per record."""
 
     # -- what is said of a partition, made once ------------------------------------------------
 
@@ -184,9 +179,8 @@ class Telemetry:
         """A batch was handed to a body or to the handlers; whether providers are configured
         is looked up again (see ``_tracing`` and `watching`)."""
         self._tracing = not isinstance(trace.get_tracer_provider(), _UNCONFIGURED)
-        metering = not isinstance(metrics.get_meter_provider(), _UNCONFIGURED_METERS)
-        self.calls_watched = self._tracing or metering
-        self.watching = self.calls_watched and self.per_record
+        metering = not is_api_meter_provider(metrics.get_meter_provider())
+        self.watching = self._tracing or metering
         first = batch[0]
         self.meters.consumed.add(len(batch), self._partition(first.topic, first.partition).metric)
 

@@ -9,9 +9,11 @@ the old one expired, and it can hang the event loop at shutdown (docs/concepts.m
 not aiozk"). What it needs of kazoo beyond kazoo's documented interface is in `seams.py`, checked
 against the installed kazoo when a client is made.
 
-Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary; the three that
-are the server's answer to one request (`NodeExistsError`, `NoNodeError`, `BadVersionError`)
-are defined there too and importable from here, beside the calls that raise them.
+Errors of kazoo are translated into `aio_cluster.errors` here, at the boundary (the table is
+`failures.py`); the three that are the server's answer to one request (`NodeExistsError`,
+`NoNodeError`, `BadVersionError`) are defined there too and importable from here, beside the
+calls that raise them. The values the calls take and give (a node's `Stat`, the steps of a
+`transaction`, the `SessionState`) are in `values.py`.
 
 Security: the session can authenticate (``auth=[("digest", "user:password")]``), create its nodes
 with an ACL that lets only that identity change them while anyone may read them
@@ -23,42 +25,19 @@ DEBUG, the credentials included; the logger handed to it masks them.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    AuthFailedError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    NoAuthError,
-    NotEmptyError,
-    OperationTimeoutError,
-    RolledBackError,
-    SessionExpiredError,
-    ZookeeperError,
-)
-from kazoo.exceptions import (
-    BadVersionError as _KazooBadVersion,
-)
-from kazoo.exceptions import (
-    NodeExistsError as _KazooNodeExists,
-)
-from kazoo.exceptions import (
-    NoNodeError as _KazooNoNode,
-)
+from kazoo.exceptions import KazooException, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
 from ..errors import (
-    AccessDeniedError,
     AuthenticationError,
     BadVersionError,
     ConfigurationError,
@@ -66,10 +45,10 @@ from ..errors import (
     CoordinationTimeout,
     NodeExistsError,
     NoNodeError,
-    SessionLostError,
 )
 from ..net.addresses import parse_servers
 from ..net.tls import handshake_error, speaks_tls
+from .failures import ANSWERS, translate
 from .seams import note_handshakes
 from .security import (
     Acl,
@@ -78,21 +57,16 @@ from .security import (
     client_context,
     default_acl,
     kazoo_log,
+    kazoo_tls_arguments,
     shared_acl,
 )
 from .threads import LoopHandler
+from .values import Check, Create, Op, SessionState, SetData, Stat
 
 __all__ = [
     "BadVersionError",
-    "Check",
-    "Create",
-    "Delete",
     "NoNodeError",
     "NodeExistsError",
-    "Op",
-    "SessionState",
-    "SetData",
-    "Stat",
     "WatchedNode",
     "ZooKeeper",
     "expire_session",
@@ -102,78 +76,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_ANSWERS = (
-    _KazooNoNode,
-    _KazooNodeExists,
-    _KazooBadVersion,
-    NotEmptyError,
-    NoAuthError,
-    RolledBackError,
-)
-"""Failures that are the server's answer: the server heard the request (see `heard_at`)."""
-
-
-class SessionState(enum.Enum):
-    """What the client knows of its ZooKeeper session.
-
-    CONNECTED -> SUSPENDED (connection lost; the session may still live, ephemeral nodes may still
-    exist) -> CONNECTED (same session) or LOST (the session expired: every ephemeral node is gone;
-    the client then opens a new session and reports CONNECTED again). CLOSED is final.
-    """
-
-    CONNECTED = "connected"
-    SUSPENDED = "suspended"
-    LOST = "lost"
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class Stat:
-    """The part of a node's stat the library uses."""
-
-    version: int
-    czxid: int
-    ephemeral_owner: int
-
-
-@dataclass(frozen=True)
-class Check:
-    """A transaction step: the node exists at this version."""
-
-    path: str
-    version: int
-
-
-@dataclass(frozen=True)
-class Create:
-    """A transaction step: create a node, persistent unless ``ephemeral``; with ``sequence``
-    ZooKeeper appends a counter to the name."""
-
-    path: str
-    data: bytes
-    ephemeral: bool = False
-    sequence: bool = False
-
-
-@dataclass(frozen=True)
-class SetData:
-    """A transaction step: overwrite a node's data (version -1: whatever its version)."""
-
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True)
-class Delete:
-    """A transaction step: delete a node (version -1: whatever its version)."""
-
-    path: str
-    version: int = -1
-
-
-Op = Check | Create | SetData | Delete
 
 
 class WatchedNode:
@@ -235,60 +137,6 @@ def _stat(raw: Any) -> Stat:
     return Stat(version=raw.version, czxid=raw.czxid, ephemeral_owner=raw.ephemeralOwner)
 
 
-def _translate(exc: BaseException, what: str) -> BaseException:
-    """Map a kazoo error onto the library's error tree (the original becomes ``__cause__``)."""
-    mapped: BaseException
-    if isinstance(exc, NoAuthError):
-        mapped = AccessDeniedError(
-            f"{what}: not allowed by the node's ACL for this session's credentials"
-        )
-    elif isinstance(exc, AuthFailedError):
-        mapped = AuthenticationError(f"{what}: ZooKeeper refused the session's credentials")
-    elif isinstance(exc, _KazooNodeExists):
-        mapped = NodeExistsError(f"{what}: node exists")
-    elif isinstance(exc, _KazooNoNode):
-        mapped = NoNodeError(f"{what}: no node")
-    elif isinstance(exc, _KazooBadVersion):
-        mapped = BadVersionError(f"{what}: bad version")
-    elif isinstance(exc, SessionExpiredError):
-        mapped = SessionLostError(f"{what}: the ZooKeeper session expired")
-    elif isinstance(exc, (ConnectionLoss, ConnectionClosedError)):
-        mapped = CoordinationError(f"{what}: connection to ZooKeeper lost")
-    elif isinstance(exc, (OperationTimeoutError, KazooTimeoutError)):
-        mapped = CoordinationTimeout(f"{what}: ZooKeeper did not answer in time")
-    elif isinstance(exc, NotEmptyError):
-        mapped = CoordinationError(f"{what}: node has children")
-    elif isinstance(exc, (ZookeeperError, KazooException)):
-        mapped = CoordinationError(f"{what}: {type(exc).__name__}: {exc}")
-    else:
-        return exc
-    mapped.__cause__ = exc
-    return mapped
-
-
-def _tls_arguments(tls: ZooKeeperTLS) -> dict[str, Any]:
-    """`KazooClient`'s keyword arguments that make it speak TLS as ``tls`` says.
-
-    Raises:
-        ConfigurationError: ``check_hostname`` without ``verify_certs``: a host name is checked
-            against the verified certificate (kazoo would fail on its connection thread).
-    """
-    if tls.check_hostname and not tls.verify_certs:
-        raise ConfigurationError(
-            "ZooKeeperTLS(check_hostname=True) needs verify_certs=True: the host name is checked "
-            "against the verified certificate"
-        )
-    return {
-        "use_ssl": True,
-        "ca": tls.ca,
-        "certfile": tls.certfile,
-        "keyfile": tls.keyfile,
-        "keyfile_password": tls.keyfile_password,
-        "verify_certs": tls.verify_certs,
-        "check_hostname": tls.check_hostname,
-    }
-
-
 class ZooKeeper:
     """An asyncio client of one ZooKeeper session (and its successors after expiry).
 
@@ -334,7 +182,7 @@ class ZooKeeper:
         self._request_timeout = request_timeout
         auth_data = checked_auth(auth)
         self._tls = secure = ZooKeeperTLS() if tls is True else tls or None
-        tls_args = {} if secure is None else _tls_arguments(secure)
+        tls_args = {} if secure is None else kazoo_tls_arguments(secure)
         acls = default_acl(acl, auth_data)
         self._shared_acl = None if acls is None else shared_acl()
         self._client = KazooClient(
@@ -528,7 +376,7 @@ class ZooKeeper:
         sent = time.monotonic()
 
         def settle(result: Any) -> None:
-            if result.successful() or isinstance(result.exception, _ANSWERS):
+            if result.successful() or isinstance(result.exception, ANSWERS):
                 self._heard_at = max(self._heard_at, sent)
             if future.done():
                 return
@@ -544,7 +392,7 @@ class ZooKeeper:
         try:
             start().rawlink(done)
         except KazooException as exc:
-            raise _translate(exc, what) from exc
+            raise translate(exc, what) from exc
         try:
             with anyio.fail_after(self._request_timeout):
                 return await future
@@ -553,7 +401,7 @@ class ZooKeeper:
                 f"{what}: no answer within {self._request_timeout:g} s"
             ) from exc
         except Exception as exc:
-            mapped = _translate(exc, what)
+            mapped = translate(exc, what)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -715,7 +563,7 @@ class ZooKeeper:
         results = await self._call(f"transaction of {len(ops)}", begin)
         for op, result in zip(ops, results, strict=True):
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
-                mapped = _translate(result, f"transaction step {op}")
+                mapped = translate(result, f"transaction step {op}")
                 raise mapped from result
         return [
             _stat(result) if isinstance(op, SetData) else None

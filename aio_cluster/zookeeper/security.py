@@ -23,6 +23,7 @@ __all__ = [
     "client_context",
     "default_acl",
     "kazoo_log",
+    "kazoo_tls_arguments",
     "shared_acl",
 ]
 
@@ -143,3 +144,26 @@ def client_context(tls: ZooKeeperTLS) -> ssl.SSLContext:
     if tls.certfile is not None:
         context.load_cert_chain(tls.certfile, tls.keyfile, tls.keyfile_password)
     return context
+
+
+def kazoo_tls_arguments(tls: ZooKeeperTLS) -> dict[str, Any]:
+    """`KazooClient`'s keyword arguments that make it speak TLS as ``tls`` says.
+
+    Raises:
+        ConfigurationError: ``check_hostname`` without ``verify_certs``: a host name is checked
+            against the verified certificate (kazoo would fail on its connection thread).
+    """
+    if tls.check_hostname and not tls.verify_certs:
+        raise ConfigurationError(
+            "ZooKeeperTLS(check_hostname=True) needs verify_certs=True: the host name is checked "
+            "against the verified certificate"
+        )
+    return {
+        "use_ssl": True,
+        "ca": tls.ca,
+        "certfile": tls.certfile,
+        "keyfile": tls.keyfile,
+        "keyfile_password": tls.keyfile_password,
+        "verify_certs": tls.verify_certs,
+        "check_hostname": tls.check_hostname,
+    }

@@ -1,7 +1,8 @@
 """A claim: one partition this member owns, and what the member knows about it.
 
 Plain data, changed only by `aio_cluster.member.delivery.partitions.PartitionStates` (the owner of
-every partition's state); the drivers (`rebalance`, `delivery`, `offsets`) read it.
+every partition's state) and its parts (`feed`, `commits`); the drivers (`rebalance`, `delivery`,
+`offsets`) read it.
 """
 
 from __future__ import annotations

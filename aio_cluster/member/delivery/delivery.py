@@ -17,12 +17,12 @@ partition that may hand out, whether its batches run or wait: so the next respon
 way while the batches taken are handed out. It keeps the fetcher from fetching while what it
 holds (`PartitionStates.buffered_bytes`) plus one response per broker would pass the budget
 (`FetcherLike.fits`), and lets it fetch again once batches handed out made room; a partition
-with `FetcherLike.ahead_bytes` waiting is not fetched on until they are handed out.
+with `FetchBudget.ahead_bytes` waiting is not fetched on until they are handed out.
 
 A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
 iterating caller; a retriable one is logged and the fetch tried again. A fetcher that cannot
-fetch any more (`FetchStalledError`) is told to `Delivery.stalled`: the member fails with it,
-which the iterating caller gets, and leaves.
+fetch any more (`FetchStalledError`) is told to the ``stalled`` hook the delivery is made with:
+the member fails with it, which the iterating caller gets, and leaves.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any, Protocol, cast
 import anyio
 
 from ...errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
+from ...kafka.budget import FetchBudget
 from ...kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import Grows, PartitionStates
@@ -58,12 +59,7 @@ class FetcherLike(Protocol):
     def position(self, partition: PartitionKey) -> int | None: ...
 
     @property
-    def budgeted(self) -> bool: ...
-
-    @property
-    def ahead_bytes(self) -> int: ...
-
-    def fits(self, held: int) -> bool: ...
+    def budget(self) -> FetchBudget: ...
 
     def hold(self, partitions: Collection[PartitionKey]) -> None: ...
 
@@ -138,6 +134,8 @@ class Delivery:
         max_wait_ms: int,
         trail: bool,
         label: Callable[[PartitionKey], str] = lambda partition: f"partition {partition}",
+        handed_out: Callable[[Batch], None] | None = None,
+        stalled: Callable[[FetchStalledError], None] | None = None,
     ) -> None:
         """Args:
         fetcher: the member's Kafka fetcher.
@@ -147,6 +145,10 @@ class Delivery:
         max_wait_ms: how long a fetch may wait for records (at most `FETCH_HOLD_MS`).
         trail: where no offset is stored, start at the latest offset instead of the earliest.
         label: names a partition key in log messages (its topic too, of many topics).
+        handed_out: told of each batch handed out, if given (the member's OpenTelemetry
+            counter).
+        stalled: told when the fetcher cannot fetch any more (the member fails and leaves), if
+            given; else the fetch raises it.
         """
         self._fetcher = fetcher
         self._states = states
@@ -162,11 +164,8 @@ class Delivery:
         self._batch_done = asyncio.Event()
         self.watcher: BatchWatcher | None = None
         """Told when running batches must end early, if set."""
-        self.handed_out: Callable[[Batch], None] | None = None
-        """Told of each batch handed out, if set (the member's OpenTelemetry counter)."""
-        self.stalled: Callable[[FetchStalledError], None] | None = None
-        """Told when the fetcher cannot fetch any more (the member fails and leaves), if set;
-        else the fetch raises it."""
+        self._handed_out = handed_out
+        self._stalled = stalled
         self.grows: Grows | None = None
         """Whether a partition's running batch takes its next batch into it now, if set (a
         processor whose batch waits on a few records: see `PartitionStates.pick`)."""
@@ -202,10 +201,10 @@ class Delivery:
             records = self._states.records
             picked = self._states.pick(self.grows) if self.may_start() else None
             if picked is not None:
-                if self.handed_out is not None:
+                if self._handed_out is not None:
                     # A running batch that grew hands out only the records it took in.
                     batch, added = picked[1], self._states.records - records
-                    self.handed_out(batch if added == len(batch) else batch[-added:])
+                    self._handed_out(batch if added == len(batch) else batch[-added:])
                 return picked
             fetchable = self._states.fetchable(ahead=self._ahead(), grows=self.grows)
             if fetchable:
@@ -223,14 +222,14 @@ class Delivery:
     def _ahead(self) -> int | None:
         """With a budget, how many bytes of a partition may wait before it is fetched no
         further (see `PartitionStates.fetchable`); None without one."""
-        return self._fetcher.ahead_bytes if self._fetcher.budgeted else None
+        return self._fetcher.budget.ahead_bytes if self._fetcher.budget.budgeted else None
 
     async def _fetch(self, partitions: list[PartitionKey]) -> bool:
         """Fetch into the claims' buffers; False when the fetch failed (the caller pauses
         ``loop_delay`` before the next try) or the budget is spent."""
         async with self._fetch_lock:
             self._apply_seeks()
-            if self._fetcher.budgeted:
+            if self._fetcher.budget.budgeted:
                 # Seeks applied (a seek drops what is buffered): take what may be taken now.
                 takers = self._hold_by_budget()
                 if takers is None:
@@ -246,10 +245,10 @@ class Delivery:
                 log.warning("member %s: %s", self._id, exc)
                 return False
             except FetchStalledError as exc:
-                if self.stalled is None:
+                if self._stalled is None:
                     raise
                 log.error("member %s gives its partitions up: %s", self._id, exc)
-                self.stalled(exc)
+                self._stalled(exc)
                 return False
         for partition, records in fetched.items():
             lost = self._states.fetched(partition, records)
@@ -262,7 +261,7 @@ class Delivery:
                     lost[0],
                     lost[1] - 1,
                 )
-        if self._fetcher.budgeted:
+        if self._fetcher.budget.budgeted:
             # Nothing suspended since aiokafka gave these records (its reads of valid positions
             # return at once), so it sent no request since: none goes out that would pass the
             # budget, nor for a partition that has enough waiting.
@@ -275,16 +274,16 @@ class Delivery:
 
     def _hold_by_budget(self) -> list[PartitionKey] | None:
         """With a budget: have the fetcher fetch only the partitions that may be taken now
-        (`PartitionStates.fetchable` with `FetcherLike.ahead_bytes`), or none while what is
+        (`PartitionStates.fetchable` with `FetchBudget.ahead_bytes`), or none while what is
         held plus one response per broker would pass the budget.
 
         Returns:
             Those partitions, or None when the budget is spent.
         """
-        if not self._fetcher.fits(self._states.buffered_bytes):
+        if not self._fetcher.budget.fits(self._states.buffered_bytes):
             self._fetcher.hold(self._fetcher.assigned)
             return None
-        takers = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
+        takers = self._states.fetchable(ahead=self._fetcher.budget.ahead_bytes)
         self._fetcher.hold(self._fetcher.assigned.difference(takers))
         return takers
 
@@ -447,12 +446,12 @@ class Delivery:
         A stored offset is taken as it is: one the broker does not hold is reset at the first
         fetch (see `_reset_out_of_range`).
         """
-        fresh = self._states.unpositioned()
+        fresh = self._states.commits.unpositioned()
         if not fresh:
             return
         for partition, (earliest, latest) in (await self._fetcher.bounds(fresh)).items():
             # A trailing start is stored at once, so the next owner goes on from here.
-            self._states.positioned(
+            self._states.commits.positioned(
                 partition, latest if self._trail else earliest, earliest=earliest, store=self._trail
             )
 

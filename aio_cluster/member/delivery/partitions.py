@@ -3,11 +3,14 @@
 Each partition this member deals with has a claim (`aio_cluster.member.delivery.claims.Claim`: its
 owner node, position, buffered batches, pending and stored offsets) and a place in a few sets:
 withheld (being handed over, or not yet announced), paused, in flight (a batch whose body runs),
-voided (a running batch that must not be committed), sought (the fetcher must move), announced (the
-listener was told it is ours). Only this class changes them. Its methods are the transitions; each
-checks that it is legal and returns what the driver must do. The drivers (`delivery` for the
-fetcher, `offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener,
-`rebalance` for the owner nodes) ask it and tell it, and never each other's state.
+voided (a running batch that must not be committed). Only this class changes them, with its three
+parts: the fetcher's side of each partition (`aio_cluster.member.delivery.feed`: which claim the
+fetcher's position was set for, the seeks it owes, the gaps it met), each claim's start and its
+offsets on the way to ZooKeeper (`aio_cluster.member.delivery.commits`), and what the listener was
+told (`aio_cluster.member.delivery.announcements`). Its methods are the transitions; each checks
+that it is legal and returns what the driver must do. The drivers (`delivery` for the fetcher,
+`offsets` for ZooKeeper's offset nodes, `mirror` for Kafka, `handover` for the listener, `rebalance`
+for the owner nodes) ask it and tell it, and never each other's state.
 
 The life of one partition::
 
@@ -21,7 +24,6 @@ The life of one partition::
 Rules kept (checked by ``tests/test_partition_states.py``):
 
 - an offset to store never passes the first offset of a batch whose body still runs;
-- only owned partitions have anything to store;
 - a batch overtaken by a seek, a release, a loss or an abandon never becomes pending;
 - a pause lasts until `resume()`, across a loss and the claim that regains the partition; it ends
   when the partition is released to another member or the assignment no longer gives it to us;
@@ -31,18 +33,11 @@ Rules kept (checked by ``tests/test_partition_states.py``):
 - a partition moves on to the fetcher's position (past transaction markers, aborted records and
   compaction gaps) only when nothing of it is buffered, in flight, withheld or waiting on a seek,
   and only from a position set for its claim; that is stored only when everything before was;
-- a fetch whose records start beyond the fetcher's position before it is refused (records were
-  taken out of the fetcher and lost: a commit would pass them), and the partition is read again
-  from its next offset; only the same gap met again, from the same position, is taken (the broker
-  holds no record there: compaction, transaction markers or aborted records); so is a move to a
-  position no fetch of records vouched for (one the fetcher reached while it returned nothing);
-- a fenced claim (a write found it gone) stores nothing more and hands out no batch, until a
-  rebalance drops it;
+- a fetch that skips records lost on the way is refused (the rules of `feed`);
+- a fenced claim (a write found it gone) hands out no batch, until a rebalance drops it; what is
+  stored, and what exactly once makes ready, follows the rules of `commits`;
 - an abandoned batch is read again from its first unfinished record, so a partition that stays
   (its store failed, say) never goes on past records nobody finished;
-- exactly once (``transactional``): what a batch or a processor's prefix completes becomes
-  ``ready``, not pending; only a transaction that committed it in Kafka makes it pending
-  (`committed`), so ZooKeeper never holds an offset ahead of Kafka's;
 - a running batch grows by the partition's next batch (`pick` with ``grows``) only while nothing
   voids, withholds or pauses it; grown, it is still one batch: what it commits, its progress and
   where it is read again from are as for any batch.
@@ -52,14 +47,16 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 
 from ...errors import IllegalTransition, NotOwnedError
 from ...kafka.records import Record
 from ...kafka.topics import PartitionKey
-from .claims import UNPOSITIONED, Batch, Claim
+from .announcements import Announcements
+from .claims import Batch, Claim
+from .commits import Commits
+from .feed import Feed, unbuffer
 
 __all__ = ["Grows", "IllegalTransition", "PartitionStates"]
 
@@ -68,28 +65,19 @@ Grows = Callable[[PartitionKey], bool]
 `PartitionStates.pick`)."""
 
 
-def _record_bytes(records: list[Record]) -> int:
-    """The bytes of the records' keys and values as the broker holds them (aiokafka's
-    serialized sizes: a missing key or value counts -1, a byte off the bound at most)."""
-    total: int = sum(map(_KEY_SIZE, records)) + sum(map(_VALUE_SIZE, records))
-    return total
-
-
-_KEY_SIZE = operator.attrgetter("serialized_key_size")
-_VALUE_SIZE = operator.attrgetter("serialized_value_size")
-
-
 class PartitionStates:
     """Every partition's state in one member, and the legal transitions between states."""
 
     def __init__(self, *, transactional: bool = False) -> None:
         """Args:
         transactional: the exactly-once mode: completed offsets become ``ready`` for the
-            partition's transaction, and pending only once it committed (`committed`).
+            partition's transaction, and pending only once it committed (`Commits.committed`).
         """
-        self.transactional = transactional
         self._claims: dict[PartitionKey, Claim] = {}
         self._view = MappingProxyType(self._claims)
+        self.commits = Commits(self._view, transactional=transactional)
+        """Each claim's start, and its offsets ready, pending and stored (the drivers of
+        offsets, transactions and the mirror ask and tell it)."""
         self._withheld: set[PartitionKey] = set()
         """Partitions no batch is handed out of: being handed over, or claimed and not yet
         announced to the listener."""
@@ -107,28 +95,9 @@ class PartitionStates:
         first record not yet finished (its first, or where a processor's progress got)."""
         self._voided: set[PartitionKey] = set()
         """Partitions whose running batch must not be committed (a seek came meanwhile)."""
-        self._seeks: dict[PartitionKey, int] = {}
-        """Partition -> the offset the fetcher must read from next (its buffers were dropped)."""
-        self._fed: dict[PartitionKey, Claim] = {}
-        """The fetcher's partitions, each with the claim whose position it was given (assigned
-        or sought): its position says something about that claim's records only."""
-        self._positions: dict[PartitionKey, int] = {}
-        """The fed partitions' positions in the fetcher, as given it (assigned or sought) or as
-        it said after its last fetch (see `stepped_over`): where its next records start."""
-        self._gaps: dict[PartitionKey, set[tuple[int, int]]] = {}
-        """Partition -> the gaps its claim met: a position and the first record fetched from it
-        (see `fetched`)."""
-        self._refused: dict[PartitionKey, tuple[int, int]] = {}
-        """Partition -> the gap its last refused fetch left, until a fetch reads past it."""
-        self._vouched: dict[PartitionKey, int] = {}
-        """Partition -> the furthest position set here, or said by the fetcher right after it
-        returned records from where it was: the claim moves there without reading again."""
-        self._fresh: set[PartitionKey] = set()
-        """The partitions whose records the fetch being taken in returned (and were taken)."""
-        self._announced: set[PartitionKey] = set()
-        """The partitions the listener was told were assigned."""
-        self._lost: set[PartitionKey] = set()
-        """Partitions lost with the session, not yet reported to the listener."""
+        self._feed = Feed()
+        self.announcements = Announcements(self._view)
+        """What the rebalance listener was told (the handover asks and tells it)."""
         self._cursor = -1
         self._order: list[PartitionKey] | None = None
         """The claimed partitions, sorted: the round-robin's order (None: to be sorted again)."""
@@ -168,7 +137,7 @@ class PartitionStates:
     @property
     def fed(self) -> frozenset[PartitionKey]:
         """The partitions the fetcher was given."""
-        return frozenset(self._fed)
+        return self._feed.partitions
 
     @property
     def fenced(self) -> list[PartitionKey]:
@@ -203,12 +172,10 @@ class PartitionStates:
         """
         if claim.partition in self._claims:
             raise IllegalTransition(f"partition {claim.partition} is claimed already")
-        self._clear(claim)
+        unbuffer(claim)
         self._claims[claim.partition] = claim
         self._order = None
-        self._seeks.pop(claim.partition, None)
-        self._gaps.pop(claim.partition, None)
-        self._refused.pop(claim.partition, None)
+        self._feed.forget(claim.partition)
 
     def released(self, partition: PartitionKey) -> Claim | None:
         """The partition goes to another member (its owner node is deleted next): its pause,
@@ -222,7 +189,7 @@ class PartitionStates:
         self._order = None
         self._withheld.discard(partition)
         self._paused.discard(partition)
-        self._announced.discard(partition)
+        self.announcements.released(partition)
         return claim
 
     def lost(self) -> list[PartitionKey]:
@@ -234,8 +201,7 @@ class PartitionStates:
             The partitions that were owned, sorted.
         """
         gone = sorted(self._claims)
-        self._lost.update(self._announced)
-        self._announced.clear()
+        self.announcements.lost()
         for partition in gone:
             self._claims[partition].pending = None
             self._claims[partition].ready = None
@@ -263,92 +229,19 @@ class PartitionStates:
         """The claim of ``partition`` ends: its buffers, seek and running batch go with it."""
         claim = self._claims.get(partition)
         if claim is not None:
-            self._clear(claim)
-        self._seeks.pop(partition, None)
+            unbuffer(claim)
+        self._feed.forget(partition)
         self._voided.discard(partition)
-        self._gaps.pop(partition, None)
-        self._refused.pop(partition, None)
-        self._fresh.discard(partition)
 
-    # -- positioning -------------------------------------------------------------------------
-
-    def unpositioned(self) -> list[PartitionKey]:
-        """The claimed partitions whose start is not known yet (nothing is stored), sorted."""
-        return sorted(p for p, claim in self._claims.items() if claim.next_offset == UNPOSITIONED)
-
-    def positioned(
-        self,
-        partition: PartitionKey,
-        offset: int,
-        *,
-        earliest: int | None = None,
-        store: bool = False,
-    ) -> bool:
-        """An unpositioned claim starts at ``offset``.
-
-        Args:
-            partition: the claimed partition.
-            offset: its first offset to hand out.
-            earliest: the partition's earliest offset now (for the lag while nothing is stored).
-            store: store ``offset`` at once (a trailing start, or one taken over from Kafka), so
-                the next owner goes on from here.
-
-        Returns:
-            False when the partition is not claimed or was positioned already: nothing changed.
-        """
-        claim = self._claims.get(partition)
-        if claim is None or claim.next_offset != UNPOSITIONED or offset < 0:
-            return False
-        claim.next_offset = offset
-        if earliest is not None:
-            claim.earliest = earliest
-        if store:
-            claim.pending = offset
-        return True
-
-    def migrated(self, partition: PartitionKey, offset: int) -> bool:
-        """A new claim is offered the offset a Kafka consumer group committed (``"migrate"``): it
-        starts there, stored at once, when that is further than its stored offset (or none is
-        stored) and it has not moved from its start yet (a seek came first).
-
-        Returns:
-            True when the claim starts at ``offset``.
-        """
-        claim = self._claims.get(partition)
-        if claim is None or offset < 0:
-            return False
-        start = UNPOSITIONED if claim.stored is None else claim.stored
-        if claim.next_offset != start or (claim.stored is not None and offset <= claim.stored):
-            return False
-        claim.next_offset = claim.pending = offset
-        return True
+    # -- fetching ----------------------------------------------------------------------------
 
     def assignment(self) -> dict[PartitionKey, int] | None:
         """What the fetcher must be given: the claimed, positioned partitions, each from its next
         offset (a staying partition with buffered records from after them), or None when it has
         them already. Once the driver gave the fetcher these positions, they are its own."""
-        wanted = {p: claim for p, claim in self._claims.items() if claim.next_offset >= 0}
-        if wanted.keys() == self._fed.keys() and all(
-            self._fed[p] is claim for p, claim in wanted.items()
-        ):
-            return None
-        positions: dict[PartitionKey, int] = {}
-        for partition, claim in wanted.items():
-            if self._fed.get(partition) is claim and claim.buffered:
-                # Staying: keep what is buffered and fetch on after it, so a rebalance does not
-                # pause the partitions it leaves in place.
-                positions[partition] = claim.buffered[-1][-1].offset + 1
-            else:
-                self._clear(claim)
-                positions[partition] = claim.next_offset
-        self._seeks.clear()
-        self._fed = dict(wanted)
-        self._positions = dict(positions)
-        self._vouched = dict(positions)
-        self._fresh.clear()
-        return positions
-
-    # -- fetching ----------------------------------------------------------------------------
+        return self._feed.assign(
+            {p: claim for p, claim in self._claims.items() if claim.next_offset >= 0}
+        )
 
     def fetchable(
         self, *, ahead: int | None = None, grows: Grows | None = None
@@ -366,7 +259,7 @@ class PartitionStates:
         return [
             p
             for p, claim in self._claims.items()
-            if self._fed.get(p) is claim
+            if self._feed.serves(claim)
             and not claim.fenced
             and p not in self._withheld
             and p not in self._paused
@@ -388,28 +281,13 @@ class PartitionStates:
     def seeks(self) -> dict[PartitionKey, int]:
         """The fetcher's partitions that must be read from another offset before the next fetch
         (partition -> offset); each is returned once."""
-        seeks = {p: offset for p, offset in self._seeks.items() if p in self._fed}
-        for partition, offset in seeks.items():
-            claim = self._claims.get(partition)
-            if claim is not None:
-                # The fetcher's position is now set from this claim.
-                self._fed[partition] = claim
-            self._positions[partition] = self._vouched[partition] = offset
-        self._seeks.clear()
-        return seeks
+        return self._feed.seeks(self._claims)
 
     def fetched(self, partition: PartitionKey, records: list[Record]) -> tuple[int, int] | None:
         """The fetcher returned ``records`` of ``partition``: they are buffered, unless the
         partition is not owned, withheld, paused, sought meanwhile, or they were read for an
-        earlier claim (then they are dropped, and read again once it hands out again).
-
-        Records that start beyond the fetcher's position before this fetch leave a gap: records
-        taken out of the fetcher and lost on the way (a fetch cancelled half-way), which the
-        next commit would pass although nobody received them. They are refused: what is
-        buffered is dropped, and the partition read again from its next offset. A gap met again,
-        from the same position to the same record, is what the broker holds (compaction gaps,
-        transaction markers or aborted records at the position, which the fetcher's position
-        does not pass before it read them): it is taken.
+        earlier claim (then they are dropped, and read again once it hands out again), or they
+        skip records the fetcher lost on the way (refused: see `Feed.take`).
 
         Returns:
             The offsets a refused fetch skipped (from, up to), when these records show that the
@@ -417,26 +295,16 @@ class PartitionStates:
             None otherwise.
         """
         claim = self._claims.get(partition)
-        if not records or claim is None or self._fed.get(partition) is not claim:
+        if not records or claim is None or not self._feed.serves(claim):
             return None
-        if partition in self._withheld or partition in self._paused or partition in self._seeks:
-            self._drop(claim)
-            return None
-        position = self._positions.get(partition)
         if (
-            position is not None
-            and records[0].offset > position
-            and self._refuse(claim, position, records[0].offset)
+            partition in self._withheld
+            or partition in self._paused
+            or self._feed.seeking(partition)
         ):
+            self._feed.drop(claim)
             return None
-        self._fresh.add(partition)
-        claim.buffered.append(records)
-        claim.sizes.append(_record_bytes(records))
-        refused = self._refused.get(partition)
-        if refused is None or records[-1].offset < refused[0]:
-            return None
-        del self._refused[partition]
-        return refused if records[0].offset < refused[1] else None
+        return self._feed.take(claim, records)
 
     def out_of_range(
         self, partition: PartitionKey, offset: int, earliest: int, latest: int, *, trail: bool
@@ -460,86 +328,36 @@ class PartitionStates:
         start = latest if trail and offset > latest else earliest
         claim.next_offset = start
         if partition not in self._inflight:
-            self._completed(claim, start)
-        self._drop(claim)
+            self.commits.completed(claim, start)
+        self._feed.drop(claim)
         return start
 
     def stepped_over(self, partition: PartitionKey, position: int | None) -> bool:
-        """The fetcher reads ``partition`` from ``position`` next: when every record it returned
-        was handed out and finished, the claim moves on there, past what follows them without
-        being a record (transaction markers, aborted records, compaction gaps); that is pending
-        when everything before was committed (exactly once: ready for the partition's next
-        transaction when everything before completed, so that ZooKeeper follows Kafka there).
-        Nothing moves while records are buffered, a batch runs, the partition is withheld or
-        waits on a seek, or the position was not set for the claim held now. The position is
-        where the next fetch's records must start (see `fetched`). A position the fetcher
-        reached while it returned nothing (not right after records it returned from where it
-        was) is followed only once a fetch from the claim's next offset reached it again: else
-        records taken out of the fetcher and lost would be passed (see `fetched`).
+        """The fetcher reads ``partition`` from ``position`` next: when every record it returned was
+        handed out and finished, the claim moves on there, past what follows them without being a
+        record (transaction markers, aborted records, compaction gaps), stored as `Commits.step`
+        says. Nothing moves while records are buffered, a batch runs, the partition is withheld, or
+        the fetcher's side does not vouch for the move (`Feed.moves`: a seek is owed, the position
+        was not set for the claim held now, or records lost on the way would be passed). The
+        position is where the next fetch's records must start (see `fetched`).
 
         Returns:
             True when the claim moved on.
         """
         claim = self._claims.get(partition)
-        if claim is not None and position is not None and self._fed.get(partition) is claim:
-            self._positions[partition] = position
-            if partition in self._fresh:
-                self._vouched[partition] = position
-        self._fresh.discard(partition)
+        self._feed.reached(partition, claim, position)
         if (
             claim is None
             or position is None
             or claim.buffered
             or partition in self._inflight
-            or partition in self._seeks
             or partition in self._withheld
-            or self._fed.get(partition) is not claim
             or position <= claim.next_offset
+            or not self._feed.moves(claim, position)
         ):
             return False
-        if position > self._vouched.get(partition, position) and self._refuse(
-            claim, claim.next_offset, position
-        ):
-            return False
-        committed = claim.pending if claim.pending is not None else claim.stored
-        if self.transactional and claim.ready is not None:
-            committed = claim.ready  # completed, its transaction to come
-        if committed is None:
-            committed = claim.earliest  # nothing stored: the start needs no commit
-        if committed == claim.next_offset and not claim.fenced:
-            self._completed(claim, position)
-        claim.next_offset = position
+        self.commits.step(claim, position)
         return True
-
-    def _refuse(self, claim: Claim, start: int, end: int) -> bool:
-        """The fetcher went from ``start`` to ``end`` of the claim's partition without a record:
-        the first time, refuse it (what is buffered is dropped, and the partition read again
-        from its next offset) and remember it; met again, it is what the broker holds.
-
-        Returns:
-            True when refused.
-        """
-        partition = claim.partition
-        met = self._gaps.setdefault(partition, set())
-        if (start, end) in met:
-            self._vouched[partition] = max(self._vouched.get(partition, end), end)
-            return False
-        # Those behind the next offset are not read again (but after a seek back).
-        met.difference_update([gap for gap in met if gap[1] <= claim.next_offset])
-        met.add((start, end))
-        self._refused[partition] = (start, end)
-        self._drop(claim)
-        return True
-
-    def _drop(self, claim: Claim) -> None:
-        """Forget a claim's buffered records; reading resumes at its next offset."""
-        self._clear(claim)
-        self._seeks[claim.partition] = claim.next_offset
-
-    @staticmethod
-    def _clear(claim: Claim) -> None:
-        claim.buffered.clear()
-        claim.sizes.clear()
 
     def _shed(self, partitions: Iterable[PartitionKey]) -> None:
         """Drop what is buffered of ``partitions`` (read again from their next offset once they
@@ -547,7 +365,7 @@ class PartitionStates:
         for partition in partitions:
             claim = self._claims.get(partition)
             if claim is not None and claim.buffered:
-                self._drop(claim)
+                self._feed.drop(claim)
 
     # -- handing out -------------------------------------------------------------------------
 
@@ -590,7 +408,7 @@ class PartitionStates:
             if (
                 claim.buffered
                 and not claim.fenced
-                and self._fed.get(partition) is claim
+                and self._feed.serves(claim)
                 and self._available(partition, grows)
             ):
                 break
@@ -638,10 +456,10 @@ class PartitionStates:
         elif self._claims.get(partition) is claim:
             if not completed:
                 claim.next_offset = running[2]
-                self._drop(claim)
+                self._feed.drop(claim)
             else:
                 if commit:
-                    self._completed(claim, batch[-1].offset + 1)
+                    self.commits.completed(claim, batch[-1].offset + 1)
                 self.stepped_over(partition, position)
         return True
 
@@ -658,30 +476,8 @@ class PartitionStates:
             and partition not in self._voided
             and self._claims.get(partition) is claim
         ):
-            self._completed(claim, offset)
+            self.commits.completed(claim, offset)
             self._inflight[partition] = (claim, running[1], offset)
-
-    def _completed(self, claim: Claim, offset: int) -> None:
-        """The records of ``claim`` before ``offset`` completed: pending, or, exactly once,
-        ready for the partition's next transaction."""
-        if self.transactional:
-            claim.ready = offset
-        else:
-            claim.pending = offset
-
-    def committed(self, claim: Claim, offset: int) -> bool:
-        """Exactly once: a transaction committed ``offset`` for ``claim`` in Kafka: it becomes
-        pending (ZooKeeper follows), unless the claim ended or a seek came meanwhile.
-
-        Returns:
-            False when nothing changed.
-        """
-        if self._claims.get(claim.partition) is not claim or claim.fenced:
-            return False
-        if claim.ready == offset:
-            claim.ready = None
-        claim.pending = offset
-        return True
 
     def withhold(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out no batch of ``partitions`` until `hand_out()`."""
@@ -693,7 +489,7 @@ class PartitionStates:
         for partition in partitions:
             claim = self._claim(partition)
             self._withheld.add(partition)
-            self._drop(claim)
+            self._feed.drop(claim)
 
     def hand_out(self, partitions: Iterable[PartitionKey]) -> None:
         """Hand out batches of ``partitions`` again (undoes `withhold()` and `drain()`)."""
@@ -718,7 +514,7 @@ class PartitionStates:
                 self._voided.discard(partition)
             elif self._claims.get(partition) is claim:
                 claim.next_offset = offset
-                self._drop(claim)
+                self._feed.drop(claim)
         return abandoned
 
     def pause(self, partitions: Iterable[PartitionKey]) -> None:
@@ -767,9 +563,7 @@ class PartitionStates:
         claim.ready = None
         if partition in self._inflight:
             self._voided.add(partition)
-        self._drop(claim)
-
-    # -- storing -----------------------------------------------------------------------------
+        self._feed.drop(claim)
 
     def to_store(self, partition: PartitionKey, offset: int) -> None:
         """``offset`` is to be stored for ``partition``: the application's ``commit()``.
@@ -780,72 +574,4 @@ class PartitionStates:
         claim = self._claim(partition)
         if claim.fenced:
             raise NotOwnedError(f"partition {partition}: its claim is gone, nothing is stored")
-        if self.transactional:
-            claim.ready = offset
-        else:
-            claim.pending = offset
-
-    def unstored(self, partitions: Iterable[PartitionKey]) -> list[Claim]:
-        """The owned claims among ``partitions`` whose pending offset is not stored yet."""
-        return [
-            claim
-            for partition in dict.fromkeys(partitions)
-            if (claim := self._claims.get(partition)) is not None
-            and not claim.fenced
-            and claim.pending is not None
-            and claim.pending != claim.stored
-        ]
-
-    def fenced_off(self, claims: Iterable[Claim]) -> list[PartitionKey]:
-        """A write found these claims gone (their owner node replaced, or their fence moved):
-        nothing is stored for them again, and the next rebalance drops them.
-
-        Returns:
-            Their partitions, sorted.
-        """
-        partitions = set()
-        for claim in claims:
-            claim.fenced = True
-            partitions.add(claim.partition)
-            self._clear(claim)  # never handed out now: it holds none of the budget
-        return sorted(partitions)
-
-    def learned(self, claim: Claim, stored: int | None) -> None:
-        """ZooKeeper holds ``stored`` for the claim's partition (read after a write failed)."""
-        claim.stored = stored
-
-    def stored(self, written: Mapping[Claim, int]) -> dict[PartitionKey, int]:
-        """ZooKeeper stored these offsets.
-
-        Returns:
-            Partition -> offset of those whose claim is still held (for the mirror).
-        """
-        held = {}
-        for claim, offset in written.items():
-            claim.stored = offset
-            if claim.pending == offset:
-                claim.pending = None
-            if self._claims.get(claim.partition) is claim:
-                held[claim.partition] = offset
-        return held
-
-    # -- the listener ------------------------------------------------------------------------
-
-    def unannounced(self) -> list[PartitionKey]:
-        """The claimed partitions the listener has not been told of, sorted."""
-        return sorted(set(self._claims) - self._announced)
-
-    def announced(self, partitions: Iterable[PartitionKey]) -> None:
-        """The listener was told ``partitions`` (still claimed) are assigned."""
-        self._announced.update(p for p in partitions if p in self._claims)
-
-    def revoking(self, partitions: Iterable[PartitionKey]) -> list[PartitionKey]:
-        """Of ``partitions``, those the listener must hear are revoked (it heard they were
-        assigned), sorted."""
-        return sorted(p for p in set(partitions) if p in self._announced)
-
-    def take_lost(self) -> list[PartitionKey]:
-        """The partitions lost since the last call, to report to the listener, sorted."""
-        lost = sorted(self._lost)
-        self._lost.clear()
-        return lost
+        self.commits.completed(claim, offset)

@@ -290,7 +290,7 @@ class BulkCalls:
         if self._attempting is not None:
             self._attempting(records)
         try:
-            if telemetry is None or not telemetry.calls_watched:
+            if telemetry is None or not telemetry.watching:
                 await self._handler(records)
             else:
                 await telemetry.handle_call(self._handler, records, attempt, retry_of)
@@ -329,8 +329,8 @@ def _call_named(records: list[Record]) -> str:
 
 
 class ProcessingMember(Protocol):
-    """What `run_bulk()` asks of a member (`aio_cluster.member.member.Member` is one): its id,
-    its telemetry, its delivery's gate and its ``process()``."""
+    """What `run_bulk()` asks of a member's processing (`aio_cluster.member.processes.Processes`
+    is one): the member's id, its telemetry, its delivery's gate and its ``process()``."""
 
     @property
     def id(self) -> str: ...
@@ -344,7 +344,9 @@ class ProcessingMember(Protocol):
     @property
     def processor(self) -> Processor | None: ...
 
-    async def process(self, handler: Handler, policy: Processing) -> None: ...
+    async def process(
+        self, handler: Handler, policy: Processing, *, record_spans: bool = True
+    ) -> None: ...
 
 
 async def run_bulk(
@@ -381,19 +383,17 @@ async def run_bulk(
             telemetry=telemetry,
             member_id=member.id,
         )
-        # The calls have spans of their own; the records' waiting runs get none. Restored as
-        # found, so that a call refused beside another process() leaves that one's as it was.
-        spans_records = telemetry is not None and telemetry.per_record
-        if telemetry is not None:
-            telemetry.per_record = False
         try:
-            # The bound is the calls': a record's run also waits for its call to fill.
-            await member.process(calls.handle, replace(policy, attempts=1, attempt_timeout=None))
+            # The bound is the calls': a record's run also waits for its call to fill. The
+            # calls have spans of their own; the records' waiting runs get none.
+            await member.process(
+                calls.handle,
+                replace(policy, attempts=1, attempt_timeout=None),
+                record_spans=False,
+            )
         except Exception as exc:
             failure = exc  # raised as it is, not in the task group's exception group
         finally:
-            if telemetry is not None:
-                telemetry.per_record = spans_records
             tasks.cancel_scope.cancel()
     if failure is not None:
         raise failure

@@ -50,6 +50,8 @@ class Outcomes(Workers):
         member_id: str,
         dead_letters: DeadLetters | None,
         telemetry: Telemetry | None,
+        record_spans: bool,
+        on_stopped: Callable[[], None] | None,
     ) -> None:
         """Args:
         delivery: the member's delivery (told of a partition ``"stop"`` pauses).
@@ -58,8 +60,11 @@ class Outcomes(Workers):
         member_id: named in log messages.
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         telemetry: runs each handler attempt and dead letter in a span, if given.
+        record_spans: whether a record's run has a span of its own (False under
+            ``process_bulk()``, whose calls have theirs); its dead letter has one either way.
+        on_stopped: told when ``on_failure="stop"`` paused a partition, if given.
         """
-        super().__init__(delivery, handler, policy, telemetry=telemetry)
+        super().__init__(delivery, handler, policy, telemetry=telemetry if record_spans else None)
         self._id = member_id
         self._dead_letters = dead_letters
         self._retries = Retries(
@@ -77,8 +82,7 @@ class Outcomes(Workers):
         self.failures: dict[PartitionKey, tuple[Record, Exception]] = {}
         """Partitions paused by ``on_failure="stop"`` -> the failed record and its last error
         (published for operators, and dead-lettered when an operator skips it)."""
-        self.on_stopped: Callable[[], None] | None = None
-        """Told when ``on_failure="stop"`` paused a partition, if set."""
+        self._on_stopped = on_stopped
 
     # -- what a batch's end means: the processor's --------------------------------------------
 
@@ -257,8 +261,8 @@ class Outcomes(Workers):
         )
         self.failed_at[window.partition] = record.offset
         self.failures[window.partition] = (record, error)
-        if self.on_stopped is not None:
-            self.on_stopped()
+        if self._on_stopped is not None:
+            self._on_stopped()
         if not window.gone:
             self._delivery.pause([window.partition])
             self._stop_taking(window, fill_gaps=False)

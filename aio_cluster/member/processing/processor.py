@@ -70,6 +70,8 @@ class Processor(Outcomes):
         member_id: str,
         dead_letters: DeadLetters | None = None,
         telemetry: Telemetry | None = None,
+        record_spans: bool = True,
+        on_stopped: Callable[[], None] | None = None,
     ) -> None:
         """Args:
         delivery: the member's delivery; its batches are taken from here.
@@ -79,6 +81,9 @@ class Processor(Outcomes):
         member_id: named in log messages.
         dead_letters: the dead-letter producer (with ``on_failure="dead_letter"``).
         telemetry: runs each handler attempt and dead letter in a span, if given.
+        record_spans: whether a record's run has a span of its own (False under
+            ``process_bulk()``, whose calls have theirs).
+        on_stopped: told when ``on_failure="stop"`` paused a partition, if given.
         """
         if policy.attempt_timeout is not None:
             handler = bounded(
@@ -91,6 +96,8 @@ class Processor(Outcomes):
             member_id=member_id,
             dead_letters=dead_letters,
             telemetry=telemetry,
+            record_spans=record_spans,
+            on_stopped=on_stopped,
         )
         self._is_closing = is_closing
         self._windows: dict[PartitionKey, Window] = {}

@@ -51,17 +51,12 @@ from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
 from ...zookeeper.client import (
     BadVersionError,
-    Check,
-    Create,
-    Delete,
     NodeExistsError,
     NoNodeError,
-    Op,
-    SetData,
-    Stat,
     WatchedNode,
     ZooKeeper,
 )
+from ...zookeeper.values import Check, Create, Delete, Op, SetData, Stat
 from .keyed_layout import KeyedLayout
 
 __all__ = ["ClaimNodes", "Taken"]

@@ -135,7 +135,7 @@ class Handover:
         await self._told_revoked(owned)
 
     async def _told_revoked(self, partitions: list[PartitionKey]) -> None:
-        told = self._states.revoking(partitions)
+        told = self._states.announcements.revoking(partitions)
         if told:
             await self._tell("on_partitions_revoked", told)
         await self.store_and_mirror(partitions)
@@ -153,25 +153,25 @@ class Handover:
         Returns:
             True when the fetched partitions changed.
         """
-        new = self._states.unannounced()
+        new = self._states.announcements.unannounced()
         self._states.withhold(new)
         try:
             claims = self._states.claims
             if self._committer is None:
                 await self._offsets.read_notes([claims[p] for p in new if p in claims])
-            await self._mirror.take_over(self._states.claims, self._states.migrated)
+            await self._mirror.take_over(self._states.claims, self._states.commits.migrated)
             await self._delivery.position()
             changed = await self._delivery.reassign()
             if new:
                 await self._tell("on_partitions_assigned", new)
-                self._states.announced(new)
+                self._states.announcements.announced(new)
         finally:
             self._delivery.hand_out(new)
         return changed
 
     async def report_lost(self) -> None:
         """Tell the listener of the partitions lost since the last report."""
-        lost = self._states.take_lost()
+        lost = self._states.announcements.take_lost()
         if lost:
             await self._tell("on_partitions_lost", lost)
 

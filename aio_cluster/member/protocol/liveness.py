@@ -38,7 +38,8 @@ from collections.abc import Callable
 import anyio
 
 from ...errors import CoordinationError
-from ...zookeeper.client import SessionState, ZooKeeper
+from ...zookeeper.client import ZooKeeper
+from ...zookeeper.values import SessionState
 from ..delivery.delivery import Delivery
 
 __all__ = ["Liveness", "Phase", "phase"]

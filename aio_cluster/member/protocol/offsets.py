@@ -24,18 +24,9 @@ import anyio
 from ...concurrency import gather
 from ...errors import CoordinationError
 from ...kafka.topics import PartitionKey
-from ...zookeeper.client import (
-    BadVersionError,
-    Check,
-    Create,
-    Delete,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    ZooKeeper,
-)
+from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import decode_offset
+from ...zookeeper.values import Check, Create, Delete, Op, SetData
 from ..delivery import finished
 from ..delivery.claims import Claim
 from ..delivery.partitions import PartitionStates
@@ -146,7 +137,7 @@ class Offsets:
         """
         async with self._store_lock:
             partitions = list(partitions)
-            due = self._states.unstored(partitions)
+            due = self._states.commits.unstored(partitions)
             due.extend(self._notes_due(partitions, due))
             if not due:
                 return {}
@@ -159,10 +150,10 @@ class Offsets:
                     # and write the others once more.
                     due = await self._still_ours(due)
                     for claim in due:
-                        self._states.learned(claim, await self.stored(claim.partition))
+                        self._states.commits.learned(claim, await self.stored(claim.partition))
                         await self._learn_note(claim)
                     written = await self._write(due)
-            return self._states.stored(written)
+            return self._states.commits.stored(written)
 
     async def _still_ours(self, claims: list[Claim]) -> list[Claim]:
         """The claims that still hold: their owner node of this session at its version, their
@@ -170,7 +161,7 @@ class Offsets:
         held = await gather(functools.partial(self._holds, claim) for claim in claims)
         gone = [claim for claim, holds in zip(claims, held, strict=True) if not holds]
         if gone:
-            partitions = self._states.fenced_off(gone)
+            partitions = self._states.commits.fenced_off(gone)
             log.warning(
                 "partitions %s: the claims are gone (their owner node was replaced, or a "
                 "newer claim or an offset reset moved their fence); their offsets are not stored",
@@ -198,7 +189,7 @@ class Offsets:
         never stored there (see `_note_ops()`)."""
         claims = self._states.claims
         found: list[Claim] = []
-        if self._states.transactional or not finished.anything_noted():
+        if self._states.commits.transactional or not finished.anything_noted():
             return found
         for partition in dict.fromkeys(partitions):
             claim = claims.get(partition)
@@ -268,7 +259,7 @@ class Offsets:
         """
         # Exactly once, what finished beyond the prefix has its output kept in memory, not
         # committed: a next claim (with the mode or without) must handle it again.
-        known = None if self._states.transactional else finished.noted(claim)
+        known = None if self._states.commits.transactional else finished.noted(claim)
         if known is None and not self._notes:
             return None  # the common case: nothing noted, nothing to delete
         path = self._layout.note(claim.partition)

@@ -34,7 +34,8 @@ from ...errors import (
     StrategyMismatchError,
 )
 from ...kafka.topics import PartitionKey
-from ...zookeeper.client import SessionState, ZooKeeper
+from ...zookeeper.client import ZooKeeper
+from ...zookeeper.values import SessionState
 from ..delivery.claims import UNPOSITIONED, Claim
 from ..delivery.partitions import PartitionStates
 from .assignment import Assignment

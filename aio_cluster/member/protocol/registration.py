@@ -33,15 +33,10 @@ from ...errors import (
     SessionLostError,
     StrategyMismatchError,
 )
-from ...zookeeper.client import (
-    BadVersionError,
-    NodeExistsError,
-    NoNodeError,
-    SessionState,
-    ZooKeeper,
-)
+from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import Registration, decode_registration, encode_registration
 from ...zookeeper.roster import Roster, decode_roster, encode_roster
+from ...zookeeper.values import SessionState
 from ..delivery.partitions import PartitionStates
 from .keyed_layout import KeyedLayout
 

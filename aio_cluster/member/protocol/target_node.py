@@ -31,16 +31,7 @@ from ...assign.target import (
 )
 from ...concurrency import gather, settle
 from ...errors import CoordinationError
-from ...zookeeper.client import (
-    BadVersionError,
-    Create,
-    Delete,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    ZooKeeper,
-)
+from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ...zookeeper.layout import (
     GroupLayout,
     decode_share,
@@ -48,6 +39,7 @@ from ...zookeeper.layout import (
     encode_share,
     encode_target,
 )
+from ...zookeeper.values import Create, Delete, Op, SetData
 
 __all__ = ["Balance", "TargetNode"]
 

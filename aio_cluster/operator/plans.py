@@ -1,6 +1,7 @@
-"""What the ``aio-cluster`` command computes, apart from its I/O: lag rows, reset plans, and the
-parsing of its arguments. Pure functions of what `aio_cluster.cli` read from ZooKeeper and
-Kafka, so that every rule here is tested without servers.
+"""What an operator's tools compute, apart from their I/O: lag rows, reset plans, and the
+parsing of a reset's partitions and time. Pure functions of what `aio_cluster.operator.survey`
+and `aio_cluster.operator.looks` read from ZooKeeper and Kafka, so that every rule here is
+tested without servers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The verdict of ``aio-cluster check``: rules an operator can read, applied to samples of a
-group taken over a window. Pure: the samples come from `aio_cluster.cli.main`.
+group taken over a window (the dashboard's verdicts too). Pure: the samples are the caller's.
 
 Burrow's evaluation is the model: a single look at a group says little (a lag of 500 is fine if it
 falls, bad if nothing moves), so each partition is judged by how its committed offset and its lag

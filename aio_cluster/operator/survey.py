@@ -1,6 +1,6 @@
-"""The reads and writes of the ``aio-cluster`` command in ZooKeeper: a group's members, claims
-and stored offsets, and a reset's offsets. Small calls, each one thing; what the command makes of
-them is computed in `aio_cluster.cli.plans`.
+"""An operator's reads and writes in ZooKeeper (the command's and the dashboard's): a group's
+members, claims and stored offsets, and a reset's offsets. Small calls, each one thing; what is
+made of them is computed in `aio_cluster.operator.plans`.
 """
 
 from __future__ import annotations
@@ -13,16 +13,7 @@ import anyio.abc
 
 from ..assign.marks import Mark
 from ..errors import ConfigurationError, CoordinationError
-from ..zookeeper.client import (
-    BadVersionError,
-    Create,
-    NodeExistsError,
-    NoNodeError,
-    Op,
-    SetData,
-    Stat,
-    ZooKeeper,
-)
+from ..zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
 from ..zookeeper.layout import (
     ROOT,
     GroupLayout,
@@ -40,6 +31,7 @@ from ..zookeeper.layout import (
     partition_named,
     topic_name,
 )
+from ..zookeeper.values import Create, Op, SetData, Stat
 from .plans import Stored, Unreadable
 
 __all__ = [

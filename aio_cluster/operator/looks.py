@@ -1,8 +1,8 @@
-"""What the ``aio-cluster`` command reads across both servers, shared by its subcommands and by
-the dashboard (`aio_cluster.dashboard`): the clients opened from a `Connection`, one look at a
-group (its members, a lag row per partition, notes on what is not shown), and the inputs of one
-topic's reset plan. ZooKeeper's single reads are `aio_cluster.cli.survey`'s; what is made of
-them is computed in `aio_cluster.cli.plans`.
+"""What an operator reads across both servers, shared by the command's subcommands and the
+dashboard: the clients opened from a `Connection`, one look at a group (its members, a lag row
+per partition, notes on what is not shown), and the inputs of one topic's reset plan.
+ZooKeeper's single reads are `aio_cluster.operator.survey`'s; what is made of them is computed
+in `aio_cluster.operator.plans`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ..kafka.topics import TopicKeys, TopicPartition
 from ..zookeeper.client import ZooKeeper
 from ..zookeeper.layout import GroupLayout, Registration
 from . import survey
-from .arguments import AUTH_VAR, PROG, Connection
+from .connection import Connection
+from .environment import AUTH_VAR, PROG
 from .plans import (
     LagRow,
     PlanRow,

@@ -1,13 +1,11 @@
 """What ``aio-cluster pause``, ``resume`` and ``skip`` act on, apart from their I/O: the
 partitions a pause or a resume names, and a skip's plan with its refusals. Pure functions of what
-`aio_cluster.cli.operate` read from ZooKeeper and Kafka, so that every rule here is tested without
-servers.
+`aio_cluster.operator.operate` read from ZooKeeper and Kafka, so that every rule here is tested
+without servers.
 """
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,21 +15,10 @@ from .health import stopped_json, stopped_text
 
 __all__ = [
     "SkipPlan",
-    "operator",
     "pause_rows",
     "plan_skip",
     "select_keys",
 ]
-
-
-def operator() -> str:
-    """Who the command's writes are by: ``user@host`` of the process (``?`` for a user the
-    system cannot name)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name, no passwd entry: a bare container
-        user = "?"
-    return f"{user}@{socket.gethostname()}"
 
 
 def select_keys(partitions: Mapping[str, Sequence[int]], wanted: Sequence[int] | None) -> list[Key]:
