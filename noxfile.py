@@ -253,8 +253,8 @@ def bench(session: nox.Session) -> None:
     of a ZooKeeper call, one member's memory over 200 partitions, the local cluster's start and
     stop with one and three nodes of each, process() against its ideal and the async for loop,
     what OpenTelemetry costs both, the dashboard's refresh and page at 10,000 partitions, what
-    exactly-once pipelines cost against at-least-once ones, and what an idle group costs
-    ZooKeeper."""
+    exactly-once pipelines cost against at-least-once ones, what an idle group costs
+    ZooKeeper, and the bytes members read across racks."""
     session.install("-e", ".[bench,otel,dashboard,examples]", "opentelemetry-sdk")
     session.run("python", "benchmarks/throughput.py")
     session.run("python", "benchmarks/rebalance.py")
@@ -268,6 +268,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/dashboard.py")
     session.run("python", "benchmarks/exactly_once.py")
     session.run("python", "benchmarks/idle.py")
+    session.run("python", "benchmarks/racks.py")
 
 
 @nox.session

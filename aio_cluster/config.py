@@ -251,6 +251,11 @@ class Membership:
             within it, it gets exactly its partitions back and no other member's move. They are
             not consumed meanwhile (Kafka's static membership makes the same trade); past it
             they are spread as at any leave. None or 0: no grace.
+        rack: the rack (a cloud's availability zone) this member runs in, as the brokers'
+            ``broker.rack`` name theirs: sent with every fetch, so that brokers with a
+            rack-aware replica selector serve it from the replica in its rack, and published in
+            its registration, so that the sticky target gives it, where the balance allows, the
+            partitions with a replica in its rack (see the configuration guide). None: no rack.
         wait_for_topic: a topic that does not exist yet is waited for (logged once, checked
             every ``metadata_interval``); False makes ``register()`` fail instead.
         register: join on ``async with``; False leaves joining to ``await group.register()``.
@@ -274,6 +279,7 @@ class Membership:
     strategy: Strategy | str = Strategy.STICKY
     member_name: str | None = None
     rejoin_grace: float | None = None
+    rack: str | None = None
     wait_for_topic: bool = True
     register: bool = True
     kafka_offsets: KafkaOffsets = "off"
@@ -300,6 +306,9 @@ class Membership:
             )
         if self.member_name is not None:
             check_member_name(self.member_name)
+        rack: object = self.rack
+        if rack is not None and not (isinstance(rack, str) and rack.strip()):
+            raise ConfigurationError(f"rack must be a non-empty string or None, not {self.rack!r}")
         grace: object = self.rejoin_grace
         if grace is None:
             return
@@ -459,6 +468,7 @@ class Options(TypedDict, total=False):
     strategy: Strategy | str
     member_name: str | None
     rejoin_grace: float | None
+    rack: str | None
     wait_for_topic: bool
     register: bool
     kafka_offsets: KafkaOffsets

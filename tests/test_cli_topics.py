@@ -318,6 +318,7 @@ async def test_pattern_and_named_registrations_are_shown_and_respected(
         "member": "pattern-member",
         "name": "orders-3",
         "host": None,
+        "rack": None,
         "since": "2025-12-03T00:00:00+00:00",
         "strategy": "range",
         "pattern": "white_list",

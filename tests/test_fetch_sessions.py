@@ -10,7 +10,7 @@ import io
 import struct
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -156,6 +156,8 @@ class Request:
 class Answer:
     session_id: int
     error_code: int = 0
+    topics: list[tuple[str, list[tuple[Any, ...]]]] = field(default_factory=list)
+    """As aiokafka reads them: each partition's record batches last (None: none)."""
 
 
 @pytest.mark.asyncio
@@ -178,9 +180,10 @@ async def test_a_cancelled_senders_answer_still_reaches_its_session() -> None:
     sender.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sender
-    answer.set_result(Answer(42))
+    answer.set_result(Answer(42, topics=[("t", [(0, 0, 9, b"x" * 70), (1, 0, 9, None)])]))
     await asyncio.wait(list(sessions._sends))
     assert (session.stage, session.session_id) == (Stage.OPEN, 42)
+    assert sessions.fetched == {1: 70}, "the records fetched from the broker are counted"
 
     ((node, request),) = sessions.wrap([(1, Request())])
 

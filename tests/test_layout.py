@@ -96,6 +96,15 @@ def test_a_registration_names_the_host_it_came_from() -> None:
     assert decode_registration(data.replace(b'"web-1.example"', b"7")).host is None
 
 
+def test_a_registration_names_its_rack_and_one_without_reads_as_none() -> None:
+    data = encode_registration("t", Strategy.STICKY, 1, rack="eu-west-1a")
+    assert decode_registration(data).rack == "eu-west-1a"
+    assert "rack" not in json.loads(encode_registration("t", Strategy.STICKY, 1))
+    assert decode_registration(data.replace(b'"eu-west-1a"', b"7")).rack is None
+    older = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
+    assert decode_registration(older).rack is None
+
+
 def test_classic_consumer_registration_counts_as_range() -> None:
     data = b'{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"1"}'
     assert decode_registration(data).strategy is Strategy.RANGE

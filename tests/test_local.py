@@ -22,6 +22,7 @@ from kazoo.retry import KazooRetry
 from aio_cluster import ConfigurationError, LocalClusterError
 from aio_cluster.local import LocalCluster, docker, jars
 from aio_cluster.local import process as process_module
+from aio_cluster.local.config import rack_properties
 
 from support import create_topic, fresh, running, wait_until
 
@@ -359,6 +360,15 @@ def test_bad_arguments() -> None:
         LocalCluster(brokers=3, kafka_port=9092)
     with pytest.raises(ConfigurationError, match="zookeeper_port names one port"):
         LocalCluster(zookeepers=3, zookeeper_port=2181)
+    with pytest.raises(ConfigurationError, match="one rack for each of 3"):
+        LocalCluster(brokers=3, racks=["a", "b"])
+
+
+def test_brokers_in_racks_get_their_rack_and_the_rack_aware_selector() -> None:
+    assert rack_properties("a") == {
+        "broker.rack": "a",
+        "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    }
 
 
 @pytest.mark.asyncio

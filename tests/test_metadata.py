@@ -23,6 +23,7 @@ from aio_cluster.kafka.metadata import (
     PartitionTable,
     decode_metadata,
 )
+from aio_cluster.kafka.placement import broker_racks, replica_racks
 from aio_cluster.local import LocalCluster
 
 from conftest import MakeTopic
@@ -221,3 +222,13 @@ async def test_a_members_client_refreshes_in_one_pass_and_keeps_it_compact(
         assert isinstance(answers[-1][1], MetadataAnswer)
     finally:
         await fetcher.stop()
+
+
+def test_replica_racks_come_from_the_brokers_racks() -> None:
+    brokers = [(1, "h", 9092, "a"), (2, "h", 9093, "b"), (3, "h", 9094, None)]
+    racks = broker_racks(brokers)
+    assert racks == {1: "a", 2: "b"}
+    found = replica_racks(racks, [(0, (1, 2)), (1, (2, 3)), (2, (3,)), (3, (2, 1))])
+    assert found == {0: {"a", "b"}, 1: {"b"}, 2: set(), 3: {"a", "b"}}
+    assert replica_racks({}, [(0, (1, 2))]) == {}, "no rack anywhere: none"
+    assert broker_racks([(1, "h", 9092)]) == {}, "a version 0 answer names no rack"

@@ -146,6 +146,7 @@ def test_registrations_of_topics_patterns_and_names_are_read() -> None:
         "member": "m",
         "name": "orders-3",
         "host": "h",
+        "rack": None,
         "since": "2025-12-03T00:00:00+00:00",
         "strategy": "sticky",
         "pattern": "static",

@@ -17,6 +17,7 @@ from aiokafka.structs import ConsumerRecord
 
 from aio_cluster.config import Processing
 from aio_cluster.errors import CoordinationError
+from aio_cluster.kafka.budget import FetchBudget
 from aio_cluster.kafka.records import DecodedRecord, Record
 from aio_cluster.kafka.topics import PartitionKey
 from aio_cluster.member.delivery.claims import Claim
@@ -72,16 +73,8 @@ class LogFetcher:
     def position(self, partition: PartitionKey) -> int | None:
         return self.positions.get(partition)
 
-    @property
-    def budgeted(self) -> bool:
-        return True  # as a member's default: partitions are fetched on while batches run
-
-    @property
-    def ahead_bytes(self) -> int:
-        return 1 << 20
-
-    def fits(self, held: int) -> bool:
-        return True
+    # As a member's default: partitions are fetched on while batches run, within the budget.
+    budget = FetchBudget(limit=1 << 23, max_bytes=1 << 20)
 
     def hold(self, partitions: Collection[PartitionKey]) -> None:
         pass

@@ -26,6 +26,7 @@ SOME = Roster(
                 rejoin_grace=30.0,
                 protocol=2,
                 host="web-1.example",
+                rack="eu-west-1a",
             ),
             12,
         ),

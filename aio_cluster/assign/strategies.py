@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+from .racks import Placement, arrange, local_first, top_up
+
 __all__ = ["Strategy", "assign", "balanced_range", "round_robin", "sticky"]
 
 
@@ -57,6 +59,7 @@ def sticky(
     loads: Mapping[str, int] | None = None,
     away: Collection[str] = (),
     barred: Mapping[str, Collection[int]] | None = None,
+    racks: Placement | None = None,
 ) -> dict[str, list[int]]:
     """A balanced assignment (sizes differing by at most one) that moves the fewest partitions.
 
@@ -94,6 +97,7 @@ def sticky(
         loads: member -> the partitions it holds of other topics (none: no other topics).
         away: those of ``members`` that are absent (ignored when every member is).
         barred: member -> partitions it must not be given (none: no member is barred).
+        racks: the members' racks and the partitions' replicas' racks (none: no racks).
 
     Returns:
         Every member's sorted partitions.
@@ -112,8 +116,11 @@ def sticky(
             free.append(partition)
     share, extra = divmod(len(wanted), len(ordered))
     elsewhere = loads or {}
-    # Stable: ties go to the older member.
-    by_holding = sorted(ordered, key=lambda m: (elsewhere.get(m, 0), -len(held[m])))
+    reach = racks.reach(held, free) if racks is not None and racks.applies(ordered) else {}
+    # Stable: ties go to the member that reaches more local partitions, then to the older one.
+    by_holding = sorted(
+        ordered, key=lambda m: (elsewhere.get(m, 0), -len(held[m]), -reach.get(m, 0))
+    )
     quota = {member: share + (1 if rank < extra else 0) for rank, member in enumerate(by_holding)}
     present = [member for member in by_holding if member not in away]
     if present and len(present) < len(ordered):
@@ -128,18 +135,18 @@ def sticky(
     bars = {m: set(ps) & set(wanted) for m, ps in (barred or {}).items() if m in held}
     if any(bars.values()):
         _bar(wanted, held, free, quota, bars, [m for m in by_holding if m not in away])
+    elif racks is not None and racks.applies(ordered):
+        return arrange(held, free, quota, ordered, racks, away if present else ())
     for member in ordered:
         keep = quota[member]
+        held[member] = local_first(held[member], member, racks)
         free.extend(held[member][keep:])
         del held[member][keep:]
     free.sort()
     if any(bars.values()):
-        _deal_barred(free, held, quota, bars, ordered)
+        _deal_barred(free, held, quota, bars, ordered, racks)
         free = []
-    for member in ordered:
-        missing = quota[member] - len(held[member])
-        held[member].extend(free[:missing])
-        del free[:missing]
+    top_up(ordered, held, free, quota)
     return {member: sorted(owned) for member, owned in held.items()}
 
 
@@ -176,10 +183,12 @@ def _deal_barred(
     quota: Mapping[str, int],
     bars: Mapping[str, set[int]],
     ordered: list[str],
+    racks: Placement | None,
 ) -> None:
     """Deal ``free`` among the members none of whom may take a partition it is barred from:
-    the partitions fewest members may take first, each to the first member (oldest first) below
-    its quota that may take it, else to the one that may with the fewest."""
+    the partitions fewest members may take first, each to the first member (oldest first,
+    those in one of its replicas' racks before the others) below its quota that may take it,
+    else to the one that may with the fewest."""
 
     def takers(partition: int) -> list[str]:
         found = [m for m in ordered if partition not in bars.get(m, ())]
@@ -188,6 +197,8 @@ def _deal_barred(
     for partition in sorted(free, key=lambda p: (len(takers(p)), p)):
         may = takers(partition)
         below = [m for m in may if len(held[m]) < quota[m]]
+        if racks is not None:
+            below.sort(key=lambda m: not racks.local(partition, m))
         chosen = below[0] if below else min(may, key=lambda m: len(held[m]))
         held[chosen].append(partition)
 

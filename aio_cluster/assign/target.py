@@ -11,9 +11,18 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .marks import Mark, barred
+from .racks import Placement, arrange
 from .strategies import sticky
 
-__all__ = ["StickyTarget", "follows", "grace_ends", "leader", "next_target", "publishes"]
+__all__ = [
+    "StickyTarget",
+    "follows",
+    "grace_ends",
+    "leader",
+    "misplaced",
+    "next_target",
+    "publishes",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ def next_target(
     loads: Mapping[str, int] | None = None,
     marks: Mapping[str, Mark] | None = None,
     topic: str = "",
+    racks: Placement | None = None,
 ) -> StickyTarget | None:
     """The target to publish next, or None when the published one already fits.
 
@@ -117,6 +127,10 @@ def next_target(
         marks: member -> what it marked unreadable (see `aio_cluster.assign.marks`): a member
             is left out of the partitions of ``topic`` it cannot read while another can.
         topic: the topic the target is of (its partitions are looked up in ``marks``).
+        racks: the members' racks and the partitions' replicas' racks (see
+            `aio_cluster.assign.racks`): the published target no longer fits when the same
+            shares could put more partitions in their replicas' racks (a reassignment of
+            replicas, a member given a rack); otherwise racks cost no new target.
     """
     live = tuple(dict.fromkeys(members))
     wanted = set(partitions)
@@ -142,10 +156,11 @@ def next_target(
         and published.absent == kept
         and published.graces == granted
         and published.barred == bars
+        and (bool(bars) or not misplaced(published, racks))
     ):
         return None
     previous = dict(owned or {}) if published is None else published.owners
-    assigned = sticky(wanted, ordered, previous, loads, away=kept, barred=bars)
+    assigned = sticky(wanted, ordered, previous, loads, away=kept, barred=bars, racks=racks)
     owners = {p: member for member, ps in assigned.items() for p in ps}
     version = 0 if published is None else published.version + 1
     return StickyTarget(
@@ -156,6 +171,22 @@ def next_target(
         absent=kept,
         barred=bars,
     )
+
+
+def misplaced(published: StickyTarget, racks: Placement | None) -> bool:
+    """Whether ``published`` leaves partitions outside their replicas' racks that its own
+    shares could place in them (see `aio_cluster.assign.racks`): then a new target moves
+    them, and only then does a change of the racks call for one."""
+    if racks is None or not racks.applies(published.members):
+        return False
+    held: dict[str, list[int]] = {member: [] for member in published.members}
+    for partition, owner in sorted(published.owners.items()):
+        held[owner].append(partition)
+    quota = {member: len(ps) for member, ps in held.items()}
+    away = set(published.absent)
+    if away >= set(published.members):
+        away = set()
+    return arrange(held, (), quota, published.members, racks, away) != held
 
 
 def _waiting(published: StickyTarget, live: tuple[str, ...], now_ms: int) -> dict[str, int]:

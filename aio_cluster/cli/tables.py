@@ -43,18 +43,27 @@ def groups_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 def members_table(
     group: str, members: Mapping[str, Registration | None], owned: Mapping[str, int]
 ) -> Table:
-    """``describe``: the registered members (id, name, host, since when, strategy, what they
-    subscribe to, how many of the partitions shown they own). Names and patterns are shown as
+    """``describe``: the registered members (id, name, host, rack, since when, strategy, what
+    they subscribe to, how many of the partitions shown they own). Names and patterns are shown as
     text, never read as rich markup (a pattern may hold brackets)."""
     title = f"members of {group}" + ("" if members else ": none registered")
     table = _table(
-        "member", "name", "host", "since", "strategy", "subscription", "partitions", title=title
+        "member",
+        "name",
+        "host",
+        "rack",
+        "since",
+        "strategy",
+        "subscription",
+        "partitions",
+        title=title,
     )
     for member, info in sorted(members.items()):
         since = "-"
         strategy = "unreadable registration"
-        name = subscription = "-"
+        name = subscription = rack = "-"
         if info is not None:
+            rack = info.rack or "-"
             strategy = str(getattr(info.strategy, "value", info.strategy))
             if info.since_ms is not None:
                 moment = dt.datetime.fromtimestamp(info.since_ms / 1000, dt.timezone.utc)
@@ -65,6 +74,7 @@ def members_table(
             member,
             Text(name),
             registered_host(group, member, info) or "-",
+            Text(rack),
             since,
             Text(strategy),
             Text(subscription),

@@ -184,6 +184,7 @@ def _members_html(history: GroupHistory) -> str:
             f'<tr data-member="{_e(member)}"><td><a href="{_e(link)}">{_e(member)}</a>'
             f"{_member_stuck(history, member)}</td>"
             f"<td>{_e(m['name'] or '-')}</td><td>{_e(m['host'] or '-')}</td>"
+            f"<td>{_e(m['rack'] or '-')}</td>"
             f"<td>{_e(m['strategy'] or '-')}</td>"
             f'<td class="n claimed">{_e(m["partitions"])}</td>'
             f'<td class="n">{lag_by_owner.get(member, 0):,}</td>'
@@ -195,13 +196,13 @@ def _members_html(history: GroupHistory) -> str:
         count = sum(1 for r in history.rows if r.owner is None)
         rows.append(
             f'<tr class="unowned"><td><a href="?owner={NO_OWNER}">{UNOWNED}</a></td>'
-            f'<td></td><td></td><td></td><td class="n">{count}</td>'
+            f'<td></td><td></td><td></td><td></td><td class="n">{count}</td>'
             f'<td class="n">{unowned:,}</td><td></td><td></td></tr>'
         )
     return (
         f"<h2>Members ({len(history.members)})</h2>"
         '<table class="members"><thead><tr><th>member</th><th>name</th><th>host</th>'
-        "<th>strategy</th><th>partitions</th><th>lag</th><th>cannot read</th>"
+        "<th>rack</th><th>strategy</th><th>partitions</th><th>lag</th><th>cannot read</th>"
         "<th>joined at</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )

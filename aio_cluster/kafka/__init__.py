@@ -7,6 +7,7 @@ translated into `aio_cluster.errors` here, and nothing here imports ZooKeeper or
 
 Modules::
 
+    budget.py          FetchBudget: the bytes the fetches may buffer, over all partitions (pure)
     dead_letters.py    DeadLetters: failed records written to a dead-letter topic, idempotently
     decoding.py        Decoder: keys and values through the deserializers, a failure named exactly
     diagnosis.py       why a client could not connect: a refused handshake or credentials, or away
@@ -18,6 +19,7 @@ Modules::
     metadata.py        CompactMetadata: a client's topic metadata, kept out of the collector's way
     offset_reader.py   OffsetReader: partitions, log bounds and offsets at a time, never records
     options.py         KafkaOptions: the validated connection options (TLS, SASL), secrets masked
+    placement.py       the racks of each partition's replicas, from Kafka's metadata (pure)
     progress.py        ReadProgress: whether each partition fetched makes progress (pure)
     read_probe.py      ReadProbe: whether the leaders let this client read, asked with a Fetch
     records.py         Record: one record as the library hands it out

@@ -36,6 +36,7 @@ place the new session's id appears.
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import functools
 import logging
@@ -214,6 +215,11 @@ def _with_session(built: Any, wire: Wire) -> Any:
     return built
 
 
+def _record_bytes(response: Any) -> int:
+    """The bytes of the record batches in a fetch answer (each partition's last field)."""
+    return sum(len(part[-1] or b"") for _topic, parts in response.topics for part in parts)
+
+
 class _SessionFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka is untyped here
     """aiokafka's fetch request, sent within a session: aiokafka reads ``topics`` (every
     partition asked) for the response, the broker gets the session's `Wire`."""
@@ -280,6 +286,10 @@ class FetchSessions:
     """
 
     def __init__(self) -> None:
+        self.fetched: collections.Counter[int] = collections.Counter()
+        """Broker node id -> the record bytes its answers brought (those to fetches given up
+        on too: they crossed the network all the same), what a member in a rack reads from
+        each broker."""
         self._sessions: dict[int, FetchSession] = {}
         self._assignment: Any = None
         """aiokafka's assignment the sessions were made for."""
@@ -340,7 +350,9 @@ class FetchSessions:
                 return await send(node_id, request, **options)
 
             async def send_it() -> Any:
-                return await send(node_id, request, **options)
+                response = await send(node_id, request, **options)
+                self.fetched[node_id] += _record_bytes(response)
+                return response
 
             sending = background(send_it(), name="fetch session send")
             self._sends[sending] = request

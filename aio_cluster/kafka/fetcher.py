@@ -27,21 +27,8 @@ of the fetch under way, and a new consumer fetches on from the positions held (n
 nothing read twice), as often as `aio_cluster.kafka.restarts` allows. What this module reaches
 under aiokafka for goes through `aio_cluster.kafka.seams`, each use checked first.
 
-Memory: with a budget (``max_buffered_bytes``) the records buffered for the member, in aiokafka
-and after it, stay within the budget however many partitions are assigned, as librdkafka's
-``queued.max.messages.kbytes`` keeps them, while each partition is still fetched in chunks of
-``max_bytes``: small chunks, not small responses, are what slows aiokafka at many partitions.
-aiokafka fetches in the background, one request per broker at a time; here it holds at most one
-response per broker until the caller takes its records (its prefetch backoff, after which it
-would send the next request while records of the last still wait, is set to never). A response
-brings at most the budget over four times the brokers known at `start()`. The caller (the
-member's delivery) keeps what it took within the rest: while what it holds plus one response per
-broker would pass the budget (`fits()`), it holds every partition (`hold()`, aiokafka's pause),
-so that no request goes out; and it holds a partition of which it has `ahead_bytes` waiting, so
-that one partition whose batches are slow to finish cannot take the whole budget. Whatever
-aiokafka fetched of a held or unassigned partition is dropped at the next `fetch()` (read again
-from the same offset later), so that it never keeps aiokafka from fetching. The bound is soft as
-Kafka's own: a broker returns the first record batch of a fetch whole, however small the bound.
+Memory: with a budget (``max_buffered_bytes``), the bytes buffered for the member stay within it
+(`aio_cluster.kafka.budget`).
 """
 
 from __future__ import annotations
@@ -59,6 +46,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from ..errors import BrokerError, OffsetsOutOfRange
 from . import seams
+from .budget import FetchBudget
 from .decoding import Decoder, Deserializer
 from .diagnosis import connect_failure
 from .fetch_sessions import FetchSessions
@@ -66,6 +54,7 @@ from .look_ups import LookUps
 from .metadata import CompactMetadata
 from .offset_reader import OffsetReader
 from .options import KafkaOptions, parse_bootstrap
+from .placement import Replicas
 from .progress import NoProgress, ReadProgress
 from .read_probe import ReadAnswer
 from .restarts import Restarts
@@ -116,6 +105,7 @@ class Fetcher:
         max_buffered_bytes: int | None = None,
         fetch_timeout: float = 30.0,
         fetch_gap: float = 2.0,
+        rack: str | None = None,
     ) -> None:
         """Configure the consumer; nothing connects before `start()`.
 
@@ -141,6 +131,8 @@ class Fetcher:
                 `unreadable()` names it (see `aio_cluster.kafka.progress`).
             fetch_gap: the longest pause between two fetches of a partition the caller keeps
                 asking for; a longer one starts its progress clock again.
+            rack: the member's rack, sent with every fetch (KIP-392): a broker with a
+                rack-aware replica selector names a replica in it to fetch from instead.
 
         Raises:
             ConfigurationError: malformed servers or options.
@@ -150,14 +142,15 @@ class Fetcher:
         self._options = KafkaOptions({"request_timeout_ms": request_timeout_ms, **(options or {})})
         self._client_id = client_id
         self._max_bytes = max_bytes
-        self._budget = max_buffered_bytes
-        self._brokers = 1
-        """How many responses aiokafka may hold at once: one per broker (see the module)."""
+        self.budget = FetchBudget(max_buffered_bytes, max_bytes)
+        """The budget of the bytes buffered (`aio_cluster.kafka.budget`): aiokafka holds at
+        most one response per broker."""
         self._isolation_level = isolation_level
         self._fetch_options = {
             "max_partition_fetch_bytes": max_bytes,
             "fetch_max_wait_ms": max_wait_ms,
             "fetch_min_bytes": min_bytes,
+            "client_rack": rack,
         }
         self._max_wait = max_wait_ms / 1000
         self._seams = Seams()
@@ -200,7 +193,7 @@ class Fetcher:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="none",
-            fetch_max_bytes=self.response_bytes,  # with a budget, set again over the brokers
+            fetch_max_bytes=self.budget.response_bytes,  # with a budget, set again over the brokers
             consumer_timeout_ms=_IDLE_LOOK_MS,
             isolation_level=self._isolation_level,
             **self._fetch_options,
@@ -264,12 +257,12 @@ class Fetcher:
             self._sessions = FetchSessions()
             self._sessions.answered = self._answered
             self._sessions.install(inner, client)
-        if self._budget is not None and client is not None:
+        if self.budget.budgeted and client is not None:
             # Make aiokafka hold at most one response per broker, of at most
-            # `response_bytes` (see the module): its fetcher reads both for every request.
-            self._brokers = max(1, len(client.cluster.brokers()))
-            if not self._seams.bound(consumer, self.response_bytes):
-                self._brokers = 1
+            # `response_bytes` (see the budget): its fetcher reads both for every request.
+            self.budget.brokers = max(1, len(client.cluster.brokers()))
+            if not self._seams.bound(consumer, self.budget.response_bytes):
+                self.budget.brokers = 1
         self._drops = self._seams.drops(consumer)
         self._tasks = self._seams.background(consumer)
 
@@ -322,6 +315,15 @@ class Fetcher:
         """
         return await self._look_ups.run(self._reader, lambda reader: reader.partitions(topic))
 
+    @property
+    def fetched(self) -> Mapping[int, int]:
+        """Broker node id -> the record bytes fetched from it (see `FetchSessions.fetched`)."""
+        return {} if self._sessions is None else self._sessions.fetched
+
+    def placement(self, topic: str) -> Replicas:
+        """partition -> the racks of its replicas, as the last look-up found them."""
+        return self._reader.placement(topic)
+
     async def topics(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Topic -> its sorted partition ids, of ``names`` that exist (followed from now; None:
         every topic of the cluster but Kafka's internal ones), in one metadata request.
@@ -349,32 +351,6 @@ class Fetcher:
     def assigned(self) -> frozenset[PartitionKey]:
         """The partitions fetched from now."""
         return self._assigned
-
-    @property
-    def budgeted(self) -> bool:
-        """Whether a budget bounds the bytes buffered (see the module)."""
-        return self._budget is not None
-
-    @property
-    def response_bytes(self) -> int:
-        """The most bytes one fetch response brings: with a budget, the budget over four times
-        the brokers (soft, see the module); else aiokafka's 50 MB."""
-        if self._budget is None:
-            return max(self._max_bytes, 52_428_800)
-        return max(1, self._budget // (4 * self._brokers))
-
-    @property
-    def ahead_bytes(self) -> int:
-        """With a budget, the bytes of one partition taken and not yet handed out past which
-        it is held: an eighth of the budget (it may then hold up to one chunk, ``max_bytes``,
-        more). So that one partition whose batches are slow to finish cannot spend the budget
-        of all."""
-        return max(1, (self._budget or 0) // 8)
-
-    def fits(self, held: int) -> bool:
-        """Whether aiokafka may fetch more while the caller holds ``held`` bytes of records it
-        took: ``held`` plus one response per broker within the budget (always without one)."""
-        return self._budget is None or held + self._brokers * self.response_bytes <= self._budget
 
     def hold(self, partitions: Collection[PartitionKey]) -> None:
         """Have aiokafka fetch none of ``partitions`` (assigned ones) from now, and every other

@@ -49,8 +49,9 @@ from .diagnosis import connect_failure
 from .list_offsets import EARLIEST, LATEST, ListOffsets, known
 from .metadata import READ_VERSIONS, CompactMetadata, CompactMetadataRequest
 from .options import KafkaOptions, parse_bootstrap
+from .placement import Replicas, broker_racks, replica_racks
 from .read_probe import ReadAnswer, ReadProbe
-from .seams import Seams, follow, followed
+from .seams import Seams, follow, followed, tables
 from .topics import TopicPartition
 
 __all__ = ["OffsetReader"]
@@ -127,6 +128,9 @@ class OffsetReader:
         """The refreshes ended so far."""
         self._last: tuple[frozenset[str], bool] = (frozenset(), False)
         """The topics the last refresh asked, and whether it was answered."""
+        self._described_last: dict[str, tuple[dict[int, str], list[Any]]] = {}
+        """topic -> the brokers' racks and its partitions' rows, as the last answer asking it
+        alone gave them (newer than the client's metadata, which that answer leaves alone)."""
         self._list = ListOffsets(
             client,
             backoff=seams.retry_backoff(client),
@@ -302,6 +306,7 @@ class OffsetReader:
             else:
                 code, name, _internal, partitions = entry
             if name == topic:
+                self._described_last[topic] = (broker_racks(answer.brokers), partitions)
                 return int(code), sorted(int(partition[1]) for partition in partitions)
         return _UNKNOWN_TOPIC, []
 
@@ -322,10 +327,22 @@ class OffsetReader:
                 return self._found(topic, code, partitions)
             self._absent.discard(topic)  # made since: followed from now
         await self._refreshed({topic})
+        self._described_last.pop(topic, None)  # the client's metadata is the newer now
         found = self._client.cluster.partitions_for_topic(topic)
         if found:
             return sorted(found)
         return self._found(topic, *await self._described(topic))
+
+    def placement(self, topic: str) -> Replicas:
+        """partition -> the racks of its replicas, as the last look-up of ``topic`` found them
+        (see `aio_cluster.kafka.placement`): empty where no broker has a rack."""
+        if topic in self._described_last:
+            racks, rows = self._described_last[topic]
+            return replica_racks(racks, ((row[1], row[3]) for row in rows))
+        cluster = self._client.cluster
+        racks = {b.nodeId: b.rack for b in cluster.brokers() if b.rack}
+        table = tables(cluster).get(topic, {})
+        return replica_racks(racks, ((p, table[p].replicas) for p in table))
 
     def _found(self, topic: str, code: int, partitions: list[int]) -> list[int]:
         """``partitions``, unless Kafka answered ``topic`` with error ``code``.

@@ -83,6 +83,7 @@ class LocalCluster:
         tls: bool = False,
         sasl: bool = False,
         kafka_proxies: int = 0,
+        racks: Sequence[str] | None = None,
     ) -> None:
         """Configure the cluster; nothing starts before `start()`.
 
@@ -112,6 +113,9 @@ class LocalCluster:
                 `kafka_proxies()` (``True``: one): each gets a listener on every broker, ports
                 fixed at start. Only a cluster this object starts with Java has them; the
                 environment's cluster is still used when named (without them).
+            racks: each broker's rack (``broker.rack``), one per broker, with the rack-aware
+                replica selector, so that a member given a rack reads from the replica there.
+                Needs Java; a cluster in racks never comes from the environment.
 
         Raises:
             ConfigurationError: fewer than one node, a port outside 1..65535 or asked for with
@@ -133,6 +137,8 @@ class LocalCluster:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
         if kafka_port is not None and kafka_port == zookeeper_port:
             raise ConfigurationError(f"kafka_port and zookeeper_port are both {kafka_port}")
+        if racks is not None and (len(racks) != brokers or not all(racks)):
+            raise ConfigurationError(f"racks={racks!r} must name one rack for each of {brokers}")
         if kafka_proxies < 0:
             raise ConfigurationError(
                 f"kafka_proxies={kafka_proxies!r} must be a count of clients (0 or more)"
@@ -151,7 +157,8 @@ class LocalCluster:
         self._cache_dir = cache_dir if cache_dir is not None else jars.default_cache_dir()
         self._startup_timeout = startup_timeout
         self._max_session_timeout_ms = max_session_timeout_ms
-        self._use_env = use_env and not (tls or sasl)
+        self._racks = tuple(racks or ())
+        self._use_env = use_env and not (tls or sasl or racks)
         self._secured = tls or sasl
         self._sasl = sasl
         self._security: Security | None = None
@@ -587,11 +594,18 @@ class LocalCluster:
                 self._security = Security.create(self._data_dir / "tls", sasl=self._sasl)
                 self._zookeeper_secure = ",".join(f"{config.HOST}:{port}" for port in layout.secure)
             self._servers = servers.JavaServers(
-                java, self._data_dir, layout, self._max_session_timeout_ms, self._security
+                java,
+                self._data_dir,
+                layout,
+                self._max_session_timeout_ms,
+                self._security,
+                self._racks,
             )
             await self._servers.start(self._cache_dir, self._deadline())
-        elif self._secured:
-            raise LocalClusterError("LocalCluster(tls=True) or (sasl=True) needs Java 17 or newer")
+        elif self._secured or self._racks:
+            raise LocalClusterError(
+                "LocalCluster(tls=True), (sasl=True) or (racks=...) needs Java 17 or newer"
+            )
         elif kafka > 1 or zookeeper > 1:
             raise LocalClusterError(
                 f"a cluster of {kafka} Kafka and {zookeeper} ZooKeeper nodes needs Java 17 or "

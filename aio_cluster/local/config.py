@@ -132,6 +132,16 @@ def with_listener(
     }
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+"""The broker's replica selector that names a consumer's replica in the consumer's rack."""
+
+
+def rack_properties(rack: str) -> dict[str, str]:
+    """A broker's settings for ``rack``: its own rack, and a replica selector that sends a
+    consumer giving its rack to the replica there (Kafka's KIP-392)."""
+    return {"broker.rack": rack, "replica.selector.class": RACK_AWARE_SELECTOR}
+
+
 def write_properties(path: Path, properties: dict[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
 

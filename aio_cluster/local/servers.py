@@ -108,8 +108,10 @@ class JavaServers:
         ports: Ports,
         max_session_timeout_ms: int,
         security: Security | None = None,
+        racks: Sequence[str] = (),
     ) -> None:
         self._java = java
+        self._racks = racks
         self._security = security
         self._data = data
         self._ports = ports
@@ -258,6 +260,8 @@ class JavaServers:
             node_id=index + 1,
             voters=voters,
         )
+        if self._racks:
+            properties |= config.rack_properties(self._racks[index])
         security = self._security
         if security is not None:
             properties |= security.kafka_properties(

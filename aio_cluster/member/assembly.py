@@ -157,6 +157,7 @@ class Parts:
             # A member that keeps asking for a partition asks again within one fetch's wait,
             # or one loop_delay after a failed fetch.
             fetch_gap=max(fetching.max_wait, timing.loop_delay) + 1.0,
+            rack=joining.rack,
         )
         self.mirror = KafkaMirror(
             None
@@ -208,6 +209,7 @@ class Parts:
             rebalance_timeout=timing.rebalance_timeout,
             named=joining.member_name is not None,
             rejoin_grace=joining.rejoin_grace or None,
+            rack=joining.rack,
             subscription=subscription,
             telemetry=self.telemetry,
             starter=self.transactions,

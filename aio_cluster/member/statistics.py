@@ -7,7 +7,7 @@ offsets of its claimed partitions (`snapshot()` takes them).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..kafka.topics import PartitionKey, PartitionT
@@ -95,6 +95,8 @@ class GroupStatistics(Generic[PartitionT]):
         unreadable_since: the earliest last progress of those (Unix seconds), None when none.
         unreadable_error: the last fetch error seen on them (or a timeout's description), None
             when none.
+        fetched_bytes: broker node id -> the record bytes fetched from it since the member
+            started: with a ``rack``, how much it read from the brokers of its own rack.
     """
 
     member_id: str
@@ -123,6 +125,7 @@ class GroupStatistics(Generic[PartitionT]):
     unreadable: tuple[PartitionT, ...] = ()
     unreadable_since: float | None = None
     unreadable_error: str | None = None
+    fetched_bytes: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
@@ -244,4 +247,5 @@ async def snapshot(
         unreadable=names(marked),
         unreadable_since=min((why.since for why in marked.values()), default=None),
         unreadable_error=max(marked.values(), key=lambda why: why.since).error if marked else None,
+        fetched_bytes=dict(parts.fetcher.fetched),
     )

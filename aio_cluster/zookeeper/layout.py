@@ -380,6 +380,8 @@ class Registration:
     registration names none (an older release, or another tool)."""
     host: str | None = None
     """The host name the member registered from; None where the registration does not say."""
+    rack: str | None = None
+    """The member's rack (see `aio_cluster.assign.racks`); None where it has none."""
 
     @functools.cached_property
     def subscription(self) -> Subscription:
@@ -424,9 +426,11 @@ def encode_registration(
     name: str | None = None,
     rejoin_grace: float | None = None,
     host: str | None = None,
+    rack: str | None = None,
 ) -> bytes:
     """The registration data: the classic JSON, plus the member's assignment strategy and group
-    protocol, the host it runs on and, for a named member, its name and grace (classic tools
+    protocol, the host it runs on, its rack if it has one and, for a named member, its name and
+    grace (classic tools
     ignore fields they do not know).
 
     The subscription is written as Kafka's ZooKeeper consumer wrote it (``TopicCount``): the
@@ -449,6 +453,8 @@ def encode_registration(
         doc["rejoin_grace"] = rejoin_grace
     if host is not None:
         doc["host"] = host
+    if rack is not None:
+        doc["rack"] = rack
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -479,7 +485,7 @@ def decode_registration(data: bytes) -> Registration:
     pattern = doc.get("pattern", "static")
     name = doc.get("name")
     protocol = doc.get("protocol", 1)
-    host = doc.get("host")
+    host, rack = doc.get("host"), doc.get("rack")
     return Registration(
         entries=tuple(sorted(str(key) for key in subscription)),
         pattern=pattern if isinstance(pattern, str) else str(pattern),
@@ -489,6 +495,7 @@ def decode_registration(data: bytes) -> Registration:
         rejoin_grace=_seconds(doc.get("rejoin_grace")),
         protocol=protocol if isinstance(protocol, int) and not isinstance(protocol, bool) else 1,
         host=host if isinstance(host, str) and host else None,
+        rack=rack if isinstance(rack, str) and rack else None,
     )
 
 

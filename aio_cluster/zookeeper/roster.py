@@ -75,6 +75,7 @@ def _registration(info: Registration) -> dict[str, object]:
         "name": info.name,
         "rejoin_grace": info.rejoin_grace,
         "host": info.host,
+        "rack": info.rack,
     }
     doc.update((key, value) for key, value in optional.items() if value is not None)
     return doc
@@ -106,6 +107,7 @@ def _decode_registration(doc: dict[str, object]) -> Registration:
     entries = doc["entries"]
     pattern, strategy, name = doc["pattern"], doc["strategy"], doc.get("name")
     since, grace, host = doc.get("since_ms"), doc.get("rejoin_grace"), doc.get("host")
+    rack = doc.get("rack")
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise TypeError(entries)
     if not isinstance(pattern, str) or not isinstance(strategy, str):
@@ -114,6 +116,8 @@ def _decode_registration(doc: dict[str, object]) -> Registration:
         raise TypeError(name)
     if host is not None and not isinstance(host, str):
         raise TypeError(host)
+    if rack is not None and not isinstance(rack, str):
+        raise TypeError(rack)
     if grace is not None and (isinstance(grace, bool) or not isinstance(grace, (int, float))):
         raise TypeError(grace)
     known = {s.value: s for s in Strategy}
@@ -126,6 +130,7 @@ def _decode_registration(doc: dict[str, object]) -> Registration:
         rejoin_grace=None if grace is None else float(grace),
         protocol=_int(doc["protocol"]),
         host=host,
+        rack=rack,
     )
 
 

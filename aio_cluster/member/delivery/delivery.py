@@ -17,7 +17,7 @@ partition that may hand out, whether its batches run or wait: so the next respon
 way while the batches taken are handed out. It keeps the fetcher from fetching while what it
 holds (`PartitionStates.buffered_bytes`) plus one response per broker would pass the budget
 (`FetcherLike.fits`), and lets it fetch again once batches handed out made room; a partition
-with `FetcherLike.ahead_bytes` waiting is not fetched on until they are handed out.
+with `FetchBudget.ahead_bytes` waiting is not fetched on until they are handed out.
 
 A fetch error that retrying cannot mend (`FetchError`, `DeserializationError`) reaches the
 iterating caller; a retriable one is logged and the fetch tried again. A fetcher that cannot
@@ -36,6 +36,7 @@ from typing import Any, Protocol, cast
 import anyio
 
 from ...errors import BrokerError, FetchStalledError, NotOwnedError, OffsetsOutOfRange
+from ...kafka.budget import FetchBudget
 from ...kafka.topics import PartitionKey
 from .claims import Batch, Claim
 from .partitions import Grows, PartitionStates
@@ -58,12 +59,7 @@ class FetcherLike(Protocol):
     def position(self, partition: PartitionKey) -> int | None: ...
 
     @property
-    def budgeted(self) -> bool: ...
-
-    @property
-    def ahead_bytes(self) -> int: ...
-
-    def fits(self, held: int) -> bool: ...
+    def budget(self) -> FetchBudget: ...
 
     def hold(self, partitions: Collection[PartitionKey]) -> None: ...
 
@@ -226,14 +222,14 @@ class Delivery:
     def _ahead(self) -> int | None:
         """With a budget, how many bytes of a partition may wait before it is fetched no
         further (see `PartitionStates.fetchable`); None without one."""
-        return self._fetcher.ahead_bytes if self._fetcher.budgeted else None
+        return self._fetcher.budget.ahead_bytes if self._fetcher.budget.budgeted else None
 
     async def _fetch(self, partitions: list[PartitionKey]) -> bool:
         """Fetch into the claims' buffers; False when the fetch failed (the caller pauses
         ``loop_delay`` before the next try) or the budget is spent."""
         async with self._fetch_lock:
             self._apply_seeks()
-            if self._fetcher.budgeted:
+            if self._fetcher.budget.budgeted:
                 # Seeks applied (a seek drops what is buffered): take what may be taken now.
                 takers = self._hold_by_budget()
                 if takers is None:
@@ -265,7 +261,7 @@ class Delivery:
                     lost[0],
                     lost[1] - 1,
                 )
-        if self._fetcher.budgeted:
+        if self._fetcher.budget.budgeted:
             # Nothing suspended since aiokafka gave these records (its reads of valid positions
             # return at once), so it sent no request since: none goes out that would pass the
             # budget, nor for a partition that has enough waiting.
@@ -278,16 +274,16 @@ class Delivery:
 
     def _hold_by_budget(self) -> list[PartitionKey] | None:
         """With a budget: have the fetcher fetch only the partitions that may be taken now
-        (`PartitionStates.fetchable` with `FetcherLike.ahead_bytes`), or none while what is
+        (`PartitionStates.fetchable` with `FetchBudget.ahead_bytes`), or none while what is
         held plus one response per broker would pass the budget.
 
         Returns:
             Those partitions, or None when the budget is spent.
         """
-        if not self._fetcher.fits(self._states.buffered_bytes):
+        if not self._fetcher.budget.fits(self._states.buffered_bytes):
             self._fetcher.hold(self._fetcher.assigned)
             return None
-        takers = self._states.fetchable(ahead=self._fetcher.ahead_bytes)
+        takers = self._states.fetchable(ahead=self._fetcher.budget.ahead_bytes)
         self._fetcher.hold(self._fetcher.assigned.difference(takers))
         return takers
 

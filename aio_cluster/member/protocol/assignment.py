@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ...assign.marks import Mark, barred, settles_at
+from ...assign.racks import Placement
 from ...assign.shares import predecessor, watches_registrations
 from ...assign.strategies import Strategy, assign
 from ...assign.target import StickyTarget
@@ -194,6 +195,7 @@ class Assignment:
             for member, (info, _czxid) in members.items()
             if info.rejoin_grace
         }
+        racks = {member: info.rack for member, (info, _czxid) in members.items() if info.rack}
         marks = await self._marks.read(self.request)
         now_ms = int(time.time() * 1000)
         settles = settles_at(marks, now_ms)
@@ -201,7 +203,9 @@ class Assignment:
             # A mark bars its member once settled: look again then.
             asyncio.get_running_loop().call_later((settles - now_ms) / 1000 + 0.05, self.request)
         return await gather(
-            functools.partial(self._target_of_topic, s, readers[s.name], graces, marks, turns)
+            functools.partial(
+                self._target_of_topic, s, readers[s.name], graces, marks, racks, turns
+            )
             for s in states
         )
 
@@ -229,14 +233,16 @@ class Assignment:
         members: list[str],
         graces: Mapping[str, float],
         marks: Mapping[str, Mark],
+        racks: Mapping[str, str],
         turns: _Turns | None = None,
     ) -> tuple[set[PartitionKey], bool]:
         """The keys of the partitions of one topic this member should own, and whether the
         assignment followed counts this member; ``members`` (reading the topic) oldest first,
-        ``graces`` the named members' (see `TargetNode.follow`), ``marks`` the group's.
-        ``turns`` orders the targets this member computes (a many-topic member)."""
+        ``graces`` the named members' (see `TargetNode.follow`), ``marks`` and ``racks`` (member
+        -> its rack) the group's. ``turns`` orders the targets this member computes (a
+        many-topic member)."""
         try:
-            return await self._follow_topic(state, members, graces, marks, turns)
+            return await self._follow_topic(state, members, graces, marks, racks, turns)
         finally:
             if turns is not None:
                 turns.of(state.name).decided(None)
@@ -247,9 +253,11 @@ class Assignment:
         members: list[str],
         graces: Mapping[str, float],
         marks: Mapping[str, Mark],
+        racks: Mapping[str, str],
         turns: _Turns | None,
     ) -> tuple[set[PartitionKey], bool]:
         state.leading = members[:1] == [self._id]
+        racked = {member: racks[member] for member in members if member in racks}
         # A sticky follower takes the partitions from the published target. The leader asks Kafka
         # only while it knows none: a change of the members does not change the partitions, and
         # `check_partitions` brings it news of those, so a join or a leave waits on no metadata
@@ -258,9 +266,11 @@ class Assignment:
         # A member that marked partitions it cannot read may not reach Kafka at all: it goes on
         # with the partitions it knows, or each of its rebalances would wait out a request
         # timeout before it releases what the others should read.
+        # A leader with members in racks asks once for the replicas' racks, which a target
+        # followed does not give (`check_partitions` brings news of them).
         cut_off = self._id in marks and bool(state.partitions)
         if (self._strategy is not Strategy.STICKY and not cut_off) or (
-            state.leading and not state.partitions
+            state.leading and (not state.partitions or (racked and state.replicas is None))
         ):
             await self._topics.refresh(state)
         owned_here = {k for k in self._claims if self._keys.topic(k) == state.name}
@@ -276,6 +286,7 @@ class Assignment:
             None if turns is None else turns.of(state.name),
             self._registration.roster,
             marks,
+            Placement(racked, state.replicas or {}) if racked else None,
         )
         if target is None:
             # None published (or none readable) yet: keep what is owned until one is, since the

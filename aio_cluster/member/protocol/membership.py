@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ...assign.racks import Placement
 from ...assign.strategies import Strategy
 from ...assign.subscription import Subscription
 from ...errors import AioClusterError
@@ -35,7 +36,7 @@ from .keyed_layout import KeyedLayout
 from .offsets import Offsets
 from .rebalance import ClaimStarter, Rebalancer
 from .registration import Registrar
-from .topics import Topics
+from .topics import Topics, TopicState
 
 if TYPE_CHECKING:
     from ...otel.telemetry import Telemetry
@@ -61,6 +62,7 @@ class GroupPlace:
         rebalance_timeout: float = 60.0,
         named: bool = False,
         rejoin_grace: float | None = None,
+        rack: str | None = None,
         subscription: Subscription | None = None,
         telemetry: Telemetry | None = None,
         starter: ClaimStarter | None = None,
@@ -81,6 +83,7 @@ class GroupPlace:
             the registration and the claims of an older one (its restart), and this member,
             once taken over, stops with `MemberReplacedError`.
         rejoin_grace: for a named member, how long its partitions wait for it once it is gone.
+        rack: the member's rack, published in its registration.
         subscription: the topics this member reads (None: the first topic of ``layout``'s
             keys).
         telemetry: traces each rebalance, if given.
@@ -101,6 +104,7 @@ class GroupPlace:
             subscription=subscription,
             named=named,
             rejoin_grace=rejoin_grace,
+            rack=rack,
         )
         self._topics = Topics(
             zk,
@@ -201,7 +205,19 @@ class GroupPlace:
         """
         sticky = self._strategy is Strategy.STICKY
         await self._topics.check(
-            lambda topic: not sticky or self._registration.leads(topic), self.request_rebalance
+            lambda topic: not sticky or self._registration.leads(topic),
+            self.request_rebalance,
+            self._replicas_move,
+        )
+
+    def _replicas_move(self, state: TopicState) -> bool:
+        """Whether the target of ``state``'s topic would move partitions under the racks of
+        its replicas now (see `TargetNode.misplaces`); never without a member in a rack."""
+        racks = self._registration.racks(state.name)
+        return (
+            self._strategy is Strategy.STICKY
+            and bool(racks)
+            and state.target.misplaces(Placement(racks, state.replicas or {}))
         )
 
     def request_rebalance(self) -> None:

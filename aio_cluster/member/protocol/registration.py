@@ -68,6 +68,7 @@ class Registrar:
         subscription: Subscription,
         named: bool,
         rejoin_grace: float | None,
+        rack: str | None = None,
     ) -> None:
         """Args:
         zk: the member's ZooKeeper client.
@@ -78,6 +79,7 @@ class Registrar:
         subscription: the topics it registers as reading.
         named: ``member_id`` is the user's ``member_name`` (see `register()`).
         rejoin_grace: for a named member, how long its partitions wait for it once it is gone.
+        rack: the member's rack, published in its registration (None: none).
         """
         self._zk = zk
         self._layout = layout
@@ -87,6 +89,7 @@ class Registrar:
         self._subscription = subscription
         self._named = named
         self._rejoin_grace = rejoin_grace
+        self._rack = rack
         self._session: int | None = None
         """The session that holds this member's registration (None: none does)."""
         self._czxid: int | None = None
@@ -221,6 +224,7 @@ class Registrar:
             name=self._id if self._named else None,
             rejoin_grace=self._rejoin_grace,
             host=socket.gethostname(),
+            rack=self._rack,
         )
         session = self._zk.session_id
         while True:
@@ -371,6 +375,15 @@ class Registrar:
                 f"group {self._layout.group!r} assigns partitions with {theirs!r}, this member "
                 f"with {self._strategy.value!r}: every member of a group must use the same strategy"
             )
+
+    def racks(self, topic: str) -> dict[str, str]:
+        """member -> its rack, for the members reading ``topic`` with this strategy that have
+        one, among the members last read (see `aio_cluster.assign.racks`)."""
+        return {
+            member: info.rack
+            for member, (info, _czxid) in self._members.items()
+            if info.rack and info.subscribes(topic) and info.strategy == self._strategy
+        }
 
     def leads(self, topic: str) -> bool:
         """Whether this member was the sticky leader of ``topic`` (the oldest member reading it

@@ -18,8 +18,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from ...assign.marks import Mark
+from ...assign.racks import Placement
 from ...assign.shares import Share, share_changes, shares_of
-from ...assign.target import StickyTarget, follows, grace_ends, leader, next_target, publishes
+from ...assign.target import (
+    StickyTarget,
+    follows,
+    grace_ends,
+    leader,
+    misplaced,
+    next_target,
+    publishes,
+)
 from ...concurrency import gather, settle
 from ...errors import CoordinationError
 from ...zookeeper.client import BadVersionError, NodeExistsError, NoNodeError, ZooKeeper
@@ -99,6 +108,7 @@ class TargetNode:
         balance: Balance | None = None,
         roster: Callable[[], bytes | None] | None = None,
         marks: Mapping[str, Mark] | None = None,
+        racks: Placement | None = None,
     ) -> StickyTarget | None:
         """The target to follow now; ``on_change`` runs once when the node changes.
 
@@ -125,6 +135,9 @@ class TargetNode:
                 (or None returned): none written.
             marks: member -> what it marked unreadable: the target leaves it out of those
                 partitions another member can read (see `aio_cluster.assign.marks`).
+            racks: the members' racks and the partitions' replicas' racks: a target computed
+                here gives partitions, where the balance allows, to members in their racks
+                (see `aio_cluster.assign.racks`).
 
         Returns:
             The target, or None when none is published yet (or none is readable) and this
@@ -166,6 +179,7 @@ class TargetNode:
                 loads=loads,
                 marks=marks,
                 topic=self._layout.topic,
+                racks=racks,
             )
             if target is not None and published is None:
                 target = dataclasses.replace(target, version=self._last_version + 1)
@@ -252,6 +266,11 @@ class TargetNode:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
+
+    def misplaces(self, racks: Placement) -> bool:
+        """Whether the target last read or written here would move partitions to members in
+        their replicas' racks under ``racks`` (see `misplaced()`); True when none was."""
+        return self._known is None or misplaced(self._known[1], racks)
 
     async def follow_share(self, on_change: Callable[[], None]) -> Share | None:
         """This member's share of the published target; ``on_change`` runs once when it

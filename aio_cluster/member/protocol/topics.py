@@ -24,6 +24,7 @@ from ...assign.subscription import Subscription
 from ...concurrency import gather, settle
 from ...errors import BrokerError, ConfigurationError
 from ...kafka.fetcher import Fetcher
+from ...kafka.placement import Replicas
 from ...kafka.topics import PartitionKey
 from ...zookeeper.client import ZooKeeper
 from ...zookeeper.layout import GroupLayout
@@ -54,6 +55,9 @@ class TopicState:
     """member -> the partitions the target last followed gives it (sticky)."""
     shared: bool = False
     """Whether this member's share of the topic was there when it last read it."""
+    replicas: Replicas | None = None
+    """partition -> the racks of its replicas, as of the last metadata check (None: not asked
+    yet); what the rack-aware target needs (see `aio_cluster.assign.racks`)."""
 
 
 class Topics:
@@ -173,19 +177,30 @@ class Topics:
         await self.prepare(states)
         return states
 
-    async def check(self, asks: Callable[[str], bool], changed: Callable[[], None]) -> None:
-        """Call ``changed`` when the topics read or their partitions changed; ``asks`` tells
-        whether this member asks Kafka for a topic's partitions (a pattern's come with the
-        listing of the topics, which every pattern member makes)."""
+    async def check(
+        self,
+        asks: Callable[[str], bool],
+        changed: Callable[[], None],
+        moves: Callable[[TopicState], bool] = lambda _state: False,
+    ) -> None:
+        """Call ``changed`` when the topics read or their partitions changed, or the racks of
+        their replicas did where that ``moves`` partitions (a reassignment that moves nothing
+        costs no rebalance); ``asks`` tells whether this member asks Kafka for a topic's
+        partitions (a pattern's come with the listing of the topics, which every pattern member
+        makes)."""
         if self._subscription.is_pattern and await self._list_topics():
             changed()
         for state in list(self._topics.values()):
             if not asks(state.name):
                 continue
+            replicas = state.replicas
             partitions = await self._partitions_of(state)
             if partitions != state.partitions:
                 log.info("topic %r now has partitions %s", state.name, partitions)
                 state.partitions = partitions
+                changed()
+            elif replicas is not None and state.replicas != replicas and moves(state):
+                log.info("topic %r: its replicas' racks changed", state.name)
                 changed()
 
     async def refresh(self, state: TopicState) -> None:
@@ -229,6 +244,7 @@ class Topics:
                 state.waiting = True
             return []
         state.waiting = False
+        state.replicas = self._fetcher.placement(state.name)
         return partitions
 
     async def _list_topics(self) -> bool:
