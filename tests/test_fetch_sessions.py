@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import pytest
 import pytest_asyncio
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
@@ -573,3 +574,40 @@ async def test_a_close_cut_short_while_opening_the_second_connection_leaves_it_c
         await fetcher.stop()
     assert len(connections.made) == count + 1, "the close opened the second connection"
     assert connections.open() == [], "every connection closed, the one cut short included"
+
+
+@pytest.mark.seams
+@pytest.mark.asyncio
+async def test_a_stop_its_caller_cuts_short_still_stops_the_consumer(
+    cluster: LocalCluster, make_topic: MakeTopic, produce: Produce, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's close past its ``close_timeout`` cancels the fetcher's stop while the
+    sessions' closing waits for the second connection: the closing is cut short (the broker
+    evicts the session), and the consumer still stops, every connection closed, no fetch out."""
+    topic = await make_topic(partitions=1)
+    ends = await produce(topic, 5)
+    connections = Connections(monkeypatch)
+    before = asyncio.all_tasks()
+    fetcher = fetcher_of(cluster, topic, fresh("sessions"), max_wait_ms=1500)
+    await fetcher.start()
+    try:
+        await idle_in_a_long_poll(fetcher, topic, ends)
+        conns = fetcher._consumer._client._conns
+        for node, group in list(conns):
+            if group is ConnectionGroup.COORDINATION:
+                await conns.pop((node, group)).close()
+        greeted = AIOKafkaConnection._do_version_lookup
+
+        async def slow(connection: AIOKafkaConnection) -> None:
+            await asyncio.sleep(3600)  # every connection opened from now on: the second one
+            await greeted(connection)
+
+        monkeypatch.setattr(AIOKafkaConnection, "_do_version_lookup", slow)
+        with anyio.move_on_after(0.2) as cut:
+            await fetcher.stop()
+        assert cut.cancelled_caught, "the stop was cut short while closing the sessions"
+        assert fetcher._consumer._closed, "the consumer stopped"
+        assert connections.open() == [], "every connection closed"
+        await wait_until(lambda: asyncio.all_tasks() <= before, what="the fetcher's tasks ended")
+    finally:
+        await fetcher.stop()  # the test's own cleanup, should an assertion fail

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 import types
+from importlib import metadata
 
 import pytest
 from opentelemetry import metrics
@@ -53,3 +54,20 @@ def test_an_api_whose_proxy_moved_is_warned_about_and_the_public_fallback_serves
     assert seams.is_api_meter_provider(proxy(), None), "told apart by its package"
     assert seams.is_api_meter_provider(metrics.NoOpMeterProvider(), None)
     assert not seams.is_api_meter_provider(MeterProvider(), None)
+
+
+def test_an_api_without_its_metadata_still_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Vendored or frozen, the API has no dist-info to name its version: the fallback serves."""
+    moved = types.ModuleType("opentelemetry.metrics._internal")
+    monkeypatch.setitem(sys.modules, "opentelemetry.metrics._internal", moved)
+
+    def unknown(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", unknown)
+    with caplog.at_level(logging.WARNING, logger=seams.__name__):
+        assert seams.proxy_meter_provider() is None
+    (warning,) = seam_warnings(caplog)
+    assert "version unknown" in warning

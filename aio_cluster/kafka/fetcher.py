@@ -278,26 +278,39 @@ class Fetcher:
     ) -> None:
         """Stop ``consumer`` and ``reader``, ``sessions`` (the consumer's) closed first while its
         client is connected: the broker's session cache is shared by all its clients. A consumer
-        whose background tasks ended (see `_watch`) is stopped all the same."""
+        whose background tasks ended (see `_watch`) is stopped all the same.
+
+        Only the sessions' closing may be cut short by the caller (a member's close past its
+        ``close_timeout``): what is not closed then, the brokers evict. The rest runs whatever
+        cancels the caller meanwhile, since a stop cut short would leave the fetches out, the
+        connections open and a task reading each."""
+        try:
+            if sessions is not None:
+                # Bounded apart from max_wait, which may be minutes: what is not closed within
+                # it, the brokers evict.
+                await sessions.close(min(self._max_wait, 1.0) + 1.0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stop(consumer, reader, sessions)
+
+    async def _stop(
+        self, consumer: AIOKafkaConsumer, reader: OffsetReader, sessions: FetchSessions | None
+    ) -> None:
+        """Cancel the fetches still out (see `abandon`), then stop ``reader`` and ``consumer``,
+        closing every connection; the caller shields it."""
         if sessions is not None:
-            # Bounded apart from max_wait, which may be minutes: what is not closed within it,
-            # the brokers evict; the fetches still out are cancelled (see `abandon`).
-            await sessions.close(min(self._max_wait, 1.0) + 1.0)
             await sessions.abandon()
-        # The connections close whatever cancels the caller meanwhile: a stop cut short would
-        # leave them open, each with a task reading it.
-        with anyio.CancelScope(shield=True):
-            await reader.stop()
-            self._seams.settle(consumer)
-            try:
-                await consumer.stop()
-            except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
-                log.warning("the Kafka consumer did not stop cleanly: %r", exc)
-                # Its stop ended at the ended task, before its client's connections closed
-                # (where `settle` could not replace that task): close them here.
-                if (client := self._seams.client(consumer)) is not None:
-                    with contextlib.suppress(Exception):
-                        await client.close()
+        await reader.stop()
+        self._seams.settle(consumer)
+        try:
+            await consumer.stop()
+        except Exception as exc:  # a consumer that cannot stop cleanly must not stop the member
+            log.warning("the Kafka consumer did not stop cleanly: %r", exc)
+            # Its stop ended at the ended task, before its client's connections closed
+            # (where `settle` could not replace that task): close them here.
+            if (client := self._seams.client(consumer)) is not None:
+                with contextlib.suppress(Exception):
+                    await client.close()
 
     def forget(self, topic: str) -> None:
         """The member reads ``topic`` no more: its metadata is no longer followed (see

@@ -38,10 +38,14 @@ def proxy_meter_provider() -> type[metrics.MeterProvider] | None:
         if isinstance(found, type) and issubclass(found, metrics.MeterProvider):
             return found
         reason = f"{_PROXY_MODULE}.{_PROXY_NAME} is no MeterProvider class"
+    try:
+        version = metadata.version("opentelemetry-api")
+    except metadata.PackageNotFoundError:  # installed without its metadata (vendored, frozen)
+        version = "(version unknown)"
     log.warning(
         "opentelemetry-api %s: its proxy meter provider does not fit (%s); a meter provider "
         "defined in %s counts as the API's own instead",
-        metadata.version("opentelemetry-api"),
+        version,
         reason,
         _API_PACKAGE,
     )
