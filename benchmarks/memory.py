@@ -5,10 +5,10 @@ aiokafka in assign() mode, in the same run.
 Every contender reads the same backlog (``--messages`` records of ``--size`` bytes over
 ``--partitions`` partitions) from the start to the end in a process of its own, so its peak RSS
 is its own; the rounds alternate the order. Throughput counts as ``throughput.py``'s read-only
-rate (from the read that returned the first records to the last). Ratios are to raw aiokafka's medians of the same run.
-Targets (issue 20): with the default budget, one member over 200 partitions of 1 KB records
-peaks at <= 100 MB RSS, at >= 0.95 of raw aiokafka's throughput. Results go to
-``benchmarks/results/memory.md``.
+rate (from the read that returned the first records to the last). Ratios are to raw aiokafka's
+medians of the same run. Targets (issue 20): with the default budget, one member over 200
+partitions of 1 KB records peaks at <= 100 MB RSS, at >= 0.95 of raw aiokafka's throughput.
+Results go to ``benchmarks/results/memory.md``.
 
     python benchmarks/memory.py [--messages N] [--size BYTES] [--partitions P] [--rounds R]
                                 [--warmup W]
