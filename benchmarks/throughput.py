@@ -3,12 +3,15 @@ consumers, in the same run.
 
 Every contender reads the same topic from the start to the end in a process of its own, so its
 CPU seconds and peak RSS are its own; the rounds alternate the contenders' order so that none gets
-a warmer broker. Throughput counts from the start of the read that returned the first records to
-the last record (joining a group is not reading), CPU from the consumer's creation to its close.
-The ratio is to the median of the raw aiokafka baseline of the same run (the paired ratio is the
-median of each round's ratio to that round's baseline); the targets are >= 0.95
-for aio_cluster and >= every peer's group consumer. Results go to
-``benchmarks/results/throughput.md`` and ``throughput.png``.
+a warmer broker. Throughput counts what a user waits for: from the consumer's creation (its start,
+its join or assignment included) to the end of its close, every contender alike; the client's
+import is not counted. The read-only rate beside it counts from the start of the read that
+returned the first records to the one that returned the last, and the close column from there to
+the close's end. CPU counts from the consumer's creation to its close. The ratio is to the median
+of the raw aiokafka baseline of the same run (the paired ratio is the median of each round's
+ratio to that round's baseline); the targets are >= 0.95 for aio_cluster and >= every peer's
+group consumer. Results go to ``benchmarks/results/throughput.md`` and ``throughput.png`` (with
+the contenders' and, when not the defaults, the shape's names in the file's name).
 
     python benchmarks/throughput.py [--messages N] [--size BYTES] [--partitions P] [--rounds R]
         [--contenders NAME,...]
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import resource
 import subprocess
 import sys
@@ -42,6 +46,9 @@ from common import (
 
 from aio_cluster.local import LocalCluster
 
+DEFAULT_SHAPE = (300_000, 100, 4)
+"""The messages, their size in bytes and the partitions a run reads unless told otherwise."""
+
 
 @dataclass
 class Run:
@@ -53,15 +60,22 @@ class Run:
 
 
 class Clock:
-    """Counts from the start of the read that returned the first records, so joining a group
-    (which happens before, in the background or in earlier empty polls) is not counted."""
+    """What a user waits for, from the consumer's creation (`open`) to the end of its close
+    (`closed`), and within it the reading alone: from the start of the read that returned the
+    first records to the one that returned the last."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.seen = 0
+        self.opened_at = 0.0
         self.first_at = 0.0
         self.last_at = 0.0
+        self.closed_at = 0.0
         self.asked_at = time.perf_counter()
+
+    def open(self) -> None:
+        """The consumer is about to be created: the user's wait starts (the import is done)."""
+        self.opened_at = self.asked_at = time.perf_counter()
 
     def add(self, count: int) -> bool:
         """Count a read's records; True once all arrived. The next read starts now."""
@@ -73,15 +87,28 @@ class Clock:
             self.last_at = self.asked_at
         return self.seen >= self.total
 
-    def rate(self) -> float:
-        """Records a second from the read that returned the first records to the one that
-        returned the last: the consumer's close is not counted (its CPU is)."""
+    def closed(self) -> None:
+        """The consumer's close returned: the user's wait ends."""
+        self.closed_at = time.perf_counter()
+
+    def read_rate(self) -> float:
+        """Records a second over the reading alone, the start and the close left out."""
         return self.seen / ((self.last_at or time.perf_counter()) - self.first_at)
+
+    def figures(self) -> dict[str, float]:
+        """Records a second over the user's wait (``rate``) and over the reading alone
+        (``read_rate``), and the seconds from the last records read to the close's end."""
+        return {
+            "rate": self.seen / (self.closed_at - self.opened_at),
+            "read_rate": self.read_rate(),
+            "close_s": self.closed_at - self.last_at,
+        }
 
 
 async def raw_aiokafka(run: Run, clock: Clock) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=run.bootstrap, group_id=None, enable_auto_commit=False
     )
@@ -95,11 +122,13 @@ async def raw_aiokafka(run: Run, clock: Clock) -> None:
             pass
     finally:
         await consumer.stop()
+        clock.closed()
 
 
 async def aiokafka_group(run: Run, clock: Clock) -> None:
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     consumer = AIOKafkaConsumer(
         run.topic,
         bootstrap_servers=run.bootstrap,
@@ -112,16 +141,19 @@ async def aiokafka_group(run: Run, clock: Clock) -> None:
             pass
     finally:
         await consumer.stop()
+        clock.closed()
 
 
 async def aio_cluster_group(run: Run, clock: Clock) -> None:
     from aio_cluster import ConsumerGroup  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     async with ConsumerGroup(fresh("bench"), run.bootstrap, run.zookeeper, run.topic) as group:
         clock.add(0)  # joined: the first read starts here
         async for _partition, batch in group:
             if clock.add(len(batch)):
                 break
+    clock.closed()
 
 
 def _confluent_config(run: Run) -> dict[str, object]:
@@ -135,6 +167,7 @@ def _confluent_config(run: Run) -> dict[str, object]:
 async def confluent_sync(run: Run, clock: Clock) -> None:
     from confluent_kafka import Consumer  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     consumer = Consumer(_confluent_config(run))
     consumer.subscribe([run.topic])
     try:
@@ -144,6 +177,7 @@ async def confluent_sync(run: Run, clock: Clock) -> None:
             pass
     finally:
         consumer.close()
+        clock.closed()
 
 
 async def confluent_assign(run: Run, clock: Clock) -> None:
@@ -156,6 +190,7 @@ async def confluent_assign(run: Run, clock: Clock) -> None:
         TopicPartition,
     )
 
+    clock.open()
     # librdkafka wants a group.id even unsubscribed; nothing is committed to it.
     consumer = Consumer(
         {
@@ -173,11 +208,13 @@ async def confluent_assign(run: Run, clock: Clock) -> None:
             pass
     finally:
         consumer.close()
+        clock.closed()
 
 
 async def confluent_aio(run: Run, clock: Clock) -> None:
     from confluent_kafka.aio import AIOConsumer  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     consumer = AIOConsumer(_confluent_config(run))
     await consumer.subscribe([run.topic])
     try:
@@ -189,11 +226,13 @@ async def confluent_aio(run: Run, clock: Clock) -> None:
             pass
     finally:
         await consumer.close()
+        clock.closed()
 
 
 async def kafka_python(run: Run, clock: Clock) -> None:
     from kafka import KafkaConsumer  # noqa: PLC0415 (only its own client, for its RSS)
 
+    clock.open()
     consumer = KafkaConsumer(
         run.topic,
         bootstrap_servers=run.bootstrap,
@@ -207,6 +246,7 @@ async def kafka_python(run: Run, clock: Clock) -> None:
             pass
     finally:
         consumer.close()
+        clock.closed()
 
 
 CONTENDERS: dict[str, tuple[str, Callable[[Run, Clock], Awaitable[None]]]] = {
@@ -228,7 +268,7 @@ def worker(name: str, run: Run) -> None:
     asyncio.run(CONTENDERS[name][1](run, clock))
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(json.dumps({"rate": clock.rate(), "cpu": cpu, "rss_mb": peak_rss_mb()}))
+    print(json.dumps({**clock.figures(), "cpu": cpu, "rss_mb": peak_rss_mb()}))
 
 
 def peak_rss_mb() -> float:
@@ -306,6 +346,9 @@ def report(
         "max",
         "ratio",
         "paired ratio",
+        "read-only msg/s",
+        "read-only paired ratio",
+        "close s",
         "CPU s",
         "CPU s per M records",
         "peak RSS MB",
@@ -326,6 +369,9 @@ def report(
                 f"{max(rates):,.0f}",
                 f"{median(rates) / base:.2f}",
                 f"{paired(results[contender], results['raw']):.2f}",
+                f"{median([f['read_rate'] for f in figures[contender]]):,.0f}",
+                f"{paired(results[contender], results['raw'], 'read_rate'):.2f}",
+                f"{median([f['close_s'] for f in figures[contender]]):.3f}",
                 f"{median([f['cpu'] for f in figures[contender]]):.2f}",
                 f"{cpu_per_million(figures[contender], args.messages):.2f}",
                 f"{median([f['rss_mb'] for f in figures[contender]]):.0f}",
@@ -334,7 +380,10 @@ def report(
         )
     title = (
         f"{args.messages:,} messages of {args.size} B on {args.partitions} partitions, "
-        f"{args.rounds} alternating rounds, medians, one process per contender"
+        f"{args.rounds} alternating rounds, medians, one process per contender; msg/s from the "
+        "consumer's creation to the end of its close (its start, join and close included), "
+        "read-only msg/s from the first records read to the last, close s from the last "
+        "records read to the close's end"
     )
     versus = cpu_versus_librdkafka(figures, args.messages)
     print(title)
@@ -343,10 +392,11 @@ def report(
         print(versus)
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
     RESULTS.mkdir(exist_ok=True)
-    name = "throughput" if names == list(CONTENDERS) else "throughput-" + "-".join(names)
+    name = result_name(args, names)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = os.getloadavg()[0]
     (RESULTS / f"{name}.md").write_text(
-        f"# Throughput\n\n{title}.\n\n`{command.strip()}`, {when}\n\n"
+        f"# Throughput\n\n{title}.\n\n`{command.strip()}`, {when}, load average {load:.1f}\n\n"
         + markdown_table(headers, rows)
         + (f"\n{versus}\n" if versus else "\n")
     )
@@ -357,6 +407,17 @@ def report(
         "msg/s (median)",
         title,
     )
+
+
+def result_name(args: argparse.Namespace, names: list[str]) -> str:
+    """``throughput``, then the contenders when not all ran, then the shape
+    (``<messages>x<size>Bx<partitions>p``) when it is not the default, so that runs of other
+    shapes do not overwrite each other's results."""
+    name = "throughput" if names == list(CONTENDERS) else "throughput-" + "-".join(names)
+    shape = (args.messages, args.size, args.partitions)
+    if shape != DEFAULT_SHAPE:
+        name += f"-{args.messages}x{args.size}Bx{args.partitions}p"
+    return name
 
 
 def cpu_per_million(runs: list[dict[str, float]], messages: int) -> float:
@@ -378,12 +439,16 @@ def cpu_versus_librdkafka(figures: dict[str, list[dict[str, float]]], messages: 
     )
 
 
-def paired(runs: list[dict[str, float] | None], baseline: list[dict[str, float] | None]) -> float:
-    """The median of each round's ratio to that round's baseline: steadier than the ratio of
-    medians when the machine's load drifts during the run."""
+def paired(
+    runs: list[dict[str, float] | None],
+    baseline: list[dict[str, float] | None],
+    key: str = "rate",
+) -> float:
+    """The median of each round's ratio of ``key`` to that round's baseline: steadier than the
+    ratio of medians when the machine's load drifts during the run."""
     return median(
         [
-            run["rate"] / base["rate"]
+            run[key] / base[key]
             for run, base in zip(runs, baseline, strict=True)
             if run is not None and base is not None
         ]
@@ -418,9 +483,10 @@ def dispatch(
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=4)
+    messages, size, partitions = DEFAULT_SHAPE
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--size", type=int, default=size)
+    parser.add_argument("--partitions", type=int, default=partitions)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per contender run")
