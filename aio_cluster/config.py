@@ -50,6 +50,9 @@ Ordering = Literal["key", "partition", "none"]
 ORDERINGS: tuple[Ordering, ...] = ("key", "partition", "none")
 OnFailure = Literal["dead_letter", "stop", "raise"]
 FAILURES: tuple[OnFailure, ...] = ("dead_letter", "stop", "raise")
+MAX_RACK = 255
+"""The longest rack name a member takes: Kafka's fetch request carries it as a string of up
+to 32,767 bytes, and no zone or rack name comes near this."""
 
 
 def _number(value: object) -> bool:
@@ -307,8 +310,14 @@ class Membership:
         if self.member_name is not None:
             check_member_name(self.member_name)
         rack: object = self.rack
-        if rack is not None and not (isinstance(rack, str) and rack.strip()):
-            raise ConfigurationError(f"rack must be a non-empty string or None, not {self.rack!r}")
+        if rack is not None and not (
+            isinstance(rack, str) and rack.strip() == rack and 0 < len(rack) <= MAX_RACK
+        ):
+            raise ConfigurationError(
+                f"rack must be a non-empty string of at most {MAX_RACK} characters without "
+                f"surrounding spaces (as the brokers' broker.rack names it), or None, "
+                f"not {self.rack!r}"
+            )
         grace: object = self.rejoin_grace
         if grace is None:
             return

@@ -68,7 +68,9 @@ def test_values_are_kept_in_one_form() -> None:
             lambda: Membership(kafka_offsets="both"),  # type: ignore[arg-type]
             "kafka_offsets 'both' is not one of",
         ),
-        (lambda: Membership(rack=" "), "rack must be a non-empty string or None, not ' '"),
+        (lambda: Membership(rack=" "), "rack must be a non-empty string of at most 255"),
+        (lambda: Membership(rack=" a "), "without surrounding spaces"),
+        (lambda: Membership(rack="a" * 256), "rack must be a non-empty string of at most 255"),
         (
             lambda: ZooKeeperSecurity(tls="yes"),  # type: ignore[arg-type]
             "zookeeper_tls must be True, False or a",

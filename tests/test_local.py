@@ -360,8 +360,11 @@ def test_bad_arguments() -> None:
         LocalCluster(brokers=3, kafka_port=9092)
     with pytest.raises(ConfigurationError, match="zookeeper_port names one port"):
         LocalCluster(zookeepers=3, zookeeper_port=2181)
-    with pytest.raises(ConfigurationError, match="one rack for each of 3"):
+    with pytest.raises(ConfigurationError, match=r"one rack .* for each of 3 brokers"):
         LocalCluster(brokers=3, racks=["a", "b"])
+    for wrong in ([1, 2, 3], ["a", " b", "c"], "abc"):
+        with pytest.raises(ConfigurationError, match=r"one rack .* for each of 3 brokers"):
+            LocalCluster(brokers=3, racks=wrong)  # type: ignore[arg-type]
 
 
 def test_brokers_in_racks_get_their_rack_and_the_rack_aware_selector() -> None:

@@ -26,7 +26,11 @@ alone. Balance wins where it and locality disagree: three members in rack ``a`` 
 The problem is solved on classes, not partitions: the partitions whose replicas share the same
 racks and are held in the same rack are alike, and so are the members of one rack. A minimum
 cost flow over those classes decides how many partitions of each class each rack takes; then each
-rack shares its partitions among its members as `sticky()` does.
+rack shares its partitions among its members as `sticky()` does. The classes number a few dozen
+with three zones, but grow as the cube of the racks with three replicas (hundreds with eight
+racks, and seconds of the leader's time with ten): beyond `MAX_CLASSES` the target is not
+optimised for racks, which then only decide which partitions a member over its share gives up
+(its local ones last, `local_first`) and break ties between equal holdings.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ _G = TypeVar("_G")
 
 _FREE = object()
 """The holder of a partition no present member holds (new, or a leaver's): it moves anyway."""
+
+MAX_CLASSES = 128
+"""The most classes of partitions (see the module) the target is optimised over for racks: at
+128, a target of 3,000 partitions over 60 members took the leader at most about 70 ms (five to
+eight racks, three replicas); past it, ten racks took seconds."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,18 @@ class Placement:
         change nothing."""
         racks = {self.members[m] for m in members if m in self.members}
         return bool(racks) and any(not racks.isdisjoint(rs) for rs in self.replicas.values())
+
+    def optimised(self, held: Mapping[str, list[int]], free: Collection[int]) -> bool:
+        """Whether a target over ``held`` (member -> partitions) and ``free`` is optimised for
+        racks: it has at most `MAX_CLASSES` classes of partitions (see the module)."""
+        racks = {self.members[m] for m in held if m in self.members}
+        kinds = {
+            (self.replicas.get(p, frozenset()) & racks, self.members.get(m, _FREE))
+            for m, ps in held.items()
+            for p in ps
+        }
+        kinds.update((self.replicas.get(p, frozenset()) & racks, _FREE) for p in free)
+        return len(kinds) <= MAX_CLASSES
 
     def reach(self, held: Mapping[str, list[int]], free: Collection[int]) -> dict[str, int]:
         """member -> how many of the partitions it holds and of the ``free`` ones are local
@@ -233,8 +254,8 @@ def _transport(
 ) -> dict[_S, dict[_G, int]]:
     """The cheapest way to send every source's supply to the groups within their capacities
     (which add up to the supply): source -> group -> how many. Successive shortest paths
-    (Bellman-Ford, as the residual costs go negative) over a graph of a few dozen nodes: the
-    classes of partitions and the racks, not the partitions and the members."""
+    (Bellman-Ford, as the residual costs go negative) over the classes of partitions and the
+    racks, not the partitions and the members: at most `MAX_CLASSES` sources."""
     sources, groups = list(supply), list(capacity)
     first = 2 + len(sources)  # node 0 is the start, node 1 the end, then sources, then groups
     graph: list[list[list[int]]] = [[] for _ in range(first + len(groups))]

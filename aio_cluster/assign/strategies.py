@@ -135,7 +135,7 @@ def sticky(
     bars = {m: set(ps) & set(wanted) for m, ps in (barred or {}).items() if m in held}
     if any(bars.values()):
         _bar(wanted, held, free, quota, bars, [m for m in by_holding if m not in away])
-    elif racks is not None and racks.applies(ordered):
+    elif racks is not None and racks.applies(ordered) and racks.optimised(held, free):
         return arrange(held, free, quota, ordered, racks, away if present else ())
     for member in ordered:
         keep = quota[member]

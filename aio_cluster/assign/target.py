@@ -182,6 +182,8 @@ def misplaced(published: StickyTarget, racks: Placement | None) -> bool:
     held: dict[str, list[int]] = {member: [] for member in published.members}
     for partition, owner in sorted(published.owners.items()):
         held[owner].append(partition)
+    if not racks.optimised(held, ()):
+        return False
     quota = {member: len(ps) for member, ps in held.items()}
     away = set(published.absent)
     if away >= set(published.members):

@@ -285,8 +285,12 @@ class FetchSessions:
     makes them, and the answers seen as its client returns them.
     """
 
-    def __init__(self) -> None:
-        self.fetched: collections.Counter[int] = collections.Counter()
+    def __init__(self, fetched: collections.Counter[int] | None = None) -> None:
+        """``fetched``: the count to add the bytes to (a fetcher's, kept across the sessions
+        of its renewed consumers); a new one by default."""
+        self.fetched: collections.Counter[int] = (
+            collections.Counter() if fetched is None else fetched
+        )
         """Broker node id -> the record bytes its answers brought (those to fetches given up
         on too: they crossed the network all the same), what a member in a rack reads from
         each broker."""

@@ -34,6 +34,7 @@ Memory: with a budget (``max_buffered_bytes``), the bytes buffered for the membe
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -179,6 +180,7 @@ class Fetcher:
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
         self._decoder = Decoder(key_deserializer, value_deserializer)
         self._sessions: FetchSessions | None = None
+        self._fetched: collections.Counter[int] = collections.Counter()
         """The fetches' incremental sessions, one per broker (see the module), once started."""
         self.progress: ReadProgress[PartitionKey] = ReadProgress(fetch_timeout, fetch_gap)
         """Whether each partition asked for makes progress (see `unreadable()`)."""
@@ -254,7 +256,7 @@ class Fetcher:
         client = self._seams.client(consumer)
         inner = self._seams.sessions(consumer, client) if client is not None else None
         if inner is not None:
-            self._sessions = FetchSessions()
+            self._sessions = FetchSessions(self._fetched)
             self._sessions.answered = self._answered
             self._sessions.install(inner, client)
         if self.budget.budgeted and client is not None:
@@ -330,8 +332,10 @@ class Fetcher:
 
     @property
     def fetched(self) -> Mapping[int, int]:
-        """Broker node id -> the record bytes fetched from it (see `FetchSessions.fetched`)."""
-        return {} if self._sessions is None else self._sessions.fetched
+        """Broker node id -> the record bytes fetched from it since the fetcher started, over
+        its renewed consumers too (see `FetchSessions.fetched`); none where the sessions do
+        not serve (see `aio_cluster.kafka.seams`)."""
+        return self._fetched
 
     def placement(self, topic: str) -> Replicas:
         """partition -> the racks of its replicas, as the last look-up found them."""

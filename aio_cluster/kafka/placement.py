@@ -27,7 +27,8 @@ def broker_racks(brokers: Iterable[tuple[Any, ...]]) -> dict[int, str]:
 def replica_racks(racks: Mapping[int, str], partitions: Iterable[tuple[int, Any]]) -> Replicas:
     """partition -> the racks of its replicas, for ``partitions`` as (id, replica node ids),
     given the brokers' ``racks``; empty when no broker has a rack. The sets are shared between
-    partitions with the same replicas (a topic of 10,000 partitions has a few dozen)."""
+    partitions with the same replicas (a topic of 10,000 partitions over three racks has a few
+    dozen)."""
     if not racks:
         return {}
     known: dict[tuple[int, ...], frozenset[str]] = {}

@@ -137,8 +137,15 @@ class LocalCluster:
                 raise ConfigurationError(f"{name}={port} is not a TCP port (1..65535)")
         if kafka_port is not None and kafka_port == zookeeper_port:
             raise ConfigurationError(f"kafka_port and zookeeper_port are both {kafka_port}")
-        if racks is not None and (len(racks) != brokers or not all(racks)):
-            raise ConfigurationError(f"racks={racks!r} must name one rack for each of {brokers}")
+        named: list[object] = [] if racks is None or isinstance(racks, str) else list(racks)
+        if racks is not None and (
+            len(named) != brokers
+            or not all(isinstance(rack, str) and rack.strip() == rack and rack for rack in named)
+        ):
+            raise ConfigurationError(
+                f"racks={racks!r} must name one rack (a non-empty string without surrounding "
+                f"spaces) for each of {brokers} brokers"
+            )
         if kafka_proxies < 0:
             raise ConfigurationError(
                 f"kafka_proxies={kafka_proxies!r} must be a count of clients (0 or more)"
