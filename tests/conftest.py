@@ -58,8 +58,8 @@ that a module's cluster starts once and its tests use it one at a time."""
 
 RESTARTED = ("restartable", "multi_cluster")
 """The fixtures whose servers the tests stop and start again: such a test waits for a JVM to
-restart within a session's time, so it is marked ``faults``: its module starts first in a
-parallel run (see `pytest_collection_modifyitems`), on servers of its own."""
+restart within a session's time, which a machine whose cores the parallel workers share did not
+always give it, so it is marked ``faults`` and runs alone, after the others."""
 
 
 _SHARED = pytest.StashKey[shared_cluster.SharedCluster]()
@@ -86,10 +86,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`
     (and ``faults`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
-    fixture. Then put the modules that hold a ``faults`` test first, keeping the order
-    otherwise: they are the fault tests, the longest modules of the suite, and a parallel run
-    (``--dist loadfile --no-loadscope-reorder``) hands out modules in this order, so they start
-    at once instead of ending the run."""
+    fixture."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
         if any(name in fixtures for name in OWN_CLUSTERS):
@@ -98,8 +95,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.faults)
         elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
             item.add_marker(pytest.mark.server_free)
-    first = {item.path for item in items if item.get_closest_marker("faults") is not None}
-    items.sort(key=lambda item: item.path not in first)  # stable: each module's order stays
 
 
 @pytest_asyncio.fixture(scope="session")

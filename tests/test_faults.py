@@ -26,8 +26,8 @@ from support import (
     wait_until,
 )
 
-# faults: servers of its own are stopped and restarted, the longest waits of the suite; a
-# parallel run starts the module first.
+# faults: a ZooKeeper restart must end within the member's session, which four workers beside it
+# can stretch past; the server restarts are theirs alone once they run after the others.
 pytestmark = [pytest.mark.asyncio, pytest.mark.faults]
 
 Send = Callable[[int, int], Awaitable[None]]
