@@ -515,6 +515,23 @@ async def idle_in_a_long_poll(fetcher: Fetcher, topic: str, ends: Counter[int]) 
     return session
 
 
+async def without_a_second_connection(fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Close the fetcher's second connection to each broker (as aiokafka closes one idle for
+    ``connections_max_idle_ms``), and make the broker slow to greet any connection opened from
+    now on: the second one, when the sessions' closing opens it again."""
+    conns = fetcher._consumer._client._conns
+    for node, group in list(conns):
+        if group is ConnectionGroup.COORDINATION:
+            await conns.pop((node, group)).close()
+    greeted = AIOKafkaConnection._do_version_lookup
+
+    async def slow(connection: AIOKafkaConnection) -> None:
+        await asyncio.sleep(3600)
+        await greeted(connection)
+
+    monkeypatch.setattr(AIOKafkaConnection, "_do_version_lookup", slow)
+
+
 @pytest.mark.seams
 @pytest.mark.asyncio
 async def test_a_fetcher_stopped_in_a_long_poll_closes_its_session_and_leaves_nothing_running(
@@ -558,17 +575,7 @@ async def test_a_close_cut_short_while_opening_the_second_connection_leaves_it_c
     await fetcher.start()
     try:
         await idle_in_a_long_poll(fetcher, topic, ends)
-        conns = fetcher._consumer._client._conns
-        for node, group in list(conns):
-            if group is ConnectionGroup.COORDINATION:
-                await conns.pop((node, group)).close()
-        greeted = AIOKafkaConnection._do_version_lookup
-
-        async def slow(connection: AIOKafkaConnection) -> None:
-            await asyncio.sleep(3600)  # every connection opened from now on: the second one
-            await greeted(connection)
-
-        monkeypatch.setattr(AIOKafkaConnection, "_do_version_lookup", slow)
+        await without_a_second_connection(fetcher, monkeypatch)
         count = len(connections.made)
     finally:
         await fetcher.stop()
@@ -592,17 +599,7 @@ async def test_a_stop_its_caller_cuts_short_still_stops_the_consumer(
     await fetcher.start()
     try:
         await idle_in_a_long_poll(fetcher, topic, ends)
-        conns = fetcher._consumer._client._conns
-        for node, group in list(conns):
-            if group is ConnectionGroup.COORDINATION:
-                await conns.pop((node, group)).close()
-        greeted = AIOKafkaConnection._do_version_lookup
-
-        async def slow(connection: AIOKafkaConnection) -> None:
-            await asyncio.sleep(3600)  # every connection opened from now on: the second one
-            await greeted(connection)
-
-        monkeypatch.setattr(AIOKafkaConnection, "_do_version_lookup", slow)
+        await without_a_second_connection(fetcher, monkeypatch)
         with anyio.move_on_after(0.2) as cut:
             await fetcher.stop()
         assert cut.cancelled_caught, "the stop was cut short while closing the sessions"
