@@ -149,8 +149,15 @@ async def test_replication_factor_two_joins_leaves_strangers_and_a_reassignment(
     leaves them inside costs the members no ZooKeeper request."""
     cluster, admin = racked_brokers, racked_admin
     topic = await create_topic(cluster.bootstrap, PARTITIONS, replicas=2, prefix="racks2")
-    placed = await replica_racks(admin, topic)
-    assert all(len(racks) == 2 for racks in placed.values()), placed
+    placed: dict[int, set[str]] = {}
+
+    async def described() -> bool:
+        # A new topic's partitions reach the brokers' metadata a moment after its creation: a
+        # description may name only some of them first.
+        placed.update(await replica_racks(admin, topic))
+        return len(placed) == PARTITIONS and all(len(racks) == 2 for racks in placed.values())
+
+    await wait_until(described, what="every partition described with its two replicas")
     group = fresh("racks2")
     by_rack = {rack: racked(cluster, group, topic, rack) for rack in RACKS}
     racks: dict[str, str | None] = {m.id: rack for rack, m in by_rack.items()}
