@@ -23,6 +23,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from conftest import MakeTopic, Produce
+from launcher import Launched, launcher
 from support import closable, running, stored_offsets
 
 pytestmark = pytest.mark.asyncio
@@ -43,9 +44,11 @@ async def run(
 @contextlib.asynccontextmanager
 async def start(
     cluster: LocalCluster | None, *args: str, env: dict[str, str] | None = None
-) -> AsyncIterator[asyncio.subprocess.Process]:
+) -> AsyncIterator[Launched]:
     """``python -m aio_cluster ARGS`` running for the block, its output piped; killed after it
-    unless it ended. Only ``cluster`` (and ``env``) name servers: no ``AIO_CLUSTER_*`` of ours."""
+    unless it ended. Only ``cluster`` (and ``env``) name servers: no ``AIO_CLUSTER_*`` of ours.
+    It runs as a fork of this process's launcher (tests/launcher.py), which imported the command
+    once; ``test_the_module_runs_as_a_program`` runs the interpreter itself."""
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith("AIO_CLUSTER_")
     }
@@ -53,14 +56,12 @@ async def start(
         environment["AIO_CLUSTER_BOOTSTRAP"] = cluster.bootstrap
         environment["AIO_CLUSTER_ZOOKEEPER"] = cluster.zookeeper
     environment.update(env or {})
-    async with running(
-        *(sys.executable, "-m", "aio_cluster", *args),
-        cwd=REPO,
-        env=environment,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    ) as process:
+    process = await launcher().run(list(args), environment, cwd=REPO)
+    try:
         yield process
+    finally:
+        process.kill()
+        await process.wait()
 
 
 def one_line(err: str) -> str:
@@ -273,6 +274,30 @@ async def test_no_servers_named_is_an_error() -> None:
     code, _out, err = await run(None, "list")
     assert code == 1
     assert "pass --zookeeper or set AIO_CLUSTER_ZOOKEEPER" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["list", "--timeout", "nope"], ["list"], ["describe", "--json", "no-such-group"]],
+    ids=["help", "bad-option", "no-servers", "one-group"],
+)
+async def test_the_module_runs_as_a_program(cluster: LocalCluster, args: list[str]) -> None:
+    """The runs of the other tests fork the launcher; the interpreter itself says the same."""
+    named = None if args == ["list"] else cluster
+    launched = await run(named, *args)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("AIO_")}
+    if named is not None:
+        environment["AIO_CLUSTER_BOOTSTRAP"] = cluster.bootstrap
+        environment["AIO_CLUSTER_ZOOKEEPER"] = cluster.zookeeper
+    async with running(
+        *(sys.executable, "-m", "aio_cluster", *args),
+        cwd=REPO,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    ) as process:
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert (process.returncode, out.decode(), err.decode()) == launched
 
 
 @pytest.mark.parametrize(
