@@ -47,6 +47,10 @@ SERVER_FREE = f"(server_free or smoke) and {LONG}"
 """What ``tests_compat`` runs: every test that uses no cluster fixture (tests/conftest.py marks
 them), and the few real-server smoke tests (marked ``smoke``)."""
 
+COMPAT_PROFILE = ("--hypothesis-profile", "compat")
+"""The property tests' profile on the other Pythons and bounds (tests/conftest.py): they check
+that the properties run there, with a tenth of the cases of the whole search (``tests``)."""
+
 PINNED = ("aiokafka", "kazoo")
 """The dependencies whose private names the package uses (its seams, ``aio_cluster/kafka/`` and
 ``aio_cluster/zookeeper/``): ``deps`` runs the tests on each bound of their pins."""
@@ -149,7 +153,7 @@ def tests_compat(session: nox.Session) -> None:
     (``nox -s tests_compat-3.13`` for one); the whole suite runs on the default one (``tests``).
     """
     session.install("-e", ".[test,examples]")
-    session.run("pytest", "-m", SERVER_FREE, *session.posargs)
+    session.run("pytest", "-m", SERVER_FREE, *COMPAT_PROFILE, *session.posargs)
 
 
 @nox.session
@@ -171,7 +175,7 @@ def deps(session: nox.Session, bound: str) -> None:
     session.install("-e", ".[test,examples]", *pins)
     session.log(f"{bound} bounds: {' '.join(pins)}")
     with _shared_cluster(session) as cluster:
-        session.run("pytest", "-m", SEAMS, *session.posargs, env=cluster)
+        session.run("pytest", "-m", SEAMS, *COMPAT_PROFILE, *session.posargs, env=cluster)
 
 
 def _resolved_bounds(session: nox.Session, bound: str) -> list[str]:
