@@ -111,7 +111,7 @@ def tests(session: nox.Session) -> None:
         return
     with _shared_cluster(session) as cluster:
         session.run(
-            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadfile"),
+            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup"),
             *("-m", f"not faults and {LONG}"),
             env=cluster,
         )

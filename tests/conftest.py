@@ -53,8 +53,13 @@ OWN_CLUSTERS = (
 )
 """The fixtures that give a test servers of its own: clusters whose servers the tests stop and
 start, or special ones, and the cache of ``python -m aio_cluster.local up`` (which starts a
-cluster). A parallel run sends the tests of one module to one worker (``--dist loadfile``), so
-that a module's cluster starts once and its tests use it one at a time."""
+cluster). A parallel run (``--dist loadgroup``) sends the tests of one module to one worker, so
+that a module's cluster starts once and its tests use it one at a time, and every test of
+`SHARED_BY_MODULES`' clusters to one worker too (`pytest_collection_modifyitems`)."""
+
+SHARED_BY_MODULES = ("tls_cluster", "sasl_cluster")
+"""The own clusters of the session that tests of several modules use (tests/secured.py): each
+starts once, on the worker that runs all of them."""
 
 RESTARTED = ("restartable", "multi_cluster")
 """The fixtures whose servers the tests stop and start again: such a test waits for a JVM to
@@ -86,9 +91,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`
     (and ``faults`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
-    fixture."""
+    fixture; and with the worker group of a parallel run (``xdist_group``): the secured
+    clusters' for the tests of `SHARED_BY_MODULES`, else its module's."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
+        shared = [name for name in SHARED_BY_MODULES if name in fixtures]
+        group = "secured" if shared else item.nodeid.partition("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
         if any(name in fixtures for name in OWN_CLUSTERS):
             item.add_marker(pytest.mark.own_cluster)
         if any(name in fixtures for name in RESTARTED):

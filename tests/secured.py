@@ -1,6 +1,8 @@
 """The fixtures of the secured clusters, a plugin of ``conftest.py``: a cluster serving Kafka (and
 ZooKeeper) over TLS only, one with SASL_SSL and SCRAM-SHA-512, and a producer for each. Each
-cluster is its own module's, started on first use (they cost a cluster start each)."""
+cluster serves the session, started on first use (each costs a cluster start); conftest sends
+every test that uses one to the same worker of a parallel run, so that each starts once. The
+tests on them keep to users, topics and groups of their own."""
 
 from __future__ import annotations
 
@@ -19,27 +21,28 @@ ZK_PASSWORD = "zk-Secret-4711"
 """The ZooKeeper digest password of `sasl_member`."""
 
 
-@pytest_asyncio.fixture(scope="module")
+@pytest_asyncio.fixture(scope="session")
 async def tls_cluster() -> AsyncIterator[LocalCluster]:
-    """With one set of Kafka proxies, to show they pass TLS."""
+    """With one set of Kafka proxies, to show they pass TLS; its ZooKeeper serves TLS too
+    (``zookeeper_secure``)."""
     async with LocalCluster(tls=True, kafka_proxies=1) as started:
         yield started
 
 
-@pytest_asyncio.fixture(scope="module")
+@pytest_asyncio.fixture(scope="session")
 async def sasl_cluster() -> AsyncIterator[LocalCluster]:
     """With one set of Kafka proxies, to show they pass SASL over TLS."""
     async with LocalCluster(sasl=True, kafka_proxies=1) as started:
         yield started
 
 
-@pytest_asyncio.fixture(scope="module")
+@pytest_asyncio.fixture(scope="session")
 async def tls_producer(tls_cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
     async with producer_of(tls_cluster) as started:
         yield started
 
 
-@pytest_asyncio.fixture(scope="module")
+@pytest_asyncio.fixture(scope="session")
 async def sasl_producer(sasl_cluster: LocalCluster) -> AsyncIterator[AIOKafkaProducer]:
     async with producer_of(sasl_cluster) as started:
         yield started

@@ -144,13 +144,6 @@ async def test_bad_security_settings_are_one_line_without_the_secret(
     no_secret(out, err)
 
 
-@pytest_asyncio.fixture(scope="module")
-async def tls_cluster() -> AsyncIterator[LocalCluster]:
-    """A cluster of the module's own whose ZooKeeper also serves TLS (``zookeeper_secure``)."""
-    async with LocalCluster(tls=True) as started:
-        yield started
-
-
 # kazoo 2.11 leaves the socket of a failed TLS handshake open (see test_security_tls.py).
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
