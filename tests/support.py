@@ -4,8 +4,10 @@ the stored offsets, and processes that are killed whatever the test's outcome.""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import math
@@ -371,6 +373,19 @@ async def settled(zk: ZooKeeper, members: Sequence[ConsumerGroup]) -> bool:
     by_node = await owners(zk, layout, partitions)
     by_member = {p: member.id for member in members for p in member.claimed}
     return by_node == by_member
+
+
+def parsed(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` with the garbage collector off: CPython 3.11.7 raises ``SystemError: AST
+    constructor recursion depth mismatch`` when a finalizer runs inside it, as an earlier test's
+    Kafka clients in reference cycles do (their futures log what they hold)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source, filename)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # --- processes ------------------------------------------------------------------------------------

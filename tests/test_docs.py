@@ -25,6 +25,8 @@ import aio_cluster
 from aio_cluster import ConsumerGroup
 from aio_cluster.local import LocalCluster
 
+from support import parsed
+
 PAGE = Path(__file__).parents[1] / "docs" / "bad-input.md"
 BASE: dict[str, Any] = {
     "name": "my-group",
@@ -125,7 +127,7 @@ def test_each_python_snippet_runs_up_to_its_event_loop(source: str, where: str) 
     """Every statement but the final ``asyncio.run(main())`` runs without servers: the imports
     resolve, the classes and functions are made, a member is configured (which connects to
     nothing)."""
-    module = ast.parse(source, where)
+    module = parsed(source, where)
     module.body = [statement for statement in module.body if not _starts_a_loop(statement)]
     exec(compile(module, where, "exec"), {"__name__": "snippet"})
 
@@ -213,7 +215,7 @@ def test_the_configuration_snippets_spell_out_the_real_defaults() -> None:
     calls = [
         (node.func.id, node)
         for match in FENCE.finditer(source)
-        for node in ast.walk(ast.parse(match.group(1)))
+        for node in ast.walk(parsed(match.group(1)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     ]
     for name, kind in CONFIGURATION.items():

@@ -17,6 +17,8 @@ import pytest
 import aio_cluster
 from aio_cluster import AioClusterError, errors
 
+from support import parsed
+
 
 def test_all_is_sorted_and_complete() -> None:
     public = {name for name in dir(aio_cluster) if not name.startswith("_")}
@@ -163,7 +165,7 @@ def _packages() -> list[Path]:
 def test_each_module_map_matches_its_package(package: Path) -> None:
     """Each package docstring maps every module and subpackage of it, and nothing else."""
     init = package / "__init__.py"
-    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    doc = ast.get_docstring(parsed(init.read_text())) or ""
     mapped = re.findall(r"^ {4}(\S+\.py|\S+/) {2,}\S", doc, flags=re.MULTILINE)
     present = [path.name for path in package.glob("*.py") if path.name != "__init__.py"]
     present += [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()]
@@ -176,7 +178,7 @@ def _imported(path: Path) -> list[tuple[str, str | None]]:
     import y`` is (x, y); relative imports are resolved within the package."""
     module = path.relative_to(PACKAGE.parent).with_suffix("").parts
     found: list[tuple[str, str | None]] = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -284,7 +286,7 @@ def test_no_import_circle() -> None:
 def _type_names(path: Path) -> list[str]:
     """The public classes a module defines, at any depth, and its public type aliases (a
     capitalized module-level name bound to a type: ``Mode = Literal[...]``)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path.read_text())
     names = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(
