@@ -31,6 +31,7 @@ Modules::
 
     __main__.py     ``python -m aio_cluster.local``: the up/down command
     acls.py         a SASL cluster's SCRAM users and ACLs, through Kafka's own tools
+    class_archive.py  the JVMs' class-data sharing archives, kept beside the jars
     cli.py          the up/down command (its arguments are aio-cluster local's)
     cluster.py      LocalCluster: the lifecycle and the fault hooks
     config.py       zoo.cfg and server.properties

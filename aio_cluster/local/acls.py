@@ -16,6 +16,7 @@ from typing import TypedDict
 
 from ..errors import ConfigurationError
 from . import jars, process
+from .class_archive import ClassArchive
 from .security import SASL_MECHANISM
 
 CONFIGS = "org.apache.kafka.tools.ConfigCommand"
@@ -139,7 +140,8 @@ async def run_tool(
     command = process.java_command(
         java, tools, process.TOOL_FLAGS, main, "--bootstrap-server", bootstrap, *arguments
     )
-    tool = process.Child(main.rpartition(".")[2], command, log)
+    archive = ClassArchive(java, tools, main)
+    tool = process.Child(main.rpartition(".")[2], command, log, archive=archive)
     try:
         await tool.run(deadline)
     finally:

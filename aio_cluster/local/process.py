@@ -22,6 +22,7 @@ import anyio
 from ..concurrency import background, outlasting
 from ..errors import LocalClusterError
 from . import config, probes
+from .class_archive import ClassArchive
 
 _log = logging.getLogger(__name__)
 
@@ -39,11 +40,13 @@ class Child:
         command: list[str],
         log: Path,
         probe: Callable[[float], Awaitable[bool]] | None = None,
+        archive: ClassArchive | None = None,
     ) -> None:
         self.name = name
         self._command = command
         self._log = log
         self._probe = probe
+        self._archive = archive
         self._process: asyncio.subprocess.Process | None = None
 
     @property
@@ -55,8 +58,12 @@ class Child:
         """Start the process, unless it runs already; its output is appended to the log."""
         if self._process is not None and self._process.returncode is None:
             return
+        command = self._command
+        if self._archive is not None:
+            self._archive.ended(cleanly=False)  # an earlier run that ended unseen (killed)
+            command = [command[0], *self._archive.flags(), *command[1:]]
         with self._log.open("ab") as log:
-            self._process = await _spawn(self._command, log)
+            self._process = await _spawn(command, log)
 
     async def start(self, deadline: float) -> None:
         """Start the process and wait until it answers."""
@@ -89,6 +96,8 @@ class Child:
                 code = await self._process.wait()
         except TimeoutError:
             raise self._failure("did not finish in time") from None
+        if self._archive is not None:
+            self._archive.ended(cleanly=code == 0)
         if code != 0:
             raise self._failure(f"failed with exit code {code}")
 
@@ -96,8 +105,11 @@ class Child:
         """End the process group: SIGTERM, and SIGKILL if it is still there after a grace time."""
         process = self._process
         if process is None or process.returncode is not None:
+            if self._archive is not None:
+                self._archive.ended(cleanly=False)  # it ended by itself: a crash, or killed
             return
         _signal_group(process.pid, signal.SIGTERM)
+        cleanly = True
         try:
             with anyio.fail_after(STOP_GRACE):
                 await process.wait()
@@ -105,6 +117,9 @@ class Child:
             _log.warning("%s ignored SIGTERM for %g s: killing it", self.name, STOP_GRACE)
             _signal_group(process.pid, signal.SIGKILL)
             await process.wait()
+            cleanly = False
+        if self._archive is not None:
+            self._archive.ended(cleanly=cleanly)
 
     def _failure(self, what: str) -> LocalClusterError:
         return LocalClusterError(f"{self.name} {what}; the end of its log:\n{log_tail(self._log)}")

@@ -15,6 +15,7 @@ from typing import Literal
 from ..concurrency import settle
 from ..errors import LocalClusterError
 from . import acls, config, jars, probes, process
+from .class_archive import ClassArchive
 from .security import Security
 
 _log = logging.getLogger(__name__)
@@ -241,6 +242,7 @@ class JavaServers:
             functools.partial(
                 probes.zookeeper_answers, f"{config.HOST}:{self._ports.zookeeper[index]}"
             ),
+            archive=ClassArchive(self._java, classpath, process.ZOOKEEPER_MAIN),
         )
 
     def _kafka(
@@ -297,6 +299,7 @@ class JavaServers:
                 f"{config.HOST}:{self._ports.kafka[index]}",
                 options=None if security is None else security.kafka_options,
             ),
+            archive=ClassArchive(self._java, classpath, "kafka.Kafka"),
         )
         storage_format = process.Child(
             f"{name}'s storage format",
@@ -314,6 +317,7 @@ class JavaServers:
                 *([] if security is None else security.format_arguments()),
             ),
             log,
+            archive=ClassArchive(self._java, classpath, "kafka.tools.StorageTool"),
         )
         return node, storage_format
 
