@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import nox
@@ -36,6 +37,10 @@ TEST_WORKERS = 4
 they compute, so more of them than cores (2 on the CI machine) still shortens the run; six, with
 the fault tests and the other Pythons' checks beside them, saturated both cores (a run took 14
 minutes on 25 CPU-minutes) and stretched member processes' handovers past the tests' bounds."""
+
+FAULT_WORKERS = 2
+"""pytest-xdist workers of the tests marked ``faults``, which run beside the whole suite: they
+wait out faults far more than they compute, on clusters of their own."""
 
 CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
 """Where these name a cluster, the tests use it instead of starting one."""
@@ -99,8 +104,9 @@ def tests(session: nox.Session) -> None:
 
     The suite runs in `TEST_WORKERS` parallel workers on one cluster the session starts (see
     `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
-    once; see tests/conftest.py), then the tests marked ``faults`` alone, then ``tests_user/``,
-    on the same cluster. With arguments
+    once; see tests/conftest.py); beside it, in a pytest of their own, the tests marked
+    ``faults`` (on clusters of their own) in `FAULT_WORKERS`; then ``tests_user/`` on the shared
+    cluster. With arguments
     (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs. The
     dashboard's browser tests drive the machine's Chromium (``.ci/run`` installs it) through
     Playwright, the ``browser`` extra.
@@ -110,14 +116,44 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", *session.posargs)
         return
     with _shared_cluster(session) as cluster:
-        session.run(
-            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup"),
-            *("-m", f"not faults and {LONG}"),
-            env=cluster,
-        )
-        # The tests marked faults, alone; none so marked (exit status 5) is no failure.
-        session.run("pytest", "-m", f"faults and {LONG}", env=cluster, success_codes=[0, 5])
+        faults = ("-n", str(FAULT_WORKERS), "--dist", "loadgroup", "-m", f"faults and {LONG}")
+        with _beside(session, faults, cluster):
+            session.run(
+                *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup"),
+                *("-m", f"not faults and {LONG}"),
+                env=cluster,
+            )
         session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
+
+
+@contextlib.contextmanager
+def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str]) -> Iterator[None]:
+    """``pytest ARGUMENTS`` running during the block, its output kept and shown after it; the
+    session fails if that pytest did (none selected, exit status 5, is no failure). Should the
+    block fail, that pytest is ended (its process group: its workers and their servers)."""
+    python = Path(session.bin) / "python"
+    output = Path(session.create_tmp()) / "beside.log"
+    with output.open("w+b") as log:
+        process = subprocess.Popen(
+            [python, "-m", "pytest", *arguments],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            raise
+        finally:
+            status = process.wait()
+            log.seek(0)
+            sys.stdout.write(log.read().decode(errors="replace"))
+            sys.stdout.flush()
+    if status not in (0, 5):
+        session.error(f"pytest {' '.join(arguments)} failed (exit status {status})")
 
 
 @contextlib.contextmanager
