@@ -404,6 +404,9 @@ async def test_environment_names_a_running_cluster(
     assert await port_open(cluster.bootstrap), "stopping it left the named cluster alone"
 
 
+# Not server_free: it runs Maven twice (JVMs, ten CPU-seconds the same on every Python), so
+# tests_compat leaves it to the whole suite.
+@pytest.mark.own_cluster
 @pytest.mark.asyncio
 async def test_jar_fetch_is_locked_and_an_interrupted_one_redone(tmp_path: Path) -> None:
     first, second = await asyncio.gather(

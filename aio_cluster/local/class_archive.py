@@ -32,6 +32,11 @@ class ClassArchive:
         self._writing: Path | None = None
         self._lock: IO[bytes] | None = None
 
+    @property
+    def writing(self) -> bool:
+        """Whether the JVM started with `flags` writes the archive as it exits."""
+        return self._writing is not None
+
     def flags(self) -> list[str]:
         """The JVM flags of a start: the archive's, or those that write it, or none while
         another JVM writes it."""
