@@ -93,8 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the servers it needs: ``own_cluster`` for those of `OWN_CLUSTERS`
     (and ``faults`` for those of `RESTARTED`), ``server_free`` for those that use no cluster
     fixture; and with the worker group of a parallel run (``xdist_group``): the secured
-    clusters' for the tests of `SHARED_BY_MODULES`, else its module's; those of own clusters
-    first."""
+    clusters' for the tests of `SHARED_BY_MODULES`, else its module's."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # every fixture it uses, directly or not
         shared = [name for name in SHARED_BY_MODULES if name in fixtures]
@@ -106,10 +105,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.faults)
         elif item.get_closest_marker("own_cluster") is None and "cluster" not in fixtures:
             item.add_marker(pytest.mark.server_free)
-    # The groups of own clusters first: they are the longest (a cluster's start, tests one at a
-    # time on it), and a parallel run hands groups out in this order, so none is left to run
-    # alone at the end.
-    items.sort(key=lambda item: item.get_closest_marker("own_cluster") is None)
 
 
 @pytest_asyncio.fixture(scope="session")
