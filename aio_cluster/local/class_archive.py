@@ -1,7 +1,7 @@
 """Class-data sharing for the local cluster's JVMs: a JVM started with an archive of the classes
 an earlier run of the same program loaded maps them instead of reading, parsing and checking
-them again. A single-node cluster then starts on about 40 % less CPU (5.5 CPU-seconds to 3.3 on
-a 2-core machine), which counts where tests start many.
+them again. A cluster then starts on about a third less CPU (6.4 CPU-seconds to 4.0 for a
+single node on a 2-core machine, ``benchmarks/startup.py``), which counts where tests start many.
 
 The first JVM of a program (main class, class path, Java) to start without an archive writes one
 as it exits (``-XX:ArchiveClassesAtExit``), to a name of its own, renamed into place once it
