@@ -42,6 +42,10 @@ FAULT_WORKERS = 2
 """pytest-xdist workers of the tests marked ``faults``, which run beside the whole suite: they
 wait out faults far more than they compute, on clusters of their own."""
 
+STOP_TIMEOUT = 240
+"""Seconds a pytest beside the block has to end once asked (its clusters' JVMs get 15 s each,
+90 s one that writes its class archive), before SIGKILL."""
+
 CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
 """Where these name a cluster, the tests use it instead of starting one."""
 
@@ -133,10 +137,14 @@ def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str])
     block fail, that pytest is ended (its process group: its workers and their servers)."""
     python = Path(session.bin) / "python"
     output = Path(session.create_tmp()) / "beside.log"
+    # The environment session.run gives: the session's virtualenv first on PATH.
+    path = f"{session.bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    environment = {**os.environ, "PATH": path, "VIRTUAL_ENV": str(Path(session.bin).parent)}
     with output.open("w+b") as log:
         process = subprocess.Popen(
-            [python, "-m", "pytest", *arguments],
-            env={**os.environ, **env},
+            # No cache: the pytest of the block writes pytest's, at the same time.
+            [python, "-m", "pytest", "-p", "no:cacheprovider", *arguments],
+            env={**environment, **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -144,8 +152,7 @@ def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str])
         try:
             yield
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+            _end(process)
             raise
         finally:
             status = process.wait()
@@ -154,6 +161,17 @@ def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str])
             sys.stdout.flush()
     if status not in (0, 5):
         session.error(f"pytest {' '.join(arguments)} failed (exit status {status})")
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """End ``process``'s group: SIGTERM, and SIGKILL after `STOP_TIMEOUT`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

@@ -5,9 +5,15 @@ A launcher process (this file run as a script) imports the command once and fork
 a watcher child, which forks the command's process, tells its pid, waits for it and tells its
 exit status. The command's process gets the run's arguments, environment, working directory and
 standard streams (passed as file descriptors), and runs the same ``main()`` as the console
-script; the test reads its pipes, signals its pid and reads its status as of any process's
-(`Launched`). One launcher serves a test process (`launch`), started on its first run; it ends
-when that process does (its standard input closes).
+script, ending as the interpreter ends a program; the test reads its pipes, signals its pid and
+reads its status as of any process's (`Launched`). One launcher serves a test process
+(`launcher`), started on its first run; it ends when that process does (its standard input
+closes), and the runs still going end with their tests (`test_cli.start` kills them).
+
+What a run cannot take from its environment: what the interpreter reads as it starts
+(``PYTHON*`` variables, the hash seed, the locale of the standard streams) is the launcher's,
+and ``__main__`` is this file. ``test_the_module_runs_as_a_program`` compares runs with the
+interpreter's own.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 Main = Callable[[list[str]], int]
 """The command's entry point, `aio_cluster.__main__.main`."""
@@ -57,8 +64,10 @@ class Launched:
         """Its exit status once it ended: negative for a signal's number, as asyncio's."""
         if self.returncode is None:
             line = await self._status.readline()
+            if not line:
+                raise RuntimeError(f"the launcher's watcher of pid {self.pid} ended unseen")
             self.returncode = int(line)
-            self._closing.close()
+            self._closing.close()  # the watcher reaps the process now
         return self.returncode
 
     async def communicate(self) -> tuple[bytes, bytes]:
@@ -158,8 +167,9 @@ def launcher() -> Launcher:
 # --- the launcher process ----------------------------------------------------------------------
 
 
-def _serve(address: str) -> None:
-    """Import the command, then fork a watcher for each request until standard input closes."""
+def _serve(address: str) -> tuple[dict[str, Any], Main] | None:
+    """Import the command, then fork a watcher for each request until standard input closes.
+    Returns in a run's process only: its request, and the command's entry point."""
     from aio_cluster import __main__ as command  # noqa: PLC0415 - what the forks share
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -171,26 +181,33 @@ def _serve(address: str) -> None:
     while True:
         readable, _, _ = select.select([listener, sys.stdin], [], [])
         if sys.stdin in readable:
-            return  # the test process ended
+            return None  # the test process ended
         connection, _ = listener.accept()
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
             listener.close()
-            _watch(connection, command.main)
+            return _watch(connection), command.main
         connection.close()
 
 
-def _watch(connection: socket.socket, main: Main) -> None:
-    """In a watcher: fork the run, tell its pid, wait for it, tell its status, end."""
+def _watch(connection: socket.socket) -> dict[str, Any]:
+    """In a watcher: fork the run, tell its pid, wait for it to end, tell its status, and reap
+    it once the test closed the connection (until then its pid is not reused: the test may
+    still signal it). Returns in the run's process only, with its request."""
     message, ancillary, _, _ = connection.recvmsg(
         REQUEST_LIMIT, socket.CMSG_LEN(3 * array.array("i").itemsize)
     )
+    while not message.endswith(b"\n"):
+        more = connection.recv(REQUEST_LIMIT)
+        if not more:
+            os._exit(1)  # the test went away mid-request
+        message += more
     fds = array.array("i")
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    request = json.loads(message)
+    request: dict[str, Any] = json.loads(message)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
@@ -198,52 +215,37 @@ def _watch(connection: socket.socket, main: Main) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        _run(request, main)
+        return request
     for fd in fds:
         os.close(fd)
     connection.sendall(f"{pid}\n".encode())
-    _, status = os.waitpid(pid, 0)
-    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    assert ended is not None
+    exited = ended.si_code == os.CLD_EXITED
+    code = ended.si_status if exited else -ended.si_status
     with contextlib.suppress(OSError):
         connection.sendall(f"{code}\n".encode())
+        connection.recv(1)  # end of file: the test has the status
+    os.waitpid(pid, 0)
     os._exit(0)
 
 
-def _run(request: dict[str, object], main: Main) -> None:
-    """In the run's process: become ``python -m aio_cluster ARGS`` in its environment, and end
-    with its exit status as the interpreter would."""
-    args = request["args"]
-    env = request["env"]
-    cwd = request["cwd"]
-    assert isinstance(args, list)
-    assert isinstance(env, dict)
-    assert isinstance(cwd, str)
-    os.chdir(cwd)
+def _become(request: dict[str, Any]) -> list[str]:
+    """In the run's process: take the run's directory, environment and arguments as
+    ``python -m aio_cluster ARGS`` started there would have them; returns the arguments."""
+    args = [str(arg) for arg in request["args"]]
+    os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(request["env"])
     sys.argv = [sys.argv[0], *args]
-    code = 1
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends on one not handled
-    except BaseException:  # reported as the interpreter would
-        import traceback  # noqa: PLC0415
-
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-    os._exit(code)
+    sys.path[0] = os.getcwd()  # where -m puts the working directory
+    return args
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    run = _serve(sys.argv[1])
+    if run is not None:
+        # The run's process ends as the interpreter ends a program: what main() raises is
+        # reported at the top, atexit handlers and finalizers run, the streams are flushed.
+        request, main = run
+        sys.exit(main(_become(request)))

@@ -24,9 +24,11 @@ import pytest
 
 from aio_cluster.local import LocalCluster
 from aio_cluster.local.env import BOOTSTRAP_VAR, ZOOKEEPER_VAR
+from aio_cluster.local.process import ARCHIVE_STOP_GRACE
 
-STOP_TIMEOUT = 60.0
-"""Seconds the cluster has to stop once asked (its servers get 15 s each before SIGKILL)."""
+STOP_TIMEOUT = 2 * ARCHIVE_STOP_GRACE + 30
+"""Seconds the cluster has to stop once asked (its servers get 15 s each before SIGKILL, 90 s
+one that writes its class archive)."""
 
 
 def wanted(config: pytest.Config) -> bool:

@@ -27,8 +27,11 @@ class ClassArchive:
     ``java``), kept beside those jars."""
 
     def __init__(self, java: str, classpath: Path, main_class: str) -> None:
-        name = f"{classpath.name}-{main_class}-{_java_key(java)}.jsa"
-        self.path = classpath.parent / "class-archives" / name
+        # The JVM checks the archive against the class path it was written with, resolved as
+        # `process.java_command` gives it: a cache reached through a link, moved or with other
+        # jars gets an archive of its own instead of one every start would reject.
+        key = _key(java, classpath.resolve())
+        self.path = classpath.parent / "class-archives" / f"{classpath.name}-{main_class}-{key}.jsa"
         self._writing: Path | None = None
         self._lock: IO[bytes] | None = None
 
@@ -42,8 +45,11 @@ class ClassArchive:
         another JVM writes it."""
         if self.path.exists():
             return [f"-XX:SharedArchiveFile={self.path}"]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = self.path.with_suffix(".lock").open("ab")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = self.path.with_suffix(".lock").open("ab")
+        except OSError:
+            return []  # a cache this process may not write: the JVM starts as it would without
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -52,6 +58,8 @@ class ClassArchive:
         if self.path.exists():  # written while this one waited for the lock
             lock.close()
             return [f"-XX:SharedArchiveFile={self.path}"]
+        for left in self.path.parent.glob(f".{self.path.name}.*"):
+            left.unlink(missing_ok=True)  # of a writer killed before it ended
         self._lock = lock
         self._writing = self.path.with_name(f".{self.path.name}.{os.getpid()}.{id(self)}")
         return [f"-XX:ArchiveClassesAtExit={self._writing}"]
@@ -71,12 +79,13 @@ class ClassArchive:
             lock.close()
 
 
-def _java_key(java: str) -> str:
-    """Names the Java build: an archive fits only the JVM that wrote it."""
+def _key(java: str, classpath: Path) -> str:
+    """Names the Java build and the jars: an archive fits only the JVM that wrote it, on the
+    class path it was written with."""
     binary = Path(java).resolve()
     jvm = binary.parent.parent / "lib" / "server" / "libjvm.so"
     described = jvm if jvm.exists() else binary
     stat = described.stat()
-    return hashlib.sha256(f"{described}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[
-        :12
-    ]
+    jars = sorted(f"{jar.name}:{jar.stat().st_size}" for jar in classpath.glob("*.jar"))
+    text = "\n".join([f"{described}:{stat.st_size}:{stat.st_mtime_ns}", str(classpath), *jars])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

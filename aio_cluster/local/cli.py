@@ -147,7 +147,7 @@ def _down(state: Path) -> int:
         return 1
     pid = running["pid"]
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 2 * process.STOP_GRACE + 30
+    deadline = time.monotonic() + 2 * process.ARCHIVE_STOP_GRACE + 30
     while state.exists() and _alive(pid):
         if time.monotonic() > deadline:
             print(f"aio-cluster-local: pid {pid} did not stop in time", file=sys.stderr)

@@ -240,7 +240,7 @@ def java_command(
         "-Djava.net.preferIPv4Stack=true",
         f"-Dlog4j2.configurationFile={config.JARS / 'log4j2.yaml'}",
         "-cp",
-        f"{jars}/*",
+        f"{jars.resolve()}/*",  # as a class archive records it (`ClassArchive`)
         main_class,
         *args,
     ]
