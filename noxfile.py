@@ -36,7 +36,7 @@ TEST_WORKERS = 5
 """pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
 they compute, so more of them than cores (2 on the CI machine) still shortens the run: with the
 fault tests and the other Pythons' checks beside them, four kept the cores 1.7 busy (CI took
-8 min 0 s), five 7 min 33 s."""
+8 min 0 s), five 7 min 33 s to 8 min 49 s (six runs)."""
 
 FAULT_WORKERS = 2
 """pytest-xdist workers of the tests marked ``faults``, which run beside the whole suite: they
