@@ -578,17 +578,30 @@ async def expire_session(
 
     A second client joins the session with its id and password and closes it, which ends the
     session on the server; the original client learns of it as LOST when it next talks to the
-    server.
+    server. The server lets one connection hold a session, and the original client reconnects
+    as soon as the join takes its connection away: when it takes the session back before the
+    close was sent, the close never reaches the server. So the join is repeated until one finds
+    the session gone (the server then gives the joining client a session of its own).
     """
 
-    def join_and_close() -> None:
-        other = KazooClient(hosts=connect, client_id=(session_id, password), timeout=timeout)
-        other.start(timeout)
-        other.stop()
-        other.close()
+    def join_and_close_until_gone() -> None:
+        deadline = time.monotonic() + timeout * 2
+        while (left := deadline - time.monotonic()) > 0:
+            other = KazooClient(hosts=connect, client_id=(session_id, password), timeout=timeout)
+            try:
+                other.start(left)  # on a timeout it stops and closes the client itself
+            except KazooTimeoutError:
+                continue
+            try:
+                joined = other.client_id is not None and other.client_id[0] == session_id
+            finally:
+                other.stop()
+                other.close()
+            if not joined:
+                return
+        raise KazooTimeoutError("the session outlived every join")
 
     try:
-        with anyio.fail_after(timeout * 2):
-            await asyncio.to_thread(join_and_close)
+        await asyncio.to_thread(join_and_close_until_gone)
     except KazooTimeoutError as exc:
         raise CoordinationTimeout(f"could not join session {session_id:#x} to expire it") from exc
