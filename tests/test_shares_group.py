@@ -56,7 +56,10 @@ class Requests:
         return noted
 
     def since(self, mark: int) -> list[str]:
-        return self.paths[mark:]
+        """The paths noted after the first ``mark``, but the heartbeat's pings (``exists("/")``,
+        sent whenever the server answered nothing for a while): they read nothing of the
+        group, and a loaded machine sends them in any window."""
+        return [path for path in self.paths[mark:] if path != "/"]
 
 
 async def published(zk: ZooKeeper, layout: GroupLayout) -> StickyTarget | None:
