@@ -41,8 +41,8 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.faults]
 
 PARTITIONS = 4
 FETCH_TIMEOUT = 5.0
-CUT = 25.0
-"""Seconds of the cut: five times ``fetch_timeout``, so its outcome is clearly the bound's."""
+CUT = 15.0
+"""Seconds of the cut: three times ``fetch_timeout``, so its outcome is clearly the bound's."""
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
