@@ -180,8 +180,9 @@ class Fetcher:
         transaction markers, aborted records and compaction gaps the last fetch stepped over."""
         self._decoder = Decoder(key_deserializer, value_deserializer)
         self._sessions: FetchSessions | None = None
-        self._fetched: collections.Counter[int] = collections.Counter()
         """The fetches' incremental sessions, one per broker (see the module), once started."""
+        self._fetched: collections.Counter[int] = collections.Counter()
+        """Broker node id -> the record bytes fetched from it (see `fetched`)."""
         self.progress: ReadProgress[PartitionKey] = ReadProgress(fetch_timeout, fetch_gap)
         """Whether each partition asked for makes progress (see `unreadable()`)."""
 
