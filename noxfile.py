@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import nox
@@ -33,13 +34,15 @@ COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 
 TEST_WORKERS = 4
 """pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
-they compute, so more of them than cores (2 on the CI machine) still shortens the run. The fault
-tests run after it, not beside: beside each other the loaded cores stretched timed tests past
-their bounds (a restarted node of three, an exactly-once handover)."""
+they compute, so more of them than cores (2 on the CI machine) still shortens the run."""
 
-FAULT_WORKERS = 3
-"""pytest-xdist workers of the tests marked ``faults``, which run after the whole suite: they
-wait out faults on clusters of their own far more than they compute."""
+FAULT_WORKERS = 2
+"""pytest-xdist workers of the tests marked ``faults``, which run beside the whole suite: they
+wait out faults far more than they compute, on clusters of their own."""
+
+STOP_TIMEOUT = 240
+"""Seconds a pytest beside the block has to end once asked (its clusters' JVMs get 15 s each,
+90 s one that writes its class archive), before SIGKILL."""
 
 CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
 """Where these name a cluster, the tests use it instead of starting one."""
@@ -103,8 +106,9 @@ def tests(session: nox.Session) -> None:
 
     The suite runs in `TEST_WORKERS` parallel workers on one cluster the session starts (see
     `_shared_cluster`), the tests of a module on one worker (so that a module's own cluster starts
-    once; see tests/conftest.py); then the tests marked ``faults`` (on clusters of their own) in
-    `FAULT_WORKERS`; then ``tests_user/`` on the shared cluster. With arguments
+    once; see tests/conftest.py); beside it, in a pytest of their own, the tests marked
+    ``faults`` (on clusters of their own) in `FAULT_WORKERS`; then ``tests_user/`` on the shared
+    cluster. With arguments
     (``nox -s tests -- tests/test_x.py -x``) only pytest with those arguments runs. The
     dashboard's browser tests drive the machine's Chromium (``.ci/run`` installs it) through
     Playwright, the ``browser`` extra.
@@ -114,20 +118,58 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", *session.posargs)
         return
     with _shared_cluster(session) as cluster:
-        session.run(
-            *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup"),
-            *("-m", f"not faults and {LONG}"),
-            env=cluster,
-        )
-        # The tests marked faults, after the others; none so marked (exit status 5) is no
-        # failure.
-        session.run(
-            *("pytest", "-n", str(FAULT_WORKERS), "--dist", "loadgroup"),
-            *("-m", f"faults and {LONG}"),
-            env=cluster,
-            success_codes=[0, 5],
-        )
+        faults = ("-n", str(FAULT_WORKERS), "--dist", "loadgroup", "-m", f"faults and {LONG}")
+        with _beside(session, faults, cluster):
+            session.run(
+                *("pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup"),
+                *("-m", f"not faults and {LONG}"),
+                env=cluster,
+            )
         session.run("pytest", "-p", "aio_cluster.testing", "tests_user", env=cluster)
+
+
+@contextlib.contextmanager
+def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str]) -> Iterator[None]:
+    """``pytest ARGUMENTS`` running during the block, its output kept and shown after it; the
+    session fails if that pytest did (none selected, exit status 5, is no failure). Should the
+    block fail, that pytest is ended (its process group: its workers and their servers)."""
+    python = Path(session.bin) / "python"
+    output = Path(session.create_tmp()) / "beside.log"
+    # The environment session.run gives: the session's virtualenv first on PATH.
+    path = f"{session.bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    environment = {**os.environ, "PATH": path, "VIRTUAL_ENV": str(Path(session.bin).parent)}
+    with output.open("w+b") as log:
+        process = subprocess.Popen(
+            # No cache: the pytest of the block writes pytest's, at the same time.
+            [python, "-m", "pytest", "-p", "no:cacheprovider", *arguments],
+            env={**environment, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield
+        except BaseException:
+            _end(process)
+            raise
+        finally:
+            status = process.wait()
+            log.seek(0)
+            sys.stdout.write(log.read().decode(errors="replace"))
+            sys.stdout.flush()
+    if status not in (0, 5):
+        session.error(f"pytest {' '.join(arguments)} failed (exit status {status})")
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """End ``process``'s group: SIGTERM, and SIGKILL after `STOP_TIMEOUT`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

@@ -64,7 +64,8 @@ starts once, on the worker that runs all of them."""
 RESTARTED = ("restartable", "multi_cluster")
 """The fixtures whose servers the tests stop and start again: such a test waits for a JVM to
 restart within a session's time, which a machine whose cores the parallel workers share did not
-always give it, so it is marked ``faults``: those run after the others, three at a time."""
+always give it, so it is marked ``faults``: those run in a pytest of their own beside the
+others, two at a time."""
 
 
 _SHARED = pytest.StashKey[shared_cluster.SharedCluster]()
