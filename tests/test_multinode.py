@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from aio_cluster import ConsumerGroup, LocalClusterError
@@ -52,7 +53,10 @@ async def topic(multi_cluster: LocalCluster) -> str:
         for broker in client.cluster.brokers():
 
             async def knows(node: int = broker.nodeId) -> bool:
-                metadata = (await client.send(node, MetadataRequest([name]))).to_object()
+                try:
+                    metadata = (await client.send(node, MetadataRequest([name]))).to_object()
+                except KafkaError:  # the node does not answer (yet): asked again until the bound
+                    return False
                 return all(not found["error_code"] for found in metadata["topics"])
 
             await wait_until(knows, what=f"broker {broker.nodeId} knows the topic")
