@@ -131,10 +131,12 @@ class Watcher:
             if kafka is None:
                 continue  # without log ends there is no lag to record; the page says why
             try:
-                members, rows, notes = await looks.look(
-                    zk, kafka, group, None, self._store(zk, group)
-                )
-                events = await ControlStore(zk, group).history(EVENTS_SHOWN)
+                # The history before the controls: a control write is one transaction with its
+                # history entry, so an entry read first has its effect in the rows read after
+                # it (the page never shows a resume beside the pause it lifted).
+                store = self._store(zk, group)
+                events = await store.history(EVENTS_SHOWN)
+                members, rows, notes = await looks.look(zk, kafka, group, None, store)
             except CoordinationError as exc:
                 await self._zookeeper_failed(exc)
                 return
