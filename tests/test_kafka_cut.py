@@ -99,7 +99,7 @@ async def marked(observer: ZooKeeper, group: str) -> list[str]:
 async def write_on(
     producer: AIOKafkaProducer, topic: str, partitions: int, ends: dict[int, int]
 ) -> None:
-    """Until cancelled: a record to every partition every 20 ms; ``ends`` the offsets written."""
+    """Until cancelled: a record to every partition every 50 ms; ``ends`` the offsets written."""
     i = 0
     while True:
         for partition in range(partitions):
@@ -108,7 +108,7 @@ async def write_on(
             )
             ends[partition] = max(ends.get(partition, 0), metadata.offset + 1)
         i += 1
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
 
 
 async def by_async_for(group: ConsumerGroup, log: Log) -> None:
