@@ -131,9 +131,11 @@ class Watcher:
             if kafka is None:
                 continue  # without log ends there is no lag to record; the page says why
             try:
-                # The history before the controls: a control write is one transaction with its
-                # history entry, so an entry read first has its effect in the rows read after
-                # it (the page never shows a resume beside the pause it lifted).
+                # The history before the controls: a pause, a resume or a skip asked for is one
+                # transaction with its history entry, so such an entry read first has its effect
+                # in the rows read after it (a page does not show a resume beside the pause it
+                # lifted); a write landing between the two reads shows in the next look's
+                # history.
                 store = self._store(zk, group)
                 events = await store.history(EVENTS_SHOWN)
                 members, rows, notes = await looks.look(zk, kafka, group, None, store)
