@@ -32,18 +32,19 @@ if hasattr(nox.options, "download_python"):
 COMPAT_PYTHONS = ["3.10", "3.12", "3.13"]
 """The claimed versions (pyproject's classifiers) besides the default one, which runs everything."""
 
-TEST_WORKERS = 5
+TEST_WORKERS = 4
 """pytest-xdist workers of the whole suite. Its tests wait on servers and timeouts far more than
-they compute, so more of them than cores (2 on the CI machine) still shortens the run: with four,
-beside the fault tests and the checks, CI kept the two cores 88 % busy at best (CI16)."""
+they compute, so more of them than cores (2 on the CI machine) still shortens the run. Five made
+CI slower (8 min 27 s, 15 CPU-minutes against 13): a busier machine stretches every wait, and
+the checks beside the suite, at their lower priority, ended only after it."""
 
 FAULT_WORKERS = 2
 """pytest-xdist workers of the tests marked ``faults``, which run beside the whole suite: they
 wait out faults far more than they compute, on clusters of their own."""
 
 STOP_TIMEOUT = 240
-"""Seconds a pytest beside the block has to end once asked (its clusters' JVMs get 15 s each,
-90 s one that writes its class archive), before SIGKILL."""
+"""Seconds a pytest beside the block has to end once interrupted, its fixtures torn down (its
+clusters' JVMs get 15 s each, 90 s one that writes its class archive), before SIGKILL."""
 
 CLUSTER_VARIABLES = ("AIO_CLUSTER_BOOTSTRAP", "AIO_CLUSTER_ZOOKEEPER")
 """Where these name a cluster, the tests use it instead of starting one."""
@@ -150,7 +151,8 @@ def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str])
         )
         try:
             yield
-        except BaseException:
+            process.wait()
+        except BaseException:  # the block failed, or an interrupt came while waiting
             _end(process)
             raise
         finally:
@@ -163,9 +165,10 @@ def _beside(session: nox.Session, arguments: Sequence[str], env: dict[str, str])
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
-    """End ``process``'s group: SIGTERM, and SIGKILL after `STOP_TIMEOUT`."""
+    """End ``process``'s group as Ctrl-C would (pytest tears its fixtures down, and with them
+    its clusters), and SIGKILL it after `STOP_TIMEOUT`."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGINT)
     try:
         process.wait(STOP_TIMEOUT)
     except subprocess.TimeoutExpired:
