@@ -202,7 +202,7 @@ async def run_cut(
                         timeout=FETCH_TIMEOUT + 15,
                         what="both members marked",
                     )
-                    await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
+                    await hold(began, time.monotonic())
                     assert {m.id: sorted(m.claimed) for m in (cut, other)} == before
                 else:
                     expected = sorted(before[other.id] + moving)
@@ -232,7 +232,7 @@ async def run_cut(
                     # So does its listener, once per leader, with the typed error.
                     assert sorted(p for ps, _error in told.unreadable for p in ps) == moving
                     assert all(error.broker is not None for _ps, error in told.unreadable)
-                    await asyncio.sleep(max(0.0, began + CUT - time.monotonic()))
+                    await hold(began, taken)
                     # Still so at the end of the cut: the cut member keeps what it reads.
                     assert sorted(cut.claimed) == sorted(set(before[cut.id]) - set(moving))
                 cut_proxies.forward()
@@ -277,6 +277,14 @@ async def run_cut(
             len(offsets) for offsets in log.handled().values()
         )
         assert repeated == 0, f"{repeated} records handled twice"
+
+
+async def hold(began: float, settled_at: float) -> None:
+    """Keep the cut until `CUT` seconds after it began, and at least two ``fetch_timeout`` after
+    the group settled on it (``settled_at``): long enough that a partition moving again (or, all
+    cut, moving at all) would show."""
+    until = max(began + CUT, settled_at + 2 * FETCH_TIMEOUT)
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
 
 
 async def _count(names: Awaitable[list[str]], count: int) -> bool:

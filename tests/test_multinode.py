@@ -51,18 +51,29 @@ async def topic(multi_cluster: LocalCluster) -> str:
     await client.bootstrap()
     try:
         for broker in client.cluster.brokers():
-
-            async def knows(node: int = broker.nodeId) -> bool:
-                try:
-                    metadata = (await client.send(node, MetadataRequest([name]))).to_object()
-                except KafkaError:  # the node does not answer (yet): asked again until the bound
-                    return False
-                return all(not found["error_code"] for found in metadata["topics"])
-
-            await wait_until(knows, what=f"broker {broker.nodeId} knows the topic")
+            await known_by(client, broker.nodeId, name)
     finally:
         await client.close()
     return name
+
+
+async def known_by(client: AIOKafkaClient, node: int, topic: str) -> None:
+    """Wait until ``node`` answers that it knows ``topic``; a node that does not answer yet is
+    asked again, and a timeout names its last error."""
+    failures: list[KafkaError] = []
+
+    async def knows() -> bool:
+        try:
+            metadata = (await client.send(node, MetadataRequest([topic]))).to_object()
+        except KafkaError as exc:
+            failures.append(exc)
+            return False
+        return all(not found["error_code"] for found in metadata["topics"])
+
+    try:
+        await wait_until(knows, what=f"broker {node} knows the topic")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (its last error: {failures[-1:]})") from exc
 
 
 @dataclasses.dataclass

@@ -34,12 +34,14 @@ _WRITES = ("create", "set", "delete", "ensure_path")
 
 class Requests:
     """The paths of the requests a member's ZooKeeper client sends, from its creation on (each
-    method replaced by one that notes the path first, on this client only)."""
+    method replaced by one that notes the path first, on this client only), but the heartbeat's
+    pings (``exists("/")``, sent whenever the server answered nothing for a while): they read
+    nothing of the group, and a loaded machine sends them in any window."""
 
     def __init__(self, zk: ZooKeeper) -> None:
         self.paths: list[str] = []
         for name in (*_READS, *_WRITES):
-            setattr(zk, name, self._noting(getattr(zk, name)))
+            setattr(zk, name, self._noting(getattr(zk, name), ping=name == "exists"))
         transaction = zk.transaction
 
         async def noted_transaction(ops: Any) -> Any:
@@ -48,18 +50,18 @@ class Requests:
 
         zk.transaction = noted_transaction  # type: ignore[method-assign]
 
-    def _noting(self, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def _noting(
+        self, method: Callable[..., Awaitable[Any]], *, ping: bool
+    ) -> Callable[..., Awaitable[Any]]:
         async def noted(path: str, *args: Any, **kwargs: Any) -> Any:
-            self.paths.append(path)
+            if not (ping and path == "/"):
+                self.paths.append(path)
             return await method(path, *args, **kwargs)
 
         return noted
 
     def since(self, mark: int) -> list[str]:
-        """The paths noted after the first ``mark``, but the heartbeat's pings (``exists("/")``,
-        sent whenever the server answered nothing for a while): they read nothing of the
-        group, and a loaded machine sends them in any window."""
-        return [path for path in self.paths[mark:] if path != "/"]
+        return self.paths[mark:]
 
 
 async def published(zk: ZooKeeper, layout: GroupLayout) -> StickyTarget | None:
