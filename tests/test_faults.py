@@ -26,8 +26,8 @@ from support import (
     wait_until,
 )
 
-# faults: a ZooKeeper restart must end within the member's session, which four workers beside it
-# can stretch past; the server restarts are theirs alone once they run after the others.
+# faults: a ZooKeeper restart must end within the member's session, which the whole suite's
+# workers can stretch past: these run in a pytest of their own, two at a time (noxfile.py).
 pytestmark = [pytest.mark.asyncio, pytest.mark.faults]
 
 Send = Callable[[int, int], Awaitable[None]]

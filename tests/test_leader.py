@@ -192,7 +192,7 @@ async def test_a_lost_target_moves_nothing(
         assert sorted(len(group.claimed) for group in groups) == [4, 4, 4]
 
 
-@pytest.mark.faults  # timed: alone, and it dumps the tasks should the join time out
+@pytest.mark.faults  # timed: not among the suite's workers; it dumps the tasks if a join times out
 async def test_a_stuck_leader_does_not_freeze_a_join(
     cluster: LocalCluster,
     zk: ZooKeeper,

@@ -24,7 +24,8 @@ from support import observed, settled, stored_offsets, wait_until
 
 # The members' 6-second sessions and the phases of their silence are timed against the real
 # servers: tests running beside them on a small machine slow ZooKeeper's answers enough to expire
-# a session nobody cut. So these run after the parallel pass, alone (noxfile.py).
+# a session nobody cut. So these run in a pytest of their own, two at a time, not among the whole
+# suite's workers (noxfile.py).
 pytestmark = [pytest.mark.asyncio, pytest.mark.faults]
 
 SESSION = 6.0

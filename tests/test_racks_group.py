@@ -26,8 +26,8 @@ from aio_cluster.zookeeper.layout import GroupLayout, decode_registration
 from support import create_topic, fresh, member, observed, owners, producer_of, wait_until
 
 # own_cluster: it starts three brokers of its own, which no cluster fixture names (so it is not
-# server_free, which the other Pythons' sessions run, three at a time); faults: alone, after the
-# others, since a leave's handover is timed against the member's session.
+# server_free, which the other Pythons' sessions run, three at a time); faults: in a pytest of
+# their own, two at a time, since a leave's handover is timed against the member's session.
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.own_cluster,
