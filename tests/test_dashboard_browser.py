@@ -36,12 +36,17 @@ SOON = 15_000
 
 @pytest_asyncio.fixture
 async def browser_page() -> AsyncIterator[Page]:
-    """A page of the machine's Chromium (skipped, saying why, where there is none)."""
+    """A page of the machine's Chromium (skipped, saying why, where there is none). Every
+    expectation on it may take `SOON`, not Playwright's 5 s: a page a form's post leads to waits
+    for the dashboard's reads of ZooKeeper and Kafka, which a loaded machine stretched past 5 s
+    (CI: the plan page after a pause button)."""
     executable = chromium()
+    async_api.expect.set_options(timeout=SOON)
     async with async_api.async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=executable)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(SOON)
             yield page
         finally:
             await browser.close()
