@@ -99,7 +99,10 @@ async def test_listener_hears_only_moving_partitions_and_commits_before_release(
             await second.close()
         assert second.claimed == []
         assert second.state is GroupState.CLOSED
-        assert heard.calls == [("assigned", [0, 1]), ("revoked", [moving])]
+        # The first takes the leaver's partition back: awaited, since on a loaded machine the
+        # rebalance after the leave may end before this line or after it (CI, series E run 5).
+        await wait_until(lambda: len(heard.calls) >= 3, what="the leaver's partition back")
+        assert heard.calls == [("assigned", [0, 1]), ("revoked", [moving]), ("assigned", [moving])]
         assert joiner.calls == [("assigned", [moving]), ("revoked", [moving])], (
             "only the new partition, given up again at close()"
         )
