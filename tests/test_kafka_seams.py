@@ -105,7 +105,10 @@ async def test_every_use_fits_the_installed_aiokafka(
             assert isinstance(fetcher._consumer._client.cluster, CompactMetadata)
         finally:
             await fetcher.stop()
-    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    # The seams' own words only: the worker's earlier tests may leave asyncio a future to report
+    # as it is collected meanwhile (CI: a producer's send failed at its close).
+    told = [r.getMessage() for r in caplog.records if r.name == "aio_cluster.kafka.seams"]
+    assert not told, told
 
 
 @pytest.mark.parametrize(
