@@ -78,9 +78,10 @@ class BatchWatcher(Protocol):
     """Told when running batches must end early: a processor that keeps many records of a batch
     in flight (`aio_cluster.member.processing.processor`) stops taking them, or cancels them."""
 
-    def report(self) -> None:
+    def report(self, partitions: Collection[PartitionKey] = ()) -> None:
         """Tell `progress()` how far the running batches got, now (it may wait for a turn of
-        the event loop otherwise)."""
+        the event loop otherwise); those of ``partitions`` whether or not they moved since it
+        last told (a run of handlers in place books its records only when asked)."""
 
     def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for the running batches of ``partitions``."""
@@ -353,7 +354,8 @@ class Delivery:
             Partition -> the first offset of its abandoned batch.
         """
         if self.watcher is not None:
-            self.watcher.report()  # read again from the first unfinished record: as it is now
+            # Read again from the first unfinished record: as it is now.
+            self.watcher.report(partitions)
         abandoned = self._states.abandoned(partitions)
         # A partition kept reads its batch again: wake the iterators as well as the handovers.
         self.wake()

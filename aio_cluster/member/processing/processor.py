@@ -472,12 +472,17 @@ class Processor(Outcomes):
 
     # -- the delivery's watcher --------------------------------------------------------------
 
-    def report(self) -> None:
+    def report(self, partitions: Collection[PartitionKey] = ()) -> None:
         """Tell the delivery how far the running batches' prefixes got. Done once a turn of the
         event loop, not once a record: a handover reads them after the batches ended (see
-        `_settle()`), and `Delivery.abandon()` asks here first (from inside a handler run in
-        place, too: the window's prefix catches up with the run)."""
+        `_settle()`), and `Delivery.abandon()` asks here first for its ``partitions``, each told
+        whether or not it grew since (a run in place books its records only when asked, even
+        from inside one of its handlers: the window's prefix catches up with the run)."""
         self._telling = False
+        for partition in partitions:
+            window = self._windows.get(partition)
+            if window is not None and window.prefix:  # else none finished: nothing to tell
+                self._untold.add(window)
         for window in self._untold:
             if not window.gone and window.unfinished:
                 offset = window.batch[window.prefix].offset
