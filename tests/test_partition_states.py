@@ -756,7 +756,8 @@ def test_a_batch_grows_only_while_nothing_voids_withholds_or_pauses_it() -> None
 
 def test_exactly_once_a_completed_offset_waits_for_its_transaction_before_it_is_stored() -> None:
     """Transactional states: what a batch or a prefix completes is ``ready``, never pending,
-    until `committed()` says Kafka committed it; a seek or a loss drops it."""
+    until `committed()` says Kafka committed it (a prefix told again as far as it got already,
+    as `Delivery.abandon()` asks, is not ready again); a seek or a loss drops it."""
     states = PartitionStates(transactional=True)
     claim = Claim(P0, 0, 0, 0)
     states.claimed(claim)
@@ -769,6 +770,8 @@ def test_exactly_once_a_completed_offset_waits_for_its_transaction_before_it_is_
     assert states.commits.unstored([P0]) == [], "nothing for ZooKeeper before Kafka committed"
     assert states.commits.committed(claim, 2)
     assert (claim.ready, claim.pending) == (None, 2)
+    states.progressed(claim, picked[1], 2)
+    assert (claim.ready, claim.pending) == (None, 2), "told again: no second transaction"
     assert states.finished(*picked, completed=True, commit=True)
     assert (claim.ready, claim.pending) == (4, 2)
     states.to_store(P0, 3)

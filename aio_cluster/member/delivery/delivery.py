@@ -80,8 +80,9 @@ class BatchWatcher(Protocol):
 
     def report(self, partitions: Collection[PartitionKey] = ()) -> None:
         """Tell `progress()` how far the running batches got, now (it may wait for a turn of
-        the event loop otherwise); those of ``partitions`` whether or not they moved since it
-        last told (a run of handlers in place books its records only when asked)."""
+        the event loop otherwise); those of ``partitions`` as far as they got, though they may
+        not have moved since the last turn (a run of handlers in place books its records only
+        when asked)."""
 
     def draining(self, partitions: list[PartitionKey]) -> None:
         """A handover waits for the running batches of ``partitions``."""

@@ -466,13 +466,16 @@ class PartitionStates:
     def progressed(self, claim: Claim, batch: Batch, offset: int) -> None:
         """The records of ``claim``'s running ``batch`` before ``offset`` completed (a processor
         keeps many of them in flight): ``offset`` becomes pending, unless the batch was abandoned
-        or overtaken by a seek, or ``claim`` is no longer the partition's claim."""
+        or overtaken by a seek, or ``claim`` is no longer the partition's claim. Told again as
+        far as it got already (a processor asked to tell), nothing changes: exactly once, a
+        transaction would commit the same offset again."""
         partition = claim.partition
         running = self._inflight.get(partition)
         if (
             running is not None
             and running[0] is claim
             and running[1] is batch
+            and running[2] != offset
             and partition not in self._voided
             and self._claims.get(partition) is claim
         ):

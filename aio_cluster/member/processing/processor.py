@@ -476,12 +476,13 @@ class Processor(Outcomes):
         """Tell the delivery how far the running batches' prefixes got. Done once a turn of the
         event loop, not once a record: a handover reads them after the batches ended (see
         `_settle()`), and `Delivery.abandon()` asks here first for its ``partitions``, each told
-        whether or not it grew since (a run in place books its records only when asked, even
-        from inside one of its handlers: the window's prefix catches up with the run)."""
+        as far as its prefix got now, though it may not have grown since the last turn: a run
+        in place books its records only when asked (from inside one of its handlers too: the
+        window's prefix catches up with the run)."""
         self._telling = False
         for partition in partitions:
             window = self._windows.get(partition)
-            if window is not None and window.prefix:  # else none finished: nothing to tell
+            if window is not None:
                 self._untold.add(window)
         for window in self._untold:
             if not window.gone and window.unfinished:
