@@ -74,15 +74,20 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
-async def stubborn(answer: asyncio.Future[T]) -> T:
+async def stubborn(answer: asyncio.Future[T], waits: Callable[[int], object] | None = None) -> T:
     """Wait for ``answer`` whatever cancels the wait, and return it: a call that finishes its
-    request after its cancellation."""
+    request after its cancellation. ``waits`` is told before each wait how many cancellations
+    cut its waits so far."""
+    cuts = 0
     while True:
+        if waits is not None:
+            waits(cuts)
         try:
             return await asyncio.shield(answer)
         except asyncio.CancelledError:
             if answer.done():
                 return answer.result()
+            cuts += 1
 
 
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:

@@ -128,36 +128,59 @@ async def test_a_cancellation_asked_for_still_cancels_the_calls() -> None:
     assert cancelled == ["waits", "waits"]
 
 
-async def bounded_run(gathering: Callable[[asyncio.Future[int]], Awaitable[object]]) -> bool:
+Call = Callable[[], Awaitable[int]]
+
+
+async def bounded_run(gathering: Callable[[Call, Call], Awaitable[object]]) -> bool:
     """Run ``gathering`` (a stubborn call beside a quick one) in a task of its own under a bound
-    that cuts it short; whether the task ended cancelled, though only its own bound was."""
+    that cuts it short once the stubborn call waits and the quick one ended; whether the task
+    ended cancelled, though only its own bound was.
+
+    The stubborn call has its answer once the bound's cancellation cut its wait twice: anyio
+    delivers a cancellation again each turn of the loop until the calls end, and the leak needs
+    a call that outlasts the first delivery. Timed instead (the bound after 10 ms, the answer
+    after 50), a starved loop ran both in one turn, and asyncio.gather ended uncut (CI,
+    tests_compat-3.13 at a lower priority). The quick call ends first, because asyncio.gather
+    before Python 3.11 ends at its first child cancelled, not waiting for the stubborn one."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[int] = loop.create_future()
+    bound = anyio.CancelScope()
+    ready: list[str] = []
+
+    def now(what: str) -> None:
+        ready.append(what)
+        if len(ready) == 2:
+            loop.call_soon(bound.cancel)
+
+    def waits(cuts: int) -> None:
+        if cuts == 0:
+            now("the stubborn call waits")
+        elif cuts == 2:
+            answer.set_result(7)
+
+    async def quick() -> int:
+        await anyio.lowlevel.checkpoint()
+        now("the quick call ended")
+        return 0
 
     async def bounded() -> None:
-        with anyio.move_on_after(0.01) as bound:
-            # The answer comes after the bound however late this task starts: both are timed
-            # from here (timed from before the task, a starved loop ran it past the answer's
-            # time, and the gather ended uncut: CI, tests_compat at a lower priority).
-            loop.call_later(0.05, answer.set_result, 7)
-            await gathering(answer)
+        with bound:
+            await gathering(functools.partial(stubborn, answer, waits), quick)
         assert bound.cancelled_caught
 
     task = asyncio.create_task(bounded())
-    # The answer too: asyncio.gather ends with its first child cancelled, before the stubborn
-    # one's answer (Python 3.10 on a loaded machine ended the task first, and answer.result()
-    # raised InvalidStateError).
-    await settled([task, answer])
+    with anyio.fail_after(10):  # a delivery that never came again would leave it waiting
+        await settled([task, answer])
     assert answer.result() == 7, "the stubborn call had its answer"
     return task.cancelled()
 
 
 async def test_a_child_finishing_after_the_bound_leaves_the_bound_its_own() -> None:
-    """Cut short by a bound, the calls end inside it: ``move_on_after`` returns, the caller is
-    not cancelled."""
+    """Cut short by a bound, the calls end inside it: the scope catches its cancellation, the
+    caller is not cancelled."""
 
-    async def gathering(answer: asyncio.Future[int]) -> object:
-        return await gather([lambda: stubborn(answer), anyio.lowlevel.checkpoint])
+    async def gathering(call: Call, quick: Call) -> object:
+        return await gather([call, quick])
 
     assert not await bounded_run(gathering)
 
@@ -166,8 +189,8 @@ async def test_asyncio_gather_leaked_the_cancellation_there() -> None:
     """The defect the helpers replace, shown on the same calls: the task holding the bound ends
     cancelled."""
 
-    async def gathering(answer: asyncio.Future[int]) -> object:
-        return await asyncio.gather(stubborn(answer), anyio.lowlevel.checkpoint())
+    async def gathering(call: Call, quick: Call) -> object:
+        return await asyncio.gather(call(), quick())
 
     assert await bounded_run(gathering)
 
