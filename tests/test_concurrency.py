@@ -134,14 +134,14 @@ Call = Callable[[], Awaitable[int]]
 async def bounded_run(gathering: Callable[[Call, Call], Awaitable[object]]) -> bool:
     """Run ``gathering`` (a stubborn call beside a quick one) in a task of its own under a bound
     that cuts it short once the stubborn call waits and the quick one ended; whether the task
-    ended cancelled, though only its own bound was.
+    ended cancelled, though only its own bound was. The stubborn call has its answer once the
+    cut reached it.
 
-    The stubborn call has its answer once the bound's cancellation cut its wait twice: anyio
-    delivers a cancellation again each turn of the loop until the calls end, and the leak needs
-    a call that outlasts the first delivery. Timed instead (the bound after 10 ms, the answer
-    after 50), a starved loop ran both in one turn, and asyncio.gather ended uncut (CI,
-    tests_compat-3.13 at a lower priority). The quick call ends first, because asyncio.gather
-    before Python 3.11 ends at its first child cancelled, not waiting for the stubborn one."""
+    asyncio.gather ends at its first child cancelled without waiting for the others, so the
+    leak shows only when the quick call ended before the cut. Timed instead (the bound after
+    10 ms, the answer after 50), a starved loop ran the quick call's end and the bound in one
+    turn: the quick call was cancelled, and asyncio.gather ended at once, uncut (CI,
+    tests_compat-3.13 at a lower priority)."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[int] = loop.create_future()
     bound = anyio.CancelScope()
@@ -155,7 +155,7 @@ async def bounded_run(gathering: Callable[[Call, Call], Awaitable[object]]) -> b
     def waits(cuts: int) -> None:
         if cuts == 0:
             now("the stubborn call waits")
-        elif cuts == 2:
+        elif cuts == 1:
             answer.set_result(7)
 
     async def quick() -> int:
@@ -169,7 +169,7 @@ async def bounded_run(gathering: Callable[[Call, Call], Awaitable[object]]) -> b
         assert bound.cancelled_caught
 
     task = asyncio.create_task(bounded())
-    with anyio.fail_after(10):  # a delivery that never came again would leave it waiting
+    with anyio.fail_after(10):  # a cut that never reached the stubborn call leaves it waiting
         await settled([task, answer])
     assert answer.result() == 7, "the stubborn call had its answer"
     return task.cancelled()
