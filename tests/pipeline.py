@@ -27,7 +27,7 @@ from aio_cluster.zookeeper.client import ZooKeeper
 from aio_cluster.zookeeper.layout import GroupLayout
 
 from churn import Proxies, cut_past_session, put_down, registration
-from support import Worker, add_topic, producer_of, wait_until
+from support import Worker, add_topic, producer_of, wait_until, within
 
 PIPELINE_WORKER = Path(__file__).with_name("pipeline_worker.py")
 
@@ -131,13 +131,18 @@ class Outputs:
                 await self.read()
 
     async def wait_for(self, keys: int, *, timeout: float, what: str) -> None:
-        """Read until ``keys`` distinct keys came; fail the test after ``timeout`` seconds."""
+        """Read until ``keys`` distinct keys came; fail the test after ``timeout`` seconds,
+        printing first what every task of the loop waits on (the members' handlers, commits and
+        dead letters: the one clue a rare stall leaves)."""
 
         async def enough() -> bool:
             await self.read(100)
             return len(self.keys) >= keys
 
-        await wait_until(enough, timeout=timeout, what=what)
+        try:
+            await within(wait_until(enough, timeout=2 * timeout), timeout, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} ({len(self.keys)} of {keys} keys came)") from None
 
     def duplicates(self) -> dict[str, list[str]]:
         """Key -> the ``from`` headers of each of its records, for the keys that came more than
