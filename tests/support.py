@@ -90,6 +90,20 @@ async def stubborn(answer: asyncio.Future[T], waits: Callable[[int], object] | N
             cuts += 1
 
 
+def awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """Where ``task`` waits: the coroutines of its chain of awaits, outermost first (a task's
+    own stack shows only its outermost coroutine while it is suspended)."""
+    where: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            where.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return where
+
+
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     """Await ``awaitable`` for up to ``timeout`` seconds. On time-out, first print the stack of
     every task of the loop to stderr (what the awaited work and the members were waiting on, the
@@ -100,7 +114,7 @@ async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
         return task.result()
     print(f"--- {what}: still waiting after {timeout:g}s; the loop's tasks:", file=sys.stderr)
     for other in asyncio.all_tasks():
-        other.print_stack(limit=12, file=sys.stderr)
+        print(f"{other.get_name()}, waiting in:", *awaiting(other), sep="\n  ", file=sys.stderr)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
