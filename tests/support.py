@@ -104,6 +104,14 @@ def awaiting(task: asyncio.Task[Any]) -> list[str]:
     return where
 
 
+def tasks_waiting() -> str:
+    """Where every task of the loop waits (`awaiting()`): what a hang needs to be told apart."""
+    return "".join(
+        "\n  ".join([f"{task.get_name()}, waiting in:", *awaiting(task)]) + "\n"
+        for task in asyncio.all_tasks()
+    )
+
+
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     """Await ``awaitable`` for up to ``timeout`` seconds. On time-out, first print the stack of
     every task of the loop to stderr (what the awaited work and the members were waiting on, the
@@ -113,8 +121,7 @@ async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     if task in done:
         return task.result()
     print(f"--- {what}: still waiting after {timeout:g}s; the loop's tasks:", file=sys.stderr)
-    for other in asyncio.all_tasks():
-        print(f"{other.get_name()}, waiting in:", *awaiting(other), sep="\n  ", file=sys.stderr)
+    print(tasks_waiting(), end="", file=sys.stderr)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

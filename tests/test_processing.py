@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import random
@@ -29,7 +28,7 @@ from aio_cluster.metrics import GroupMetrics
 from aio_cluster.zookeeper.client import ZooKeeper
 
 from conftest import MakeTopic
-from support import closable, settled, wait_until
+from support import closable, settled, tasks_waiting, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -80,17 +79,9 @@ async def processing(
     finally:
         task.cancel()
         done, _ = await asyncio.wait([task], timeout=60)
-        assert done, "process() did not end after its cancellation:\n" + waiting()
+        assert done, "process() did not end after its cancellation:\n" + tasks_waiting()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def waiting() -> str:
-    """Where every task of the loop waits: what a hung cancellation needs to be told apart."""
-    out = io.StringIO()
-    for task in asyncio.all_tasks():
-        task.print_stack(limit=8, file=out)
-    return out.getvalue()
 
 
 async def test_bad_input_is_refused_before_any_record_is_taken(
