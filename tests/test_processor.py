@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -325,6 +326,35 @@ async def test_an_abandoned_batch_is_read_again_from_its_first_unfinished_record
     assert abandoned == {PartitionKey(0): 3}
     assert cancelled == [3], "its handler was cancelled where it waited, not dropped"
     assert sorted(handled) == [0, 1, 2, 3, 4, 5], "each once"
+
+
+async def test_a_record_failing_in_a_paused_run_leaves_the_rest_of_its_batch_to_take() -> None:
+    """A run in place lends itself the rest of its batch: while it pauses for its slice (after
+    record 1 here), the other worker, woken with it, finds nothing to take there. When record 2
+    then fails in place, its retry takes it, and the records after it go back to the workers:
+    every record runs, and the offset passes them all.
+
+    Before: the other worker had dropped the batch from the ones whose records are taken (all
+    taken, it seemed), so records 3 to 5 were never taken, and the partition stalled for good
+    (seen on a loaded CI, in an exactly-once pipeline whose handlers never wait)."""
+    logs = {0: [record(0, i, b"%d" % i) for i in range(6)]}
+    member = Member(logs)
+    await member.start()
+    attempts: Counter[int] = Counter()
+
+    async def handler(r: Record) -> None:
+        attempts[r.offset] += 1
+        if r.offset == 1:
+            began = time.monotonic()
+            while time.monotonic() - began <= SLICE:  # busy, as a starved process may be
+                pass
+        if r.offset == 2 and attempts[r.offset] == 1:
+            raise ValueError("once")
+
+    processor = member.processor(handler, concurrency=2, attempts=2, retry_initial=0.001)
+    async with running(processor):
+        await wait_until(lambda: member.pending(0) == 6, what="every record finished")
+    assert attempts == {0: 1, 1: 1, 2: 2, 3: 1, 4: 1, 5: 1}
 
 
 async def test_a_stopped_partition_starts_nothing_more() -> None:

@@ -97,6 +97,8 @@ def test_a_run_in_place_books_its_records_when_someone_looks() -> None:
 def test_a_run_that_stops_gives_back_the_records_after_it() -> None:
     w = window([b"a", b"b", b"c", b"d"])
     assert w.begin_run() == range(4)
+    assert w.take() == -1, "the run holds the rest"
+    assert not w.exhausted(), "lent to the run, not taken for good: the workers look again"
     w.in_place = 1
     w.end_run(1)
     w.put_out(1)  # record 1's handler waits

@@ -343,8 +343,10 @@ class Window:
                     self.busy.setdefault(key, None)  # it is out: its key's records wait
 
     def exhausted(self) -> bool:
-        """True once `take()` can return no record any more."""
-        return not self.taking or self.cursor >= len(self.batch)
+        """True once `take()` can return no record any more: it stopped taking, or every record
+        was taken and no run in place holds the rest (a run that ends early, its record failed
+        or waited, gives back the records it did not run, to be taken again)."""
+        return not self.taking or (self.cursor >= len(self.batch) and not self.held_run)
 
     def put_out(self, index: int) -> Hashable:
         """The record at ``index``, taken, is out (see the module): its key is busy (unless
