@@ -107,6 +107,31 @@ def test_a_run_that_stops_gives_back_the_records_after_it() -> None:
     assert w.begin_run() == range(3, 4), "a record is out: one record at a time"
 
 
+def test_a_run_lends_the_rest_once_and_an_empty_run_lends_nothing() -> None:
+    """Two records taken apart (held back while ZooKeeper was silent, say) run on two workers:
+    the first one's run in place takes the rest and pauses for its slice; the second one's run
+    gets nothing, and leaves the paused run's booking alone (before: it moved where that run
+    books from, so the records it ran after its pause were never booked, and the prefix stuck
+    for good). A run with nothing left to take holds nothing: the batch may still grow."""
+    w = window([b"a", b"b", b"c", b"d"], "none")
+    assert (w.take(), w.take()) == (0, 1)
+    w.finished(0, out=False)
+    assert w.begin_run() == range(2, 4)
+    w.in_place = 3
+    w.pause_run(3)
+    w.finished(1, out=False)
+    assert w.begin_run() == range(0), "the rest is the paused run's"
+    w.in_place = 3
+    w.end_run(4)
+    assert w.prefix == 4, "the paused run's records are booked"
+    waits = window([b"a", b"b"], "none")
+    assert (waits.take(), waits.take()) == (0, 1)
+    waits.put_out(1)  # record 1's handler waits
+    waits.finished(0, out=False)
+    assert waits.begin_run() == range(0)
+    assert waits.may_grow(), "record 1 waits: the records after it may come"
+
+
 def test_partition_ordering_takes_nothing_while_a_record_is_out_and_none_takes_all() -> None:
     w = window([b"a", b"b", b"c"], "partition")
     assert w.take() == 0

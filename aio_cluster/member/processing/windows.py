@@ -242,8 +242,10 @@ class Window:
         while no key of it is busy (under ``"none"``, always; up to the next record passed
         over, the rest staying taken until `end_run()`), else the one record `take()` finds.
         The worker sets `in_place` to each record as it starts it, and ends a run that is not
-        empty with `end_run()`."""
-        if not self.taking:
+        empty with `end_run()`. An empty run lends nothing: none while another run holds the
+        rest (paused for its slice: its records are booked from where it got), and none when
+        every record was taken (the batch may still grow)."""
+        if not self.taking or self.held_run:
             return range(0)
         if not self.busy or self.ordering == "none":
             stop = len(self.batch)
@@ -252,12 +254,16 @@ class Window:
                 if self.cursor <= self._last_passed:
                     stop = self.done.find(1, self.cursor)  # the next one passed over
             run = range(self.cursor, stop)
+            if not run:
+                return run
             # The rest stays taken while the run holds it; `end_run()` gives it back.
             self.cursor = len(self.batch)
             self.held_run = True
         else:
             index = self.take()
-            run = range(index, index + 1) if index >= 0 else range(0)
+            if index < 0:
+                return range(0)
+            run = range(index, index + 1)
         self.run_start = run.start
         return run
 
